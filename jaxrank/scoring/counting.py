@@ -1,0 +1,59 @@
+"""Counting scorers: win ratio and average probability (METHODS.md §2; PoE eq. 6)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import _graph
+from jaxrank.comparisons import Comparisons
+
+__all__ = ["win_ratio", "average_probability", "decisions"]
+
+
+def decisions(p, threshold=0.5):
+    """Hard decisions ``1[p > tau]``; exactly ``p == tau`` is a tie and gives 0.5."""
+    return jnp.where(p > threshold, 1.0, jnp.where(p < threshold, 0.0, 0.5)).astype(p.dtype)
+
+
+def _ratio(c: Comparisons, x):
+    """``[sum_{k: i_k = n} w x + sum_{k: j_k = n} w (1 - x)] / sum_{k touching n} w``."""
+    wx = c.weight * x
+    won = _graph.item_sums(c, wx, c.weight - wx)
+    games = _graph.item_sums(c, c.weight, c.weight)
+    ratio = won / jnp.where(games > 0, games, 1)
+    return jnp.where((games > 0) & c.item_mask, ratio, 0.5)
+
+
+@functools.partial(jax.jit, static_argnames=())
+def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
+    """Fraction of games won (PoE eq. 6; llm-comparative-assessment §3.3).
+
+    A comparison is won by A when ``p > threshold`` and by B when
+    ``p < threshold``; ``p == threshold`` counts half to each. Use
+    :func:`jaxrank.debias_threshold` for the bias-corrected ``tau`` (eq. 9-10).
+
+    Args:
+        c: comparisons, any batch shape.
+        threshold: decision threshold ``tau`` (scalar or ``[...]`` per context).
+
+    Returns:
+        ``[..., N]`` win ratios in ``[0, 1]``; items in no comparison and padded
+        items get the neutral 0.5.
+    """
+    threshold = jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape)
+    return _graph.batched(lambda cc, t: _ratio(cc, decisions(cc.p, t)), c, threshold)
+
+
+@jax.jit
+def average_probability(c: Comparisons) -> jax.Array:
+    """Average probability of winning (METHODS.md §2, "avg-prob").
+
+    ``s_n = [sum_{k: i_k = n} w_k p_k + sum_{k: j_k = n} w_k (1 - p_k)] / sum_{k touching n} w_k``.
+
+    Returns:
+        ``[..., N]`` in ``[0, 1]``; items in no comparison and padded items get 0.5.
+    """
+    return _graph.batched(lambda cc: _ratio(cc, cc.p), c)

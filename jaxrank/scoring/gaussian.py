@@ -1,0 +1,113 @@
+"""Product of Gaussian experts, closed form (PoE eq. 4-12, App. A.3-A.4, A.8).
+
+Expert ``k`` says ``s_i - s_j ~ N(mu_k, sigma^2)`` with the linear-Gaussian mean
+``mu_k = alpha (p_k - beta)`` (PoE eq. 11). With ``W`` the ``[R, N]`` incidence
+matrix and ``D = diag(w)`` the comparison weights, the posterior mean solves the
+normal equations
+
+    (W^T D W) s* = alpha W^T D (p - beta)                     (PoE eq. 7, 11)
+
+and the covariance is ``sigma^2 (W^T D W)^+`` (PoE eq. 8). ``W^T D W`` is the
+comparison graph's weighted Laplacian. The paper makes it invertible with an
+anchor row ``e_1``; we add instead the projector ``P`` onto per-component
+constants (see ``_graph.component_projector``), which returns the same scores
+up to a shift on a connected graph, centred to mean 0, and handles
+disconnected graphs by centring every connected component on its own.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import _graph
+from jaxrank.comparisons import Comparisons
+from jaxrank.scoring.counting import decisions
+
+__all__ = ["poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior"]
+
+
+class GaussianPosterior(NamedTuple):
+    """A Gaussian over scores: ``N(mean, covariance)``.
+
+    Attributes:
+        mean: ``[..., N]`` scores, centred per connected component.
+        covariance: ``[..., N, N]`` covariance of the centred scores (the
+            pseudo-inverse of the precision); rows of padded or isolated items are 0.
+        precision: ``[..., N, N]`` precision (a weighted Laplacian; singular
+            along per-component constants).
+    """
+
+    mean: jax.Array
+    covariance: jax.Array
+    precision: jax.Array
+
+    @property
+    def stderr(self) -> jax.Array:
+        """``[..., N]`` marginal standard deviation of every score."""
+        return jnp.sqrt(jnp.clip(jnp.diagonal(self.covariance, axis1=-2, axis2=-1), 0))
+
+
+def _targets(c: Comparisons, debias, hard):
+    x = decisions(c.p) if hard else c.p
+    if debias:
+        beta = jnp.sum(c.weight * x) / jnp.maximum(jnp.sum(c.weight), 1e-30)
+    else:
+        beta = jnp.asarray(0.5, x.dtype)
+    return x - beta
+
+
+def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
+    y = alpha * _targets(c, debias, hard)
+    lap = _graph.laplacian(c, c.weight)
+    proj = _graph.component_projector(_graph.components(c), lap.dtype)
+    a = lap + proj
+    cf = jax.scipy.linalg.cho_factor(a, lower=True)
+    s = jax.scipy.linalg.cho_solve(cf, _graph.incidence_t(c, c.weight * y))
+    if not with_cov:
+        return s
+    eye = jnp.eye(c.num_items, dtype=a.dtype)
+    cov = jax.scipy.linalg.cho_solve(cf, eye) - proj
+    return GaussianPosterior(s, 0.5 * (cov + cov.T), lap)
+
+
+def _check_debias(debias):
+    if debias not in (False, True, "mean"):
+        raise ValueError(f"debias must be False, True or 'mean' for poe_gaussian; got {debias!r}")
+    return bool(debias)
+
+
+@functools.partial(jax.jit, static_argnames=("debias", "hard"))
+def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.Array:
+    """PoE with Gaussian experts (PoE-g), closed form (PoE eq. 11).
+
+    ``s* = alpha (W^T D W)^+ W^T D (p - beta)``, ``beta = 0.5``, or
+    ``beta = mean(p)`` when debiased (PoE eq. 12, App. A.8). With
+    ``hard=True`` the decisions ``1[p > 0.5]`` replace ``p`` (PoE-g-hard).
+    Differentiable in ``p`` and ``weight`` (a linear solve).
+
+    Args:
+        c: comparisons, any batch shape.
+        debias: ``False``, or ``True``/``"mean"`` for ``beta = weighted mean of p``.
+        hard: use hard decisions.
+        alpha: scale of the linear mean (only rescales the scores).
+
+    Returns:
+        ``[..., N]`` scores, centred per connected component; items in no
+        comparison and padded items get 0.
+    """
+    debias = _check_debias(debias)
+    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=False)
+
+
+@functools.partial(jax.jit, static_argnames=("debias", "hard"))
+def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> GaussianPosterior:
+    """The full Gaussian posterior of PoE-g: mean (PoE eq. 7) and covariance (PoE eq. 8).
+
+    The covariance is in units of the experts' variance ``sigma^2`` (taken as 1).
+    """
+    debias = _check_debias(debias)
+    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=True)
