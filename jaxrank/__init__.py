@@ -1,3 +1,47 @@
-"""jaxrank: LLM comparative assessment in JAX."""
+"""jaxrank: LLM comparative assessment in JAX.
+
+Judges produce :class:`Comparisons`; scorers turn them into per-item scores;
+:mod:`jaxrank.metrics` compares scores with human labels. Every scorer takes one
+context or a padded batch of contexts and is ``jit``-compiled.
+"""
+
+from jaxrank import data, metrics
 from jaxrank.comparisons import Comparisons, stack_contexts
-from jaxrank.scoring import *  # noqa: F401,F403
+from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
+from jaxrank.scoring import (
+    BradleyTerrySolution,
+    GaussianPosterior,
+    SoftBTSolution,
+    average_probability,
+    bradley_terry,
+    fit_bradley_terry,
+    fit_poe_bradley_terry,
+    poe_bradley_terry,
+    poe_gaussian,
+    poe_gaussian_posterior,
+    win_ratio,
+)
+from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+from jaxrank.uncertainty import laplace_bradley_terry
+
+SCORERS = {
+    "win_ratio": win_ratio,
+    "average_probability": average_probability,
+    "bradley_terry": bradley_terry,
+    "poe_gaussian": poe_gaussian,
+    "poe_gaussian_hard": lambda c, **kw: poe_gaussian(c, hard=True, **kw),
+    "poe_bradley_terry": poe_bradley_terry,
+    "max_likelihood_ranking": max_likelihood_ranking,
+}
+"""Every scorer by the name the CLI's ``--method`` takes."""
+
+__all__ = [
+    "Comparisons", "stack_contexts",
+    "win_ratio", "average_probability", "bradley_terry", "fit_bradley_terry", "BradleyTerrySolution",
+    "poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior",
+    "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution",
+    "laplace_bradley_terry", "max_likelihood_ranking",
+    "positional_bias", "debias_threshold", "threshold_debias", "permutation_average",
+    "metrics", "data", "SCORERS",
+]
+__version__ = "0.1.0"

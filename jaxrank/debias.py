@@ -1,0 +1,119 @@
+"""Positional bias: measure it and remove it (llm-comparative-assessment §3.5, eq. 8-10).
+
+* :func:`positional_bias` -- ``P(A)``, the fraction of decisions for position A (eq. 8).
+* :func:`debias_threshold` -- the threshold ``tau`` for which ``P(A) = P(B) = 0.5`` (eq. 9-10).
+* :func:`threshold_debias` -- reweight ``p^ = alpha p / (alpha p + 1 - p)`` with
+  ``alpha = (1 - tau) / tau``, so that ``p^ > 0.5`` exactly when ``p > tau``:
+  every scorer can then consume debiased probabilities.
+* :func:`permutation_average` -- average both orders of a pair:
+  ``p~_ij = (p_ij + 1 - p_ji) / 2`` (METHODS.md §1).
+
+The PoE scorers have their own debiasing (``beta = mean p`` for PoE-g,
+``gamma`` for PoE-BT): see their ``debias`` argument.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import _graph
+from jaxrank.comparisons import Comparisons
+from jaxrank.scoring.counting import decisions
+
+__all__ = ["positional_bias", "debias_threshold", "threshold_debias", "permutation_average"]
+
+
+@jax.jit
+def positional_bias(c: Comparisons, *, threshold=0.5) -> jax.Array:
+    """``P(A)``: weighted fraction of comparisons decided for position A (eq. 8).
+
+    A decision for A is ``p > threshold``; ``p == threshold`` counts half.
+
+    Returns:
+        ``[...]`` one value per context; 0.5 for a context with no comparisons.
+    """
+    threshold = jnp.asarray(threshold, c.p.dtype)[..., None]
+    total = jnp.sum(c.weight, axis=-1)
+    pa = jnp.sum(c.weight * decisions(c.p, threshold), axis=-1)
+    return jnp.where(total > 0, pa / jnp.where(total > 0, total, 1), 0.5)
+
+
+def _weighted_median_one(p, w):
+    order = jnp.argsort(p)
+    ps, ws = p[order], w[order]
+    cw = jnp.cumsum(ws)
+    half = 0.5 * cw[-1]
+    k = jnp.argmax(cw >= half)
+    nxt = ps[jnp.minimum(k + 1, p.shape[0] - 1)]
+    # Exactly half the weight at or below ps[k]: any tau in (ps[k], next) balances; take the midpoint.
+    exact = jnp.isclose(cw[k], half) & (k + 1 < p.shape[0])
+    tau = jnp.where(exact, 0.5 * (ps[k] + nxt), ps[k])
+    return jnp.where(cw[-1] > 0, tau, 0.5)
+
+
+@jax.jit
+def debias_threshold(c: Comparisons) -> jax.Array:
+    """Threshold ``tau`` with ``P(p > tau) = 0.5`` over the comparisons (eq. 9-10).
+
+    The weighted median of ``p`` (midpoint of the two central values when the
+    weight splits exactly in half); ``P(A) = P(B) = 0.5`` as closely as the
+    data allow.
+
+    Returns:
+        ``[...]`` one threshold per context (0.5 for an empty context).
+    """
+    p = c.p
+    w = c.weight
+    fn = _weighted_median_one
+    for _ in range(p.ndim - 1):
+        fn = jax.vmap(fn)
+    return fn(p, w)
+
+
+@jax.jit
+def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
+    """Reweight probabilities so that ``0.5`` plays the role of ``tau`` (eq. 9).
+
+    ``p^ = alpha p / (alpha p + 1 - p)``, ``alpha = (1 - tau) / tau``; ``p^``
+    is monotone in ``p`` and ``p^ > 0.5`` exactly when ``p > tau``.
+
+    Args:
+        c: comparisons.
+        tau: ``[...]`` thresholds (default :func:`debias_threshold`).
+    """
+    if tau is None:
+        tau = debias_threshold(c)
+    tau = jnp.clip(jnp.asarray(tau, c.p.dtype), 1e-6, 1 - 1e-6)[..., None]
+    alpha = (1 - tau) / tau
+    p_hat = alpha * c.p / (alpha * c.p + 1 - c.p)
+    return dataclasses.replace(c, p=p_hat)
+
+
+def _permutation_average_one(c):
+    n = c.num_items
+    w = c.weight
+    if _graph._use_dense(c):
+        oa, ob = _graph.one_hot(c)
+        wsum = oa.T @ (w[:, None] * ob)
+        psum = oa.T @ ((w * c.p)[:, None] * ob)
+    else:
+        wsum = jnp.zeros((n, n), w.dtype).at[c.i, c.j].add(w)
+        psum = jnp.zeros((n, n), w.dtype).at[c.i, c.j].add(w * c.p)
+    rev_w = wsum[c.j, c.i]
+    rev_p = psum[c.j, c.i] / jnp.where(rev_w > 0, rev_w, 1)
+    return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)
+
+
+@jax.jit
+def permutation_average(c: Comparisons) -> Comparisons:
+    """Average each comparison with its reverse order (permutation debiasing).
+
+    ``p~_k = (p_k + 1 - mean p_(j_k, i_k)) / 2`` where the reverse comparison
+    ``(j_k, i_k)`` exists (weighted mean over repeats); comparisons without a
+    reverse keep their ``p``. On a symmetric set this removes any constant
+    positional offset.
+    """
+    return dataclasses.replace(c, p=_graph.batched(_permutation_average_one, c))

@@ -1,0 +1,119 @@
+"""Agreement between predicted scores and human labels (METHODS.md §7).
+
+Every metric works along the last axis (the candidates of one context) and
+returns one value per context, with an optional boolean ``where`` mask for
+padded candidates (masked reductions, as in rax/optax). A correlation is
+undefined when either side is constant over the context's real candidates (or
+fewer than two are real): those contexts return NaN, like
+``scipy.stats.spearmanr``; :func:`context_mean` averages over contexts
+skipping them, as the papers do.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks"]
+
+
+def _prepare(pred, gold, where):
+    pred, gold = jnp.asarray(pred), jnp.asarray(gold)
+    if pred.shape != gold.shape:
+        raise ValueError(f"pred and gold must have the same shape; got {pred.shape} and {gold.shape}")
+    dt = jnp.result_type(pred.dtype, gold.dtype, jnp.float32)
+    if where is None:
+        where = jnp.ones(pred.shape, bool)
+    else:
+        where = jnp.broadcast_to(jnp.asarray(where, bool), pred.shape)
+    return pred.astype(dt), gold.astype(dt), where
+
+
+def average_ranks(x, *, where=None):
+    """Ranks along the last axis (1 = smallest), ties get their average rank; masked entries get 0."""
+    x = jnp.asarray(x)
+    where = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), x.shape)
+    m = where[..., None, :]
+    less = jnp.sum((x[..., None, :] < x[..., :, None]) & m, axis=-1)
+    equal = jnp.sum((x[..., None, :] == x[..., :, None]) & m, axis=-1)
+    r = less + 0.5 * (equal + 1)
+    return jnp.where(where, r, 0).astype(jnp.result_type(x.dtype, jnp.float32))
+
+
+@jax.jit
+def pearson(pred, gold, *, where=None):
+    """Pearson correlation per context over the ``where`` entries; NaN if undefined."""
+    pred, gold, where = _prepare(pred, gold, where)
+    n = jnp.sum(where, axis=-1)
+    safe_n = jnp.maximum(n, 1)
+    xm = pred - jnp.sum(jnp.where(where, pred, 0), -1, keepdims=True) / safe_n[..., None]
+    ym = gold - jnp.sum(jnp.where(where, gold, 0), -1, keepdims=True) / safe_n[..., None]
+    xm, ym = jnp.where(where, xm, 0), jnp.where(where, ym, 0)
+    sxx, syy, sxy = jnp.sum(xm * xm, -1), jnp.sum(ym * ym, -1), jnp.sum(xm * ym, -1)
+    scale = jnp.maximum(jnp.max(jnp.abs(pred), -1), 1) * jnp.maximum(jnp.max(jnp.abs(gold), -1), 1)
+    tiny = (n * jnp.finfo(pred.dtype).eps) ** 2 * scale**2
+    ok = (n >= 2) & (sxx > tiny) & (syy > tiny)
+    r = sxy / jnp.sqrt(jnp.where(ok, sxx * syy, 1))
+    return jnp.where(ok, jnp.clip(r, -1, 1), jnp.nan)
+
+
+@jax.jit
+def spearman(pred, gold, *, where=None):
+    """Spearman rank correlation per context (Pearson of average ranks); NaN if undefined.
+
+    Args:
+        pred: ``[..., N]`` predicted scores.
+        gold: ``[..., N]`` human scores.
+        where: optional ``[..., N]`` bool mask of real candidates.
+
+    Returns:
+        ``[...]`` one correlation per context.
+    """
+    pred, gold, where = _prepare(pred, gold, where)
+    return pearson(average_ranks(pred, where=where), average_ranks(gold, where=where), where=where)
+
+
+@jax.jit
+def kendall_tau(pred, gold, *, where=None):
+    """Kendall tau-b per context (ties handled as in ``scipy.stats.kendalltau``); NaN if undefined.
+
+    ``tau_b = sum_{a<b} sx sy / sqrt(sum sx^2 * sum sy^2)``, ``sx = sign(x_a - x_b)``.
+    """
+    pred, gold, where = _prepare(pred, gold, where)
+    n = pred.shape[-1]
+    pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
+    sx = jnp.where(pair, jnp.sign(pred[..., :, None] - pred[..., None, :]), 0)
+    sy = jnp.where(pair, jnp.sign(gold[..., :, None] - gold[..., None, :]), 0)
+    num = jnp.sum(sx * sy, axis=(-2, -1))
+    den = jnp.sum(sx * sx, axis=(-2, -1)) * jnp.sum(sy * sy, axis=(-2, -1))
+    ok = den > 0
+    return jnp.where(ok, num / jnp.sqrt(jnp.where(ok, den, 1)), jnp.nan)
+
+
+@jax.jit
+def pairwise_accuracy(pred, gold, *, where=None):
+    """Fraction of pairs with different human scores that ``pred`` orders the same way.
+
+    A tie in ``pred`` counts half. Returns NaN for a context with no such pair.
+    """
+    pred, gold, where = _prepare(pred, gold, where)
+    n = pred.shape[-1]
+    pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
+    sy = jnp.sign(gold[..., :, None] - gold[..., None, :])
+    sx = jnp.sign(pred[..., :, None] - pred[..., None, :])
+    counted = pair & (sy != 0)
+    right = jnp.where(counted, jnp.where(sx == sy, 1.0, jnp.where(sx == 0, 0.5, 0.0)), 0.0)
+    total = jnp.sum(counted, axis=(-2, -1))
+    return jnp.where(total > 0, jnp.sum(right, axis=(-2, -1)) / jnp.maximum(total, 1), jnp.nan)
+
+
+def context_mean(values, axis=-1):
+    """Mean over contexts skipping undefined (NaN) ones, as the papers do (METHODS.md §7).
+
+    Returns NaN only if every context is undefined.
+    """
+    values = jnp.asarray(values)
+    ok = ~jnp.isnan(values)
+    count = jnp.sum(ok, axis=axis)
+    total = jnp.sum(jnp.where(ok, values, 0), axis=axis)
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)

@@ -1,0 +1,128 @@
+"""Every scorer against an independent NumPy/SciPy formulation (tests/reference.py)."""
+
+import numpy as np
+import pytest
+
+import jaxrank as jr
+import reference as ref
+
+SEEDS = range(4)
+
+
+def _case(seed, n=9, r=30, symmetric=False, weights=True, bias=0.0):
+    rng = np.random.default_rng(seed)
+    i, j, p, w, true = ref.random_context(rng, n, r, symmetric=symmetric, weights=weights, bias=bias)
+    return (i, j, p, w, n), jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_win_ratio_and_average_probability(seed):
+    args, c = _case(seed)
+    np.testing.assert_allclose(jr.win_ratio(c), ref.win_ratio(*args), atol=1e-6)
+    np.testing.assert_allclose(jr.win_ratio(c, threshold=0.6), ref.win_ratio(*args, tau=0.6), atol=1e-6)
+    np.testing.assert_allclose(jr.average_probability(c), ref.average_probability(*args), atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("hard", [False, True])
+@pytest.mark.parametrize("debias", [False, True])
+def test_poe_gaussian_matches_anchored_least_squares(seed, hard, debias):
+    args, c = _case(seed)
+    expect = ref.poe_gaussian(*args, beta="mean" if debias else 0.5, hard=hard)
+    np.testing.assert_allclose(jr.poe_gaussian(c, debias=debias, hard=hard), expect, atol=2e-5)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_poe_gaussian_covariance_is_laplacian_pseudo_inverse(seed):
+    (i, j, p, w, n), c = _case(seed)
+    post = jr.poe_gaussian_posterior(c)
+    np.testing.assert_allclose(post.covariance, ref.poe_gaussian_covariance(i, j, w, n), atol=1e-4)
+    np.testing.assert_allclose(post.mean, jr.poe_gaussian(c), atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [4, 10, 16])
+def test_poe_gaussian_equals_average_probability_on_full_set(n):
+    # PoE App. A.3: with all N(N-1) comparisons, s* = avg-prob up to shift and positive scale.
+    rng = np.random.default_rng(n)
+    i, j, p, w, _ = ref.random_context(rng, n)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n)
+    s, ap = np.asarray(jr.poe_gaussian(c)), np.asarray(jr.average_probability(c))
+    np.testing.assert_allclose(s, (ap - ap.mean()) * (n - 1) / n, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("debias", [False, "mean", "learn"])
+def test_poe_bradley_terry_matches_scipy(seed, debias):
+    args, c = _case(seed, bias=0.4, symmetric=True)
+    i, j, p, w, n = args
+    pbar = np.sum(w * p) / np.sum(w)
+    gamma = np.log((1 - pbar) / pbar) if debias == "mean" else 0.0
+    expect, g = ref.soft_bt(*args, gamma=gamma, learn=debias == "learn")
+    sol = jr.fit_poe_bradley_terry(c, debias=debias)
+    assert bool(sol.converged)
+    np.testing.assert_allclose(sol.scores, expect, atol=2e-4)
+    np.testing.assert_allclose(sol.gamma, g, atol=2e-4)
+    assert float(sol.grad_norm) < 1e-3
+
+
+def test_debias_true_is_mean():
+    _, c = _case(0, bias=0.5)
+    np.testing.assert_array_equal(jr.poe_bradley_terry(c, debias=True), jr.poe_bradley_terry(c, debias="mean"))
+    np.testing.assert_array_equal(jr.poe_gaussian(c, debias=True), jr.poe_gaussian(c, debias="mean"))
+
+
+def test_learnt_gamma_recovers_planted_bias():
+    rng = np.random.default_rng(7)
+    n = 12
+    true = rng.normal(size=n)
+    a, b = np.nonzero(~np.eye(n, dtype=bool))
+    p = 1 / (1 + np.exp(-(true[a] - true[b] - 0.7)))       # gamma = 0.7 favours position B
+    sol = jr.fit_poe_bradley_terry(jr.Comparisons.from_pairs(a, b, p, num_items=n), debias="learn")
+    np.testing.assert_allclose(sol.gamma, 0.7, atol=1e-4)
+    np.testing.assert_allclose(sol.scores, true - true.mean(), atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("method", ["newman", "zermelo"])
+def test_bradley_terry_matches_scipy_maximum_likelihood(seed, method):
+    args, c = _case(seed, n=8, r=40, weights=False)
+    expect = ref.bradley_terry(*args, prior=1 / (args[4] - 1))
+    sol = jr.fit_bradley_terry(c, method=method, tol=1e-5, max_iter=100_000)  # float32 resolution
+    assert bool(sol.converged)
+    np.testing.assert_allclose(sol.scores, expect, atol=5e-4)
+
+
+def test_newman_needs_fewer_iterations_than_zermelo():
+    _, c = _case(3, n=16, r=60, weights=False)
+    newman = jr.fit_bradley_terry(c, method="newman", tol=1e-6)
+    zermelo = jr.fit_bradley_terry(c, method="zermelo", tol=1e-6, max_iter=100_000)
+    assert int(newman.iterations) * 3 < int(zermelo.iterations)
+    np.testing.assert_allclose(newman.scores, zermelo.scores, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["win_ratio", "average_probability", "bradley_terry", "poe_gaussian",
+                                  "poe_gaussian_hard", "poe_bradley_terry"])
+def test_relabelling_items_permutes_scores(name):
+    args, c = _case(1)
+    i, j, p, w, n = args
+    perm = np.random.default_rng(0).permutation(n)     # item a becomes perm[a]
+    c2 = jr.Comparisons.from_pairs(perm[i], perm[j], p, num_items=n, weight=w)
+    f = jr.SCORERS[name]
+    np.testing.assert_allclose(np.asarray(f(c2))[perm], f(c), atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["win_ratio", "average_probability", "bradley_terry", "poe_gaussian",
+                                  "poe_bradley_terry"])
+def test_swapping_positions_with_complemented_p_is_invariant(name):
+    args, c = _case(2)
+    f = jr.SCORERS[name]
+    np.testing.assert_allclose(f(c.swapped()), f(c), atol=1e-4)
+
+
+def test_weight_two_equals_duplicate_comparison():
+    (i, j, p, w, n), _ = _case(5, weights=False)
+    w2 = np.ones_like(p); w2[0] = 2.0
+    c_w = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w2)
+    c_d = jr.Comparisons.from_pairs(np.r_[i, i[0]], np.r_[j, j[0]], np.r_[p, p[0]], num_items=n)
+    for name in ["average_probability", "poe_gaussian", "poe_bradley_terry", "bradley_terry"]:
+        np.testing.assert_allclose(jr.SCORERS[name](c_w), jr.SCORERS[name](c_d), atol=1e-4, err_msg=name)
