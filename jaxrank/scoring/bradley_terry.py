@@ -17,7 +17,9 @@ With ``a_k = w_k (y_k + prior)`` the wins of ``i_k`` over ``j_k`` and
 Both share the maximum-likelihood fixed point; Newman's converges in far fewer
 iterations. Scores are normalised to unit geometric mean (log-scores centred)
 per connected component after each step; the loop stops when
-``max |r - r_old| < tol`` (the papers' rule) or after ``max_iter`` steps.
+``max |r - r_old| / max(1, r) < tol`` (the papers' rule ``max |r - r_old| < tol``
+for ``r <= 1``, relative above, so a float32 tolerance stays attainable for
+strong items) or after ``max_iter`` steps.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _fit_one(c: Comparisons, prior, method, tol, max_iter):
     def body(state):
         r, _, it, _ = state
         r_new = step(r)
-        return r_new, r, it + 1, jnp.max(jnp.abs(r_new - r)) < tol
+        return r_new, r, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
 
     r0 = jnp.ones(c.num_items, dt)
     r, _, it, done = jax.lax.while_loop(cond, body, (r0, r0, jnp.int32(0), jnp.bool_(False)))
@@ -115,7 +117,7 @@ def fit_bradley_terry(c: Comparisons, *, prior=None, method="newman", tol=1e-3,
         c: comparisons, any batch shape (decisions ``1[p > 0.5]``).
         prior: virtual wins per item per comparison (default ``1/(N-1)``, PoE §4).
         method: ``"newman"`` (default) or ``"zermelo"``.
-        tol: stop at ``max |r - r_old| < tol`` (papers: 1e-3).
+        tol: stop at ``max |r - r_old| / max(1, r) < tol`` (papers: 1e-3).
         max_iter: iteration cap.
 
     Returns:
