@@ -255,9 +255,24 @@ class Comparisons:
         return dataclasses.replace(self, p=p)
 
     def games(self) -> jax.Array:
-        """``[..., N]`` total weight of the comparisons each item takes part in."""
+        """``[..., N]`` total weight of the comparisons each item takes part in (0 flags an unjudged item)."""
         from jaxrank import _graph
         return _graph.batched(_graph.item_sums, self, self.weight, self.weight)
+
+    def components(self) -> jax.Array:
+        """``[..., N]`` connected-component label of every item (the smallest item index in it).
+
+        Scores are only comparable within a component: every scorer centres
+        each component on its own. Items in no comparison are their own component.
+        """
+        from jaxrank import _graph
+        return _graph.batched(_graph.components, self)
+
+    def is_connected(self) -> jax.Array:
+        """``[...]`` True where all real items form one connected comparison graph."""
+        labels = self.components()
+        return jnp.all(jnp.where(self.item_mask, labels == jnp.argmax(self.item_mask, axis=-1)[..., None], True),
+                       axis=-1)
 
 
 jax.tree_util.register_dataclass(

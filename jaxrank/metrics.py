@@ -44,6 +44,7 @@ def average_ranks(x, *, where=None):
 def pearson(pred, gold, *, where=None):
     """Pearson correlation per context over the ``where`` entries; NaN if undefined."""
     pred, gold, where = _prepare(pred, gold, where)
+    pred, gold = jnp.where(where, pred, 0), jnp.where(where, gold, 0)   # masked slots may hold anything
     n = jnp.sum(where, axis=-1)
     safe_n = jnp.maximum(n, 1)
     xm = pred - jnp.sum(jnp.where(where, pred, 0), -1, keepdims=True) / safe_n[..., None]

@@ -3,7 +3,8 @@
 ``P(i beats j) = r_i / (r_i + r_j) = sigmoid(s_i - s_j)`` with ``s = log r``.
 Decisions are ``1[p > 0.5]`` (a tie ``p = 0.5`` is half a win each). As in the
 PoE paper, every comparison also carries a prior of ``prior`` virtual wins for
-each of its two items (default ``1 / (N - 1)``, ``N`` the number of real items),
+each of its two items (default ``1 / (N - 1)``, ``N`` the number of items that
+take part in at least one comparison),
 so an item that wins (or loses) all its games keeps a finite score.
 
 With ``a_k = w_k (y_k + prior)`` the wins of ``i_k`` over ``j_k`` and
@@ -54,7 +55,8 @@ class BradleyTerrySolution(NamedTuple):
 def _fit_one(c: Comparisons, prior, method, tol, max_iter):
     dt = c.p.dtype
     y = decisions(c.p)
-    n_real = jnp.sum(c.item_mask)
+    live = _graph.item_sums(c, c.weight, c.weight) > 0
+    n_real = jnp.sum(live & c.item_mask)
     if prior is None:
         pr = 1.0 / jnp.maximum(n_real - 1, 1).astype(dt)
     else:
@@ -63,7 +65,6 @@ def _fit_one(c: Comparisons, prior, method, tol, max_iter):
     b = c.weight * (1 - y + pr)      # wins of j over i
     labels = _graph.components(c)
     proj = _graph.component_projector(labels, dt)
-    live = _graph.item_sums(c, c.weight, c.weight) > 0
     wins = _graph.item_sums(c, a, b)
 
     def step(r):

@@ -42,8 +42,9 @@ def _local_search_one(c, init, eps, tol, max_moves):
     n = c.num_items
     g = _gain_matrix(c, eps)
     flip = g.T - g                       # flip[a, b]: gain of putting b above a (a currently above)
-    n_real = jnp.sum(c.item_mask)
-    order0 = jnp.argsort(jnp.where(c.item_mask, -init, jnp.inf))   # best first, padding last
+    active = c.item_mask & (_graph.item_sums(c, c.weight, c.weight) > 0)
+    n_real = jnp.sum(active)
+    order0 = jnp.argsort(jnp.where(active, -init, jnp.inf))   # best first; padded and unjudged last
     idx = jnp.arange(n)
     upper = idx[None, :] > idx[:, None]
 
@@ -78,7 +79,7 @@ def _local_search_one(c, init, eps, tol, max_moves):
     order, _, _ = jax.lax.while_loop(cond, body, (order0, jnp.asarray(jnp.inf, g.dtype), jnp.int32(0)))
     pos = jnp.zeros(n, jnp.int32).at[order].set(idx.astype(jnp.int32))
     centre = 0.5 * (n_real - 1).astype(g.dtype)
-    return jnp.where(c.item_mask, centre - pos.astype(g.dtype), 0)
+    return jnp.where(active, centre - pos.astype(g.dtype), 0)
 
 
 @functools.partial(jax.jit, static_argnames=("eps", "tol", "max_moves"))
@@ -98,7 +99,8 @@ def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max
 
     Returns:
         ``[..., N]`` rank scores ``(n - 1)/2 - position`` (higher is better,
-        centred; ``n`` real items); padded items get 0.
+        centred; ``n`` items in at least one comparison); padded items and
+        items in no comparison get 0.
     """
     if init is None:
         init = poe_gaussian(c)

@@ -53,7 +53,8 @@ class SoftBTSolution(NamedTuple):
         scores: ``[..., N]`` scores, centred per connected component.
         gamma: ``[...]`` positional-bias parameter used or learnt.
         iterations: ``[...]`` Newton iterations per context.
-        converged: ``[...]`` whether the last Newton step was below ``tol``.
+        converged: ``[...]`` whether the last Newton step was below ``tol`` or the
+            gradient reached float rounding level (``64 eps max_n games_n``).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
     """
 
@@ -137,8 +138,11 @@ def _newton(c, mode, eps, gamma_prior, tol, max_iter):
     grad = functools.partial(_grad, c=c, mode=mode, eps=eps, gamma_prior=gamma_prior)
     rounding = 16 * jnp.finfo(dt).eps
 
+    games = _graph.item_sums(c, c.weight, c.weight)
+    gtol = 64 * jnp.finfo(dt).eps * jnp.maximum(1.0, jnp.max(games))
+
     def body(state):
-        x, f, it, _ = state
+        x, f, it, _, _ = state
         g = grad(x)
         delta = -_graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, proj), g)
         slope = jnp.dot(g, delta)
@@ -147,15 +151,16 @@ def _newton(c, mode, eps, gamma_prior, tol, max_iter):
         t = jnp.where(jnp.any(ok), steps[jnp.argmax(ok)], 0.0)
         x_new = x + t * delta
         f_new = jnp.where(t > 0, trial[jnp.argmax(ok)], f)
-        done = jnp.max(jnp.abs(t * delta)) < tol
-        return x_new, f_new, it + 1, done
+        converged = (jnp.max(jnp.abs(t * delta)) < tol) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
+        return x_new, f_new, it + 1, converged | (t == 0), converged
 
     def cond(state):
-        _, _, it, done = state
-        return (~done) & (it < max_iter)
+        _, _, it, stop, _ = state
+        return (~stop) & (it < max_iter)
 
     x0 = jnp.zeros(n, dt)
-    x, _, it, done = jax.lax.while_loop(cond, body, (x0, fun(x0), jnp.int32(0), jnp.bool_(False)))
+    init = (x0, fun(x0), jnp.int32(0), jnp.bool_(False), jnp.bool_(False))
+    x, _, it, _, done = jax.lax.while_loop(cond, body, init)
     return x, it, done
 
 

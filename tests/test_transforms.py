@@ -1,0 +1,162 @@
+"""jit, vmap, grad and batching of every scorer (organised by transformation)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxrank as jr
+import reference as ref
+
+SOFT = ["average_probability", "poe_gaussian", "poe_bradley_terry"]
+ALL = ["win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_gaussian_hard",
+       "poe_bradley_terry", "max_likelihood_ranking"]
+
+
+def _contexts(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for n, r in sizes:
+        i, j, p, w, _ = ref.random_context(rng, n, r, weights=True, bias=0.3)
+        out.append(jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w))
+    return out
+
+
+# ------------------------------------------------------------------ batching
+@pytest.mark.parametrize("name", ALL)
+def test_padded_batch_equals_one_by_one(name):
+    ctxs = _contexts([(5, 6), (9, 20), (7, 30), (12, 11)])
+    batch = jr.stack_contexts(ctxs, num_items=14, num_comparisons=40)
+    f = jr.SCORERS[name]
+    out = np.asarray(f(batch))
+    assert out.shape == (4, 14)
+    for k, c in enumerate(ctxs):
+        np.testing.assert_allclose(out[k, :c.num_items], f(c), atol=2e-4, err_msg=f"{name} context {k}")
+        neutral = 0.5 if name in ("win_ratio", "average_probability") else 0.0
+        np.testing.assert_array_equal(out[k, c.num_items:], neutral)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_two_batch_axes(name):
+    ctxs = _contexts([(6, 12)] * 6, seed=3)
+    b = jr.stack_contexts(ctxs)
+    b2 = jax.tree.map(lambda x: x.reshape((2, 3) + x.shape[1:]), b)
+    f = jr.SCORERS[name]
+    np.testing.assert_allclose(np.asarray(f(b2)).reshape(6, -1), f(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["poe_gaussian", "poe_bradley_terry", "average_probability"])
+def test_explicit_vmap_matches_batched_call(name):
+    b = jr.stack_contexts(_contexts([(6, 12), (8, 15), (5, 9)], seed=4))
+    f = jr.SCORERS[name]
+    np.testing.assert_allclose(jax.vmap(f)(b), f(b), atol=1e-5)
+
+
+def test_large_n_scatter_path_matches_dense_path(monkeypatch):
+    from jaxrank import _graph
+    (c,) = _contexts([(30, 120)], seed=5)
+    dense = {k: np.asarray(jr.SCORERS[k](c)) for k in ALL}
+    monkeypatch.setattr(_graph, "DENSE_MAX_ITEMS", 0)
+    jax.clear_caches()
+    for k in ALL:
+        np.testing.assert_allclose(jr.SCORERS[k](c), dense[k], atol=2e-4, err_msg=k)
+    jax.clear_caches()
+
+
+# ---------------------------------------------------------------------- jit
+@pytest.mark.parametrize("name", ALL)
+def test_inside_user_jit(name):
+    (c,) = _contexts([(8, 20)], seed=6)
+    f = jr.SCORERS[name]
+    np.testing.assert_allclose(jax.jit(f)(c), f(c), atol=1e-6)
+
+
+class _CompileLog:
+    """Collects jax's "Compiling ..." log records while active."""
+
+    def __enter__(self):
+        import logging
+        self.records, self._ctx = [], jax.log_compiles(True)
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, rec):
+                if "compiling" in rec.getMessage().lower():
+                    outer.records.append(rec.getMessage())
+        self._h, self._log = Handler(), logging.getLogger("jax")
+        self._ctx.__enter__()
+        self._log.addHandler(self._h)
+        return self
+
+    def __exit__(self, *exc):
+        self._log.removeHandler(self._h)
+        self._ctx.__exit__(*exc)
+
+
+def test_no_recompilation_on_second_call_with_same_shapes():
+    c1, c2, c3 = _contexts([(10, 30), (10, 30), (11, 31)], seed=7)
+    fns = [jr.win_ratio, jr.average_probability, jr.poe_gaussian, jr.poe_gaussian_posterior,
+           lambda c: jr.fit_bradley_terry(c), lambda c: jr.fit_poe_bradley_terry(c, debias="learn"),
+           lambda c: jr.laplace_bradley_terry(c), jr.positional_bias, jr.permutation_average,
+           jr.max_likelihood_ranking]
+    for f in fns:
+        jax.block_until_ready(f(c1))
+    with _CompileLog() as log:
+        for f in fns:
+            jax.block_until_ready(f(c2))
+    assert log.records == []
+    with _CompileLog() as log:          # positive control: a new shape does compile
+        jax.block_until_ready(jr.poe_gaussian(c3))
+    assert log.records
+
+
+# --------------------------------------------------------------------- grad
+def _fd_check(f, c, k_list=(0, 3, 7), eps=1e-3, tol=2e-3):
+    """Compare jax.grad of sum(v * f(c)) w.r.t. p with central finite differences in float32."""
+    v = jnp.asarray(np.random.default_rng(0).normal(size=c.num_items), c.p.dtype)
+    loss = lambda p: jnp.sum(v * f(c.with_p(p)))
+    g = jax.grad(loss)(c.p)
+    for k in k_list:
+        dp = jnp.zeros_like(c.p).at[k].set(eps)
+        fd = (loss(c.p + dp) - loss(c.p - dp)) / (2 * eps)
+        np.testing.assert_allclose(g[k], fd, atol=tol, rtol=1e-2)
+    return g
+
+
+@pytest.mark.parametrize("f", [
+    jr.average_probability,
+    lambda c: jr.poe_gaussian(c),
+    lambda c: jr.poe_gaussian(c, debias=True),
+    lambda c: jr.poe_bradley_terry(c),
+    lambda c: jr.poe_bradley_terry(c, debias="mean"),
+    lambda c: jr.poe_bradley_terry(c, debias="learn"),
+], ids=["avgprob", "poe_g", "poe_g_debias", "poe_bt", "poe_bt_mean", "poe_bt_learn"])
+def test_grad_matches_finite_differences(f):
+    (c,) = _contexts([(7, 18)], seed=8)
+    _fd_check(f, c)
+
+
+def test_grad_through_soft_bt_is_implicit_not_unrolled():
+    # The gradient of the learnt gamma w.r.t. p must match finite differences too.
+    (c,) = _contexts([(6, 20)], seed=9)
+    gam = lambda p: jr.fit_poe_bradley_terry(c.with_p(p), debias="learn").gamma
+    g = jax.grad(gam)(c.p)
+    eps = 1e-3
+    for k in (1, 5):
+        dp = jnp.zeros_like(c.p).at[k].set(eps)
+        np.testing.assert_allclose(g[k], (gam(c.p + dp) - gam(c.p - dp)) / (2 * eps), atol=2e-3, rtol=1e-2)
+    # reverse mode on a batch: one gradient per context, padded comparisons get zero
+    b = jr.stack_contexts(_contexts([(5, 8), (6, 12)], seed=10))
+    gb = jax.grad(lambda p: jnp.sum(jr.poe_bradley_terry(b.with_p(p))[:, 0]))(b.p)
+    assert gb.shape == b.p.shape and np.all(np.asarray(gb)[0, 8:] == 0)
+
+
+def test_grad_wrt_weights_poe_gaussian_and_soft_bt():
+    import dataclasses
+    (c,) = _contexts([(6, 14)], seed=11)
+    for f in (jr.poe_gaussian, jr.poe_bradley_terry):
+        loss = lambda w: f(dataclasses.replace(c, weight=w))[2]
+        g = jax.grad(loss)(c.weight)
+        eps = 1e-3
+        dw = jnp.zeros_like(c.weight).at[4].set(eps)
+        np.testing.assert_allclose(g[4], (loss(c.weight + dw) - loss(c.weight - dw)) / (2 * eps), atol=2e-3, rtol=1e-2)
