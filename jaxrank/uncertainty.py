@@ -26,34 +26,36 @@ from jaxrank.scoring.gaussian import GaussianPosterior
 __all__ = ["laplace_bradley_terry"]
 
 
-def _laplace_one(c, mode, eps, gamma_prior, tol, max_iter):
-    sol = soft_bt._fit_one(c, mode, eps, gamma_prior, tol, max_iter)
+def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    sol = soft_bt._fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     n = c.num_items
     proj = _graph.component_projector(_graph.components(c), c.p.dtype)
     x = sol.scores if mode != "learn" else jnp.concatenate([sol.scores, sol.gamma[None]])
-    h = soft_bt._hessian(x, c, mode, eps, gamma_prior, proj)
+    h = soft_bt._hessian(x, c, mode, eps, gamma_prior, score_prior, proj)
     if mode == "learn":
         hsg, hgg = h[:n, n], h[n, n]
         h = h[:n, :n] - jnp.outer(hsg, hsg) / hgg
     eye = jnp.eye(n, dtype=h.dtype)
+    # With a score prior (lambda > 0) the precision H + lambda I is definite and
+    # (H + lambda I + P)^{-1} - P is still the covariance restricted to centred scores.
     cov = _graph.psd_solve(h, eye) - proj
     return GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj)
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "tol", "max_iter"))
-def _laplace(c, mode, eps, gamma_prior, tol, max_iter):
-    return _graph.batched(_laplace_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior, tol=tol,
-                          max_iter=max_iter)
+@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
+def _laplace(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    return _graph.batched(_laplace_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior,
+                          score_prior=score_prior, tol=tol, max_iter=max_iter)
 
 
-def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, tol=None,
-                          max_iter=100) -> GaussianPosterior:
+def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
+                          tol=None, max_iter=100) -> GaussianPosterior:
     """Laplace approximation of the soft-BT PoE posterior (PoE App. A.5).
 
     Args:
         c: comparisons, any batch shape.
         debias: as in :func:`jaxrank.poe_bradley_terry`.
-        eps, gamma_prior, tol, max_iter: solver settings, as in
+        eps, gamma_prior, score_prior, tol, max_iter: solver settings, as in
             :func:`jaxrank.fit_poe_bradley_terry`.
 
     Returns:
@@ -62,7 +64,4 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
         ``covariance = H^+`` (the covariance of the centred scores);
         ``.stderr`` gives every score's standard error.
     """
-    mode = soft_bt._mode(debias)
-    if tol is None:
-        tol = 1e-10 if c.p.dtype == jnp.float64 else 1e-5
-    return _laplace(c, mode, float(eps), float(gamma_prior), float(tol), int(max_iter))
+    return _laplace(c, *soft_bt._settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))

@@ -215,7 +215,7 @@ def test_learnt_gamma_marginal_differs_from_fixed_gamma():
     """
     n = 6
     i, j, p, w = _instance(30, n=n, frac=0.4, symmetric=False, bias=0.7)
-    # drop some reverse orders so that gamma and s are correlated
+    # no reverse orders: gamma is identified only through cycles, so it is correlated with s
     mean, cov, prec, g = reference_laplace(i, j, p, w, n, debias="learn")
     m = SoftBT(i, j, p, w, n, learn=True)
     hss = m.hess(np.concatenate([mean, [g]]))[:n, :n]
@@ -242,7 +242,7 @@ def test_gauge_structure():
     np.testing.assert_allclose(cov @ one, 0, atol=1e-5)               # covariance of centred scores
     np.testing.assert_allclose(cov, cov.T, atol=1e-7)
     np.testing.assert_allclose(prec @ cov, np.eye(6) - np.outer(one, one) / 6, atol=1e-4)  # = H^+
-    # shift invariance of the input: p unchanged, items relabelled -> permuted posterior
+    # relabelling the items permutes the posterior (mean and covariance) accordingly
     perm = np.random.default_rng(41).permutation(6)
     inv = np.argsort(perm)
     c2 = Comparisons.from_pairs(inv[i], inv[j], p.astype(np.float32), num_items=6, weight=w.astype(np.float32))

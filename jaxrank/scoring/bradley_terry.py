@@ -16,7 +16,9 @@ With ``a_k = w_k (y_k + prior)`` the wins of ``i_k`` over ``j_k`` and
   ``r_n <- [sum_k won_{n,k} r_other / (r_i + r_j)] / [sum_k lost_{n,k} / (r_i + r_j)]``
 
 Both share the maximum-likelihood fixed point; Newman's converges in far fewer
-iterations. Scores are normalised to unit geometric mean (log-scores centred)
+iterations. An item whose log-step changes sign between iterations takes half
+a step (this breaks the period-2 cycles Newman's update can fall into on tiny,
+nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric mean (log-scores centred)
 per connected component after each step; the loop stops when
 ``max |r - r_old| / max(1, r) < tol`` (the papers' rule ``max |r - r_old| < tol``
 for ``r <= 1``, relative above, so a float32 tolerance stays attainable for
@@ -67,7 +69,8 @@ def _fit_one(c: Comparisons, prior, method, tol, max_iter):
     proj = _graph.component_projector(labels, dt)
     wins = _graph.item_sums(c, a, b)
 
-    def step(r):
+    def step(s):
+        r = jnp.exp(s)
         inv = 1.0 / (r[c.i] + r[c.j])
         if method == "zermelo":
             num = wins
@@ -76,20 +79,27 @@ def _fit_one(c: Comparisons, prior, method, tol, max_iter):
             num = _graph.item_sums(c, a * r[c.j] * inv, b * r[c.i] * inv)
             den = _graph.item_sums(c, b * inv, a * inv)
         s = jnp.log(jnp.where(live, num / jnp.where(live, den, 1), 1))
-        s = s - proj @ s
-        return jnp.exp(s)
+        return s - proj @ s
 
     def cond(state):
         _, _, it, done = state
         return (~done) & (it < max_iter)
 
     def body(state):
-        r, _, it, _ = state
-        r_new = step(r)
-        return r_new, r, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
+        s, prev_step, it, _ = state
+        delta = step(s) - s
+        # Newman's iteration can fall into a period-2 cycle on tiny, nearly separable
+        # components; halving an item's step when its direction flips breaks the
+        # cycle and leaves the fixed point unchanged.
+        delta = jnp.where(delta * prev_step < 0, 0.5 * delta, delta)
+        s_new = s + delta
+        s_new = s_new - proj @ s_new
+        r, r_new = jnp.exp(s), jnp.exp(s_new)
+        return s_new, delta, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
 
-    r0 = jnp.ones(c.num_items, dt)
-    r, _, it, done = jax.lax.while_loop(cond, body, (r0, r0, jnp.int32(0), jnp.bool_(False)))
+    z = jnp.zeros(c.num_items, dt)
+    s, _, it, done = jax.lax.while_loop(cond, body, (z, z, jnp.int32(0), jnp.bool_(False)))
+    r = jnp.exp(s)
     s = jnp.where(c.item_mask & live, jnp.log(r), 0)
     return BradleyTerrySolution(s - proj @ s, it, done)
 

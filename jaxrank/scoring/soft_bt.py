@@ -94,32 +94,38 @@ def _split(x, c, mode, eps):
     return x, _fixed_gamma(c, mode, eps)
 
 
-def _nll(x, c, mode, eps, gamma_prior):
+def _nll(x, c, mode, eps, gamma_prior, score_prior):
     s, g = _split(x, c, mode, eps)
     d = _graph.incidence(c, s) - g
     p = _clipped_p(c, eps)
     f = -jnp.sum(c.weight * (p * jax.nn.log_sigmoid(d) + (1 - p) * jax.nn.log_sigmoid(-d)))
+    f = f + 0.5 * score_prior * jnp.sum(s**2)
     if mode == "learn":
         f = f + 0.5 * gamma_prior * g**2
     return f
 
 
-def _grad(x, c, mode, eps, gamma_prior):
+def _grad(x, c, mode, eps, gamma_prior, score_prior):
     s, g = _split(x, c, mode, eps)
     q = jax.nn.sigmoid(_graph.incidence(c, s) - g)
     r = c.weight * (q - _clipped_p(c, eps))
-    gs = _graph.incidence_t(c, r)
+    gs = _graph.incidence_t(c, r) + score_prior * s
     if mode == "learn":
         return jnp.concatenate([gs, (-jnp.sum(r) + gamma_prior * g)[None]])
     return gs
 
 
-def _hessian(x, c, mode, eps, gamma_prior, proj):
-    """Exact Hessian plus the per-component anchor ``P`` on the score block."""
+def _hessian(x, c, mode, eps, gamma_prior, score_prior, proj):
+    """Exact Hessian plus the per-component anchor ``P`` on the score block.
+
+    ``P`` acts only on per-component constants, along which the gradient is
+    always 0 (and the scores stay centred), so it never changes a Newton step
+    or the implicit derivative; it only makes the system definite.
+    """
     s, g = _split(x, c, mode, eps)
     q = jax.nn.sigmoid(_graph.incidence(c, s) - g)
     h = c.weight * jnp.maximum(q * (1 - q), 1e-12)
-    hss = _graph.laplacian(c, h) + proj
+    hss = _graph.laplacian(c, h) + proj + score_prior * jnp.eye(c.num_items, dtype=h.dtype)
     if mode != "learn":
         return hss
     hsg = -_graph.incidence_t(c, h)
@@ -129,13 +135,14 @@ def _hessian(x, c, mode, eps, gamma_prior, proj):
     return jnp.concatenate([top, bottom], axis=0)
 
 
-def _newton(c, mode, eps, gamma_prior, tol, max_iter):
+def _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     dt = c.p.dtype
     n = c.num_items + (1 if mode == "learn" else 0)
     proj = _graph.component_projector(_graph.components(c), dt)
     steps = 0.5 ** jnp.arange(_STEPS, dtype=dt)
-    fun = functools.partial(_nll, c=c, mode=mode, eps=eps, gamma_prior=gamma_prior)
-    grad = functools.partial(_grad, c=c, mode=mode, eps=eps, gamma_prior=gamma_prior)
+    kw = dict(c=c, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior)
+    fun = functools.partial(_nll, **kw)
+    grad = functools.partial(_grad, **kw)
     rounding = 16 * jnp.finfo(dt).eps
 
     games = _graph.item_sums(c, c.weight, c.weight)
@@ -144,7 +151,7 @@ def _newton(c, mode, eps, gamma_prior, tol, max_iter):
     def body(state):
         x, f, it, _, _ = state
         g = grad(x)
-        delta = -_graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, proj), g)
+        delta = -_graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), g)
         slope = jnp.dot(g, delta)
         trial = jax.vmap(lambda t: fun(x + t * delta))(steps)
         ok = trial <= f + 1e-4 * steps * slope + rounding * jnp.abs(f)
@@ -164,22 +171,22 @@ def _newton(c, mode, eps, gamma_prior, tol, max_iter):
     return x, it, done
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4, 5))
-def _argmin(c, mode, eps, gamma_prior, tol, max_iter):
-    return _newton(c, mode, eps, gamma_prior, tol, max_iter)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4, 5, 6))
+def _argmin(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    return _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
 
 
-def _argmin_fwd(c, mode, eps, gamma_prior, tol, max_iter):
-    out = _newton(c, mode, eps, gamma_prior, tol, max_iter)
+def _argmin_fwd(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    out = _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     return out, (c, out[0])
 
 
-def _argmin_bwd(mode, eps, gamma_prior, tol, max_iter, res, ct):
+def _argmin_bwd(mode, eps, gamma_prior, score_prior, tol, max_iter, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
     c, x = res
     proj = _graph.component_projector(_graph.components(c), x.dtype)
-    u = _graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, proj), ct[0])
-    _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, eps, gamma_prior), c)
+    u = _graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), ct[0])
+    _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, eps, gamma_prior, score_prior), c)
     (ct_c,) = vjp(-u)
     return (ct_c,)
 
@@ -187,22 +194,35 @@ def _argmin_bwd(mode, eps, gamma_prior, tol, max_iter, res, ct):
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 
-def _fit_one(c, mode, eps, gamma_prior, tol, max_iter):
-    x, it, done = _argmin(c, mode, eps, gamma_prior, tol, max_iter)
+def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    x, it, done = _argmin(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     s, g = _split(x, c, mode, eps)
     labels = _graph.components(c)
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
-    gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, eps, gamma_prior)))
+    gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, eps, gamma_prior, score_prior)))
     return SoftBTSolution(s, g, it, done, gn)
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "tol", "max_iter"))
-def _fit(c, mode, eps, gamma_prior, tol, max_iter):
-    return _graph.batched(_fit_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior, tol=tol,
-                          max_iter=max_iter)
+@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
+def _fit(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    return _graph.batched(_fit_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior,
+                          tol=tol, max_iter=max_iter)
 
 
-def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6,
+def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
+    mode = _mode(debias)
+    if not 0 <= eps < 0.5:
+        raise ValueError(f"eps must be in [0, 0.5), got {eps!r}")
+    if not score_prior >= 0:
+        raise ValueError(f"score_prior must be >= 0, got {score_prior!r}")
+    if not gamma_prior > 0:
+        raise ValueError(f"gamma_prior must be > 0, got {gamma_prior!r}")
+    if tol is None:
+        tol = 1e-10 if c.p.dtype == jnp.float64 else 1e-5
+    return mode, float(eps), float(gamma_prior), float(score_prior), float(tol), int(max_iter)
+
+
+def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
                           tol=None, max_iter=100) -> SoftBTSolution:
     """Maximise the soft Bradley-Terry PoE likelihood; report convergence.
 
@@ -212,6 +232,9 @@ def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
             the mean probability, PoE App. A.9) or ``"learn"`` (fit ``gamma``).
         eps: probabilities are clipped to ``[eps, 1 - eps]``.
         gamma_prior: precision of the weak ``N(0, 1/gamma_prior)`` prior on a learnt gamma.
+        score_prior: precision ``lambda`` of an optional ``N(0, 1/lambda)`` prior
+            on every score (MAP instead of maximum likelihood; 0 = off). Use it
+            for hard 0/1 outcomes, where an undefeated item's ML score is infinite.
         tol: stop when the Newton step's max-norm is below ``tol`` (default
             ``1e-5`` in float32, ``1e-10`` in float64).
         max_iter: Newton iteration cap.
@@ -219,15 +242,11 @@ def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
     Returns:
         :class:`SoftBTSolution`.
     """
-    mode = _mode(debias)
-    if not 0 <= eps < 0.5:
-        raise ValueError(f"eps must be in [0, 0.5), got {eps!r}")
-    if tol is None:
-        tol = 1e-10 if c.p.dtype == jnp.float64 else 1e-5
-    return _fit(c, mode, float(eps), float(gamma_prior), float(tol), int(max_iter))
+    return _fit(c, *_settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
 
 
-def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, tol=None, max_iter=100) -> jax.Array:
+def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, score_prior=0.0, tol=None,
+                      max_iter=100) -> jax.Array:
     """PoE with soft Bradley-Terry experts (PoE-BT, PoE §3.2); see :func:`fit_poe_bradley_terry`.
 
     Returns:
@@ -235,4 +254,5 @@ def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, tol=None, max_i
         comparison and padded items get 0. Differentiable in ``p`` and
         ``weight`` by implicit differentiation.
     """
-    return fit_poe_bradley_terry(c, debias=debias, eps=eps, tol=tol, max_iter=max_iter).scores
+    return fit_poe_bradley_terry(c, debias=debias, eps=eps, score_prior=score_prior, tol=tol,
+                                 max_iter=max_iter).scores
