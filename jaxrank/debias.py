@@ -42,14 +42,16 @@ def positional_bias(c: Comparisons, *, threshold=0.5) -> jax.Array:
 
 
 def _weighted_median_one(p, w):
-    order = jnp.argsort(p)
+    # Zero-weight (padded) comparisons sort last, so they never become the "next" value.
+    order = jnp.argsort(jnp.where(w > 0, p, jnp.inf))
     ps, ws = p[order], w[order]
     cw = jnp.cumsum(ws)
     half = 0.5 * cw[-1]
     k = jnp.argmax(cw >= half)
-    nxt = ps[jnp.minimum(k + 1, p.shape[0] - 1)]
+    k1 = jnp.minimum(k + 1, p.shape[0] - 1)
+    nxt = ps[k1]
     # Exactly half the weight at or below ps[k]: any tau in (ps[k], next) balances; take the midpoint.
-    exact = jnp.isclose(cw[k], half) & (k + 1 < p.shape[0])
+    exact = jnp.isclose(cw[k], half) & (k + 1 < p.shape[0]) & (ws[k1] > 0)
     tau = jnp.where(exact, 0.5 * (ps[k] + nxt), ps[k])
     return jnp.where(cw[-1] > 0, tau, 0.5)
 

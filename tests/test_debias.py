@@ -122,10 +122,6 @@ def test_debias_threshold_empty_context_is_half():
     assert float(debias_threshold(c)) == 0.5
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "debias._weighted_median_one: on an exact half split it averages ps[k] with ps[k+1] even when "
-    "ps[k+1] is a zero-weight (padded) comparison, so padding with p between the two central "
-    "values changes tau (p=[.1,.2,.6,.7] -> 0.4; plus a weight-0 p=.5 -> 0.35)"))
 def test_debias_threshold_ignores_padded_comparisons():
     p = np.array([0.1, 0.2, 0.6, 0.7], np.float32)
     c = Comparisons.from_pairs([0, 1, 2, 3], [1, 2, 3, 0], p, num_items=4)
