@@ -58,9 +58,9 @@ def _rows(path: Path):
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{ln}: not valid JSON ({e.msg})") from None
+                    raise ValueError(f"{path}, line {ln}: not valid JSON ({e.msg})") from None
                 if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{ln}: expected a JSON object per line")
+                    raise ValueError(f"{path}, line {ln}: expected a JSON object per line")
                 yield ln, row
     else:
         with path.open(newline="", encoding="utf-8") as fh:
@@ -69,7 +69,7 @@ def _rows(path: Path):
                 raise ValueError(f"{path}: empty file (no header row)")
             for row in reader:
                 if None in row:
-                    raise ValueError(f"{path}:{reader.line_num}: more fields than the header has")
+                    raise ValueError(f"{path}, line {reader.line_num}: more fields than the header has")
                 yield reader.line_num, row
 
 
@@ -91,9 +91,9 @@ def _number(path, ln, field, value):
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{path}:{ln}: field {field!r} = {value!r} is not a number") from None
+        raise ValueError(f"{path}, line {ln}: field {field!r} = {value!r} is not a number") from None
     if not np.isfinite(x):
-        raise ValueError(f"{path}:{ln}: field {field!r} = {value!r} is not finite")
+        raise ValueError(f"{path}, line {ln}: field {field!r} = {value!r} is not finite")
     return x
 
 
@@ -148,27 +148,27 @@ def read_comparisons(path, *, item_a=None, item_b=None, p=None, outcome=None, sc
         name_a, name_b = row.get(ca), row.get(cb)
         for field, v in ((ca, name_a), (cb, name_b)):
             if v is None or str(v).strip() == "":
-                raise ValueError(f"{path}:{ln}: field {field!r} is empty")
+                raise ValueError(f"{path}, line {ln}: field {field!r} is empty")
         name_a, name_b = str(name_a), str(name_b)
         if name_a == name_b:
-            raise ValueError(f"{path}:{ln}: item {name_a!r} is compared with itself")
+            raise ValueError(f"{path}, line {ln}: item {name_a!r} is compared with itself")
         if score_a is not None:
             xa, xb = _number(path, ln, score_a, row.get(score_a)), _number(path, ln, score_b, row.get(score_b))
             prob = 1.0 if xa > xb else (0.0 if xa < xb else 0.5)
         elif cp is not None:
             prob = _number(path, ln, cp, row.get(cp))
             if not 0.0 <= prob <= 1.0:
-                raise ValueError(f"{path}:{ln}: field {cp!r} = {row.get(cp)!r} is outside [0, 1]")
+                raise ValueError(f"{path}, line {ln}: field {cp!r} = {row.get(cp)!r} is outside [0, 1]")
         else:
             key = str(row.get(co)).strip().lower()
             if key not in _OUTCOMES:
-                raise ValueError(f"{path}:{ln}: field {co!r} = {row.get(co)!r}; expected win/loss/tie, a/b or 1/0/0.5")
+                raise ValueError(f"{path}, line {ln}: field {co!r} = {row.get(co)!r}; expected win/loss/tie, a/b or 1/0/0.5")
             prob = _OUTCOMES[key]
         w = 1.0
         if cw is not None:
             w = _number(path, ln, cw, row.get(cw))
             if w < 0:
-                raise ValueError(f"{path}:{ln}: field {cw!r} = {row.get(cw)!r} is negative")
+                raise ValueError(f"{path}, line {ln}: field {cw!r} = {row.get(cw)!r} is negative")
         ctx = str(row.get(cc)) if cc is not None else ""
         d = per_ctx.setdefault(ctx, {"items": {}, "i": [], "j": [], "p": [], "w": []})
         idx = d["items"]

@@ -52,14 +52,16 @@ def test_explicit_vmap_matches_batched_call(name):
     np.testing.assert_allclose(jax.vmap(f)(b), f(b), atol=1e-5)
 
 
-def test_large_n_scatter_path_matches_dense_path(monkeypatch):
+def test_dense_one_hot_path_matches_scatter_path(monkeypatch):
     from jaxrank import _graph
     (c,) = _contexts([(30, 120)], seed=5)
-    dense = {k: np.asarray(jr.SCORERS[k](c)) for k in ALL}
     monkeypatch.setattr(_graph, "DENSE_MAX_ITEMS", 0)
     jax.clear_caches()
+    scatter = {k: np.asarray(jr.SCORERS[k](c)) for k in ALL}
+    monkeypatch.setattr(_graph, "DENSE_MAX_ITEMS", 10**9)
+    jax.clear_caches()
     for k in ALL:
-        np.testing.assert_allclose(jr.SCORERS[k](c), dense[k], atol=2e-4, err_msg=k)
+        np.testing.assert_allclose(jr.SCORERS[k](c), scatter[k], atol=2e-4, err_msg=k)
     jax.clear_caches()
 
 
