@@ -21,3 +21,11 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     cells = json.loads(path.read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     exec(compile(code, str(path), "exec"), {"__name__": "__notebook__"})
+
+
+def test_readme_quick_start_runs():
+    import re
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert blocks
+    exec(compile(blocks[0], "README.md", "exec"), {})
