@@ -44,6 +44,7 @@ Speed ratio = baseline seconds per (article, repeat) / jaxrank seconds per
 
     python benchmarks/poe_protocol.py [--repeats 100] [--budget 48] [--aspect coherence]
                                       [--baseline-repeats N] [--seed 0] [--smoke]
+                                      [--compilation-cache DIR]
 """
 
 from __future__ import annotations
@@ -268,6 +269,9 @@ def main(argv=None):
                          "(default: all of them; ~10 ms per article-repeat, so ~2 min for 100 repeats)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the judge and of the subsets")
     ap.add_argument("--smoke", action="store_true", help="tiny fast run for CI (2 repeats, baseline on 1)")
+    ap.add_argument("--compilation-cache", metavar="DIR", default=None,
+                    help="JAX persistent compilation cache folder: a second run of the script then loads "
+                         "the compiled scorers instead of compiling them (off by default)")
     ap.add_argument("--out", default=None, help="output stem (default benchmarks/results/poe_protocol[_smoke])")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -280,6 +284,10 @@ def main(argv=None):
     stem = Path(args.out) if args.out else \
         Path(__file__).parent / "results" / ("poe_protocol_smoke" if args.smoke else "poe_protocol")
     warnings.filterwarnings("ignore", category=stats.ConstantInputWarning)
+    if args.compilation_cache:
+        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
     # ------------------------------------------------------------ data and judge
     lm = label_matrix(load_dataset("summeval"), args.aspect)
@@ -303,7 +311,8 @@ def main(argv=None):
     say(f"Judge: pairwise accuracy {js['pairwise_accuracy']:.3f} (ordered pairs with different human "
         f"scores), P(A) = {js['p_a']:.3f}, mean p = {js['mean_p']:.3f}.")
     say(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
-        f"jax {jax.__version__} on {jax.devices()[0].platform}, numpy {np.__version__}.")
+        f"jax {jax.__version__} on {jax.devices()[0].platform}, numpy {np.__version__}"
+        + (f", persistent compilation cache {args.compilation_cache}." if args.compilation_cache else "."))
     say()
 
     sel = draw_subsets(num_pairs, contexts, args.repeats, args.budget, args.seed)   # [Rep, C, R]
