@@ -1,0 +1,397 @@
+"""BERT encoder in Flax NNX with sentence-transformers style pooling.
+
+A from-scratch re-implementation of Hugging Face ``BertModel`` (Devlin et al.,
+2019) for inference, used by the embedding-similarity judge with
+``sentence-transformers/all-MiniLM-L6-v2``. Parameters keep the PyTorch layout
+and names (``embeddings.word_embeddings.weight``, ``encoder.layer.{i}.attention
+.self.query.weight`` ...), so loading is a rename-free copy.
+
+Computation (post-norm transformer, as in transformers' ``modeling_bert.py``):
+
+* embeddings: ``LayerNorm(word[ids] + position[0..T-1] + token_type[tt])``;
+* per layer: ``h = LN(h + Wo attn(h))``, ``h = LN(h + W2 act(W1 h))`` with
+  scaled dot-product attention ``softmax(q k^T / sqrt(d_head) + mask)``;
+* optional pooler ``tanh(W h[:, 0])``.
+
+:func:`embed` then mean-pools the last hidden state over non-padding tokens
+and L2-normalises, exactly like the sentence-transformers ``Pooling(mean)`` +
+``Normalize`` modules; :func:`sentence_transformer_settings` reads those
+choices from a model directory (``modules.json``, ``1_Pooling/config.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import warnings
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+_ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of a BERT encoder (field names as in config.json).
+
+    Attributes:
+        vocab_size: Word-piece vocabulary size.
+        hidden_size: Hidden size.
+        num_hidden_layers: Transformer layers.
+        num_attention_heads: Attention heads (``hidden_size`` must divide evenly).
+        intermediate_size: Feed-forward inner size.
+        hidden_act: Feed-forward activation (``gelu`` = exact erf GELU).
+        max_position_embeddings: Rows of the absolute position table.
+        type_vocab_size: Rows of the token-type table.
+        layer_norm_eps: LayerNorm epsilon.
+        pad_token_id: Padding id.
+        add_pooler: Whether the model has the ``pooler.dense`` layer.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    add_pooler: bool = True
+
+    @classmethod
+    def from_hf(cls, config_dict: Mapping[str, Any]) -> "BertConfig":
+        """Builds the config from a transformers ``config.json`` dictionary.
+
+        Raises:
+            ValueError: For a non-BERT model type, a position embedding type
+                other than ``"absolute"``, an unknown activation, a decoder /
+                cross-attention config, or heads not dividing the hidden size.
+        """
+        d = dict(config_dict)
+        model_type = d.get("model_type", "bert")
+        if model_type != "bert":
+            raise ValueError(f"BertConfig.from_hf: unsupported model_type {model_type!r} (expected 'bert')")
+        pet = d.get("position_embedding_type", "absolute")
+        if pet != "absolute":
+            raise ValueError(f"BertConfig.from_hf: position_embedding_type {pet!r} unsupported (only 'absolute')")
+        act = d.get("hidden_act", "gelu")
+        if act not in _ACTIVATIONS:
+            raise ValueError(f"BertConfig.from_hf: unsupported hidden_act {act!r}; supported: {sorted(_ACTIVATIONS)}")
+        if d.get("is_decoder", False) or d.get("add_cross_attention", False):
+            raise ValueError("BertConfig.from_hf: decoder / cross-attention BERT configs are unsupported")
+        if int(d["hidden_size"]) % int(d["num_attention_heads"]):
+            raise ValueError("BertConfig.from_hf: hidden_size must be a multiple of num_attention_heads")
+        pad = d.get("pad_token_id", 0)
+        return cls(
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=int(d["hidden_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=int(d["num_attention_heads"]),
+            intermediate_size=int(d["intermediate_size"]),
+            hidden_act=act,
+            max_position_embeddings=int(d.get("max_position_embeddings", 512)),
+            type_vocab_size=int(d.get("type_vocab_size", 2)),
+            layer_norm_eps=float(d.get("layer_norm_eps", 1e-12)),
+            pad_token_id=0 if pad is None else int(pad),
+        )
+
+
+def _param(shape, dtype) -> nnx.Param:
+    return nnx.Param(jnp.zeros(shape, dtype))
+
+
+class _Dense(nnx.Module):
+    """``x W^T + b`` with PyTorch-layout ``weight [out, in]`` and ``bias [out]``."""
+
+    def __init__(self, out_dim: int, in_dim: int, dtype):
+        self.weight = _param((out_dim, in_dim), dtype)
+        self.bias = _param((out_dim,), dtype)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        w = self.weight[...]
+        return jnp.einsum("...i,oi->...o", x.astype(w.dtype), w) + self.bias[...]
+
+
+class _LayerNorm(nnx.Module):
+    """``(x - mean) / sqrt(var + eps) * weight + bias``, statistics in float32."""
+
+    def __init__(self, dim: int, eps: float, dtype):
+        self.weight = _param((dim,), dtype)
+        self.bias = _param((dim,), dtype)
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        mu = jnp.mean(x32, -1, keepdims=True)
+        var = jnp.mean(jnp.square(x32 - mu), -1, keepdims=True)
+        y = (x32 - mu) * jax.lax.rsqrt(var + self.eps)
+        w = self.weight[...]
+        return y.astype(w.dtype) * w + self.bias[...]
+
+
+class _Emb(nnx.Module):
+    def __init__(self, num: int, dim: int, dtype):
+        self.weight = _param((num, dim), dtype)
+
+
+class _Embeddings(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.word_embeddings = _Emb(c.vocab_size, c.hidden_size, dtype)
+        self.position_embeddings = _Emb(c.max_position_embeddings, c.hidden_size, dtype)
+        self.token_type_embeddings = _Emb(c.type_vocab_size, c.hidden_size, dtype)
+        self.LayerNorm = _LayerNorm(c.hidden_size, c.layer_norm_eps, dtype)
+
+    def __call__(self, ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
+        t = ids.shape[1]
+        h = (
+            self.word_embeddings.weight[...][ids]
+            + self.position_embeddings.weight[...][:t][None]
+            + self.token_type_embeddings.weight[...][token_type_ids]
+        )
+        return self.LayerNorm(h)
+
+
+class _SelfAttention(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.query = _Dense(c.hidden_size, c.hidden_size, dtype)
+        self.key = _Dense(c.hidden_size, c.hidden_size, dtype)
+        self.value = _Dense(c.hidden_size, c.hidden_size, dtype)
+        self.num_heads = c.num_attention_heads
+
+    def __call__(self, h: jax.Array, bias: jax.Array) -> jax.Array:
+        b, t, d = h.shape
+        split = lambda x: x.reshape(b, t, self.num_heads, d // self.num_heads)  # noqa: E731
+        q, k, v = split(self.query(h)), split(self.key(h)), split(self.value(h))
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / math.sqrt(d // self.num_heads)
+        probs = jax.nn.softmax(scores + bias, axis=-1).astype(v.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", probs, v).reshape(b, t, d)
+
+
+class _AttnOut(nnx.Module):
+    def __init__(self, c: BertConfig, in_dim: int, dtype):
+        self.dense = _Dense(c.hidden_size, in_dim, dtype)
+        self.LayerNorm = _LayerNorm(c.hidden_size, c.layer_norm_eps, dtype)
+
+    def __call__(self, x: jax.Array, residual: jax.Array) -> jax.Array:
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class _Attention(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.self = _SelfAttention(c, dtype)
+        self.output = _AttnOut(c, c.hidden_size, dtype)
+
+
+class _Intermediate(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.dense = _Dense(c.intermediate_size, c.hidden_size, dtype)
+        self.act_name = c.hidden_act
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        return _ACTIVATIONS[self.act_name](self.dense(h))
+
+
+class BertLayer(nnx.Module):
+    """Post-norm block: ``h = LN(h + attn(h))``; ``h = LN(h + W2 act(W1 h))``."""
+
+    def __init__(self, c: BertConfig, dtype):
+        self.attention = _Attention(c, dtype)
+        self.intermediate = _Intermediate(c, dtype)
+        self.output = _AttnOut(c, c.intermediate_size, dtype)
+
+    def __call__(self, h: jax.Array, bias: jax.Array) -> jax.Array:
+        a = self.attention.output(self.attention.self(h, bias), h)
+        return self.output(self.intermediate(a), a)
+
+
+class _Encoder(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.layer = nnx.List([BertLayer(c, dtype) for _ in range(c.num_hidden_layers)])
+
+
+class _Pooler(nnx.Module):
+    def __init__(self, c: BertConfig, dtype):
+        self.dense = _Dense(c.hidden_size, c.hidden_size, dtype)
+
+    def __call__(self, h: jax.Array) -> jax.Array:
+        return jnp.tanh(self.dense(h[:, 0]))
+
+
+class BertModel(nnx.Module):
+    """BERT encoder; parameter names mirror transformers' ``BertModel``."""
+
+    def __init__(self, config: BertConfig, dtype=jnp.float32):
+        self.config = config
+        self.embeddings = _Embeddings(config, dtype)
+        self.encoder = _Encoder(config, dtype)
+        if config.add_pooler:
+            self.pooler = _Pooler(config, dtype)
+
+    def __call__(
+        self, ids: jax.Array, mask: jax.Array | None = None, token_type_ids: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array | None]:
+        """Runs the encoder.
+
+        Args:
+            ids: Token ids ``[B, T]`` (``T <= max_position_embeddings``).
+            mask: Attention mask ``[B, T]`` (1 = token); all ones if None.
+            token_type_ids: Segment ids ``[B, T]``; zeros if None.
+
+        Returns:
+            ``(last_hidden_state [B, T, H], pooler_output [B, H] or None)``.
+        """
+        mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
+        tt = jnp.zeros(ids.shape, jnp.int32) if token_type_ids is None else token_type_ids
+        h = self.embeddings(ids, tt)
+        bias = jnp.where(mask.astype(bool), 0.0, -1e9)[:, None, None, :].astype(jnp.float32)
+        for layer in self.encoder.layer:
+            h = layer(h, bias)
+        pooled = self.pooler(h) if self.config.add_pooler else None
+        return h, pooled
+
+
+def load_state_dict(config: BertConfig, tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32) -> BertModel:
+    """Builds a :class:`BertModel` from HF tensors.
+
+    Accepts names with or without the ``bert.`` prefix (``BertForX``
+    checkpoints); task heads (``cls.*``, ``classifier.*``, ...) and the
+    ``embeddings.position_ids`` buffer are ignored. The pooler is created only
+    when ``pooler.dense.*`` tensors are present.
+
+    Args:
+        config: Model config (``add_pooler`` is resolved from the tensors).
+        tensors: Name -> array, e.g. from ``safetensors.numpy.load_file``.
+        dtype: Parameter dtype.
+
+    Returns:
+        The model.
+
+    Raises:
+        KeyError: Naming every missing tensor.
+        ValueError: On a shape mismatch.
+    """
+    t = {}
+    for k, v in tensors.items():
+        t[k[len("bert."):] if k.startswith("bert.") else k] = v
+    config = dataclasses.replace(config, add_pooler="pooler.dense.weight" in t)
+    model = nnx.eval_shape(lambda: BertModel(config, dtype))
+    missing, used = [], set()
+    for path, node in list(nnx.iter_graph(model)):
+        if not isinstance(node, nnx.Param):
+            continue
+        name = ".".join(str(p) for p in path)
+        if name not in t:
+            missing.append(name)
+            continue
+        arr, want = np.asarray(t[name]), node.get_value().shape
+        if tuple(arr.shape) != tuple(want):
+            raise ValueError(f"BERT load_state_dict: {name} has shape {arr.shape}, expected {want}")
+        node.set_value(jnp.asarray(arr, dtype=dtype))
+        used.add(name)
+    if missing:
+        raise KeyError(f"BERT load_state_dict: missing tensors: {missing}")
+    extra = sorted(k for k in t if k not in used and not k.startswith(("cls.", "classifier.", "qa_outputs."))
+                   and k not in ("embeddings.position_ids",))
+    if extra:
+        warnings.warn(f"BERT load_state_dict: ignoring unexpected tensors: {extra[:10]}", stacklevel=2)
+    return model
+
+
+def pool(hidden: jax.Array, mask: jax.Array, mode: str = "mean") -> jax.Array:
+    """Sentence-transformers pooling of ``hidden [B, T, H]`` over ``mask [B, T]``.
+
+    Modes: ``mean`` (``sum(h * m) / max(sum(m), 1e-9)``), ``cls`` (first
+    token), ``max`` (max over tokens, padding set to -1e9) and
+    ``mean_sqrt_len`` (``sum(h * m) / sqrt(sum(m))``).
+    """
+    m = mask.astype(jnp.float32)[..., None]
+    h = hidden.astype(jnp.float32)
+    if mode == "mean":
+        return jnp.sum(h * m, 1) / jnp.maximum(jnp.sum(m, 1), 1e-9)
+    if mode == "cls":
+        return h[:, 0]
+    if mode == "max":
+        return jnp.max(jnp.where(m > 0, h, -1e9), axis=1)
+    if mode == "mean_sqrt_len":
+        return jnp.sum(h * m, 1) / jnp.sqrt(jnp.maximum(jnp.sum(m, 1), 1e-9))
+    raise ValueError(f"pool: unknown mode {mode!r}")
+
+
+@functools.partial(nnx.jit, static_argnames=("pooling", "normalize"))
+def embed(
+    model: BertModel, ids: jax.Array, mask: jax.Array, *, pooling: str = "mean", normalize: bool = True
+) -> jax.Array:
+    """Sentence embeddings ``[B, H]`` (float32), jitted.
+
+    Default: mask-aware mean of the last hidden state, then L2 normalisation
+    ``x / max(||x||, 1e-12)`` (``torch.nn.functional.normalize``), i.e. what
+    ``SentenceTransformer("all-MiniLM-L6-v2").encode`` returns.
+
+    Args:
+        model: A loaded :class:`BertModel`.
+        ids: Token ids ``[B, T]``.
+        mask: Attention mask ``[B, T]``.
+        pooling: ``mean`` | ``cls`` | ``max`` | ``mean_sqrt_len``.
+        normalize: L2-normalise the pooled vectors.
+    """
+    hidden, _ = model(ids, mask)
+    e = pool(hidden, mask, pooling)
+    if normalize:
+        e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+    return e
+
+
+def sentence_transformer_settings(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """Reads pooling / normalisation / max length from a sentence-transformers directory.
+
+    Looks at ``modules.json`` (a ``Normalize`` module means ``normalize=True``;
+    the ``Pooling`` module's path, ``1_Pooling`` by default) and
+    ``sentence_bert_config.json`` (``max_seq_length``). Missing files give the
+    all-MiniLM-L6-v2 defaults (mean pooling, normalised).
+
+    Returns:
+        ``{"pooling": str, "normalize": bool, "max_seq_length": int | None}``.
+    """
+    d = os.fspath(model_dir)
+    out: dict[str, Any] = {"pooling": "mean", "normalize": True, "max_seq_length": None}
+    pool_dir = "1_Pooling"
+    mods_path = os.path.join(d, "modules.json")
+    if os.path.exists(mods_path):
+        with open(mods_path) as f:
+            mods = json.load(f)
+        types = [m.get("type", "") for m in mods]
+        out["normalize"] = any(t.endswith("Normalize") for t in types)
+        for m in mods:
+            if m.get("type", "").endswith("Pooling"):
+                pool_dir = m.get("path", pool_dir)
+    pcfg = os.path.join(d, pool_dir, "config.json")
+    if os.path.exists(pcfg):
+        with open(pcfg) as f:
+            p = json.load(f)
+        modes = [k for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+                 if p.get(f"pooling_mode_{k}", False)]
+        names = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len"}
+        if len(modes) != 1:
+            raise ValueError(f"sentence_transformer_settings: exactly one pooling mode supported, got {modes}")
+        out["pooling"] = names[modes[0]]
+    sb = os.path.join(d, "sentence_bert_config.json")
+    if os.path.exists(sb):
+        with open(sb) as f:
+            out["max_seq_length"] = json.load(f).get("max_seq_length")
+    return out

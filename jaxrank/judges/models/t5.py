@@ -1,0 +1,626 @@
+"""T5 v1.1 / FLAN-T5 (and original T5) encoder-decoder in Flax NNX.
+
+A from-scratch re-implementation of Hugging Face ``T5ForConditionalGeneration``
+(Raffel et al., 2020, "Exploring the Limits of Transfer Learning with a Unified
+Text-to-Text Transformer") for inference only. It reads the tensors of a
+``model.safetensors`` written by ``save_pretrained`` without any transformers
+model class. Parameters are stored in the PyTorch layout (``[out, in]`` for
+linear maps), so loading needs no transposes.
+
+Architecture, as in transformers' ``modeling_t5.py``:
+
+* T5 LayerNorm: ``y = w * x / sqrt(mean(x**2) + eps)`` (RMS norm, no mean
+  subtraction, no bias), statistics accumulated in float32.
+* Attention scores ``q k^T`` are NOT scaled by ``1/sqrt(d_kv)`` (T5 folds the
+  scale into the initialisation); a learned relative position bias, bucketed
+  logarithmically (bidirectional in the encoder, causal in the decoder), lives
+  only in the first layer of each stack and is shared by all of its layers.
+  Cross-attention has no position bias.
+* Pre-norm residual blocks; feed-forward is ``wo(act(wi x))`` (original T5,
+  ``relu``) or ``wo(act(wi_0 x) * wi_1 x)`` (v1.1 ``gated-gelu``, with ``gelu_new``
+  = tanh-approximated GELU).
+* LM head: untied ``lm_head.weight`` (v1.1 / FLAN-T5) or tied to the shared
+  embedding; decoder outputs are rescaled by ``d_model**-0.5`` when the config
+  says so (original T5, ``tie_word_embeddings`` not False).
+
+Generation: :meth:`T5ForConditionalGeneration.generate` is greedy decoding with
+a static maximum length in a ``lax.while_loop`` and a key/value cache (self
+attention cache of static length, cross-attention keys/values computed once).
+
+Every method is traceable with static shapes; wrap calls in ``nnx.jit`` (see
+:func:`encode`, :func:`decoder_logits_first_step`, :func:`generate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+_NEG = -1e9  # additive mask value; finite so fully-masked rows never give NaN
+
+_ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_fast": functools.partial(jax.nn.gelu, approximate=True),
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class T5Config:
+    """Hyper-parameters of a T5 encoder-decoder (field names as in config.json).
+
+    Attributes:
+        vocab_size: Rows of the shared embedding / LM head.
+        d_model: Hidden size.
+        d_kv: Size of one attention head.
+        d_ff: Inner size of the feed-forward block.
+        num_layers: Encoder blocks.
+        num_decoder_layers: Decoder blocks.
+        num_heads: Attention heads.
+        relative_attention_num_buckets: Buckets of the relative position bias.
+        relative_attention_max_distance: Distance beyond which buckets saturate.
+        layer_norm_epsilon: Epsilon of the RMS norm.
+        dense_act_fn: Feed-forward activation name (``gelu_new`` for v1.1).
+        is_gated_act: Gated feed-forward (``wi_0``/``wi_1``) as in v1.1.
+        scale_decoder_outputs: Multiply decoder outputs by ``d_model**-0.5``
+            before the LM head (original T5 only).
+        tie_word_embeddings: LM head is the shared embedding (no ``lm_head``).
+        pad_token_id: Padding id (also used after EOS in :meth:`generate`).
+        eos_token_id: End-of-sequence id.
+        decoder_start_token_id: First decoder input id (the pad id for T5).
+    """
+
+    vocab_size: int
+    d_model: int
+    d_kv: int
+    d_ff: int
+    num_layers: int
+    num_decoder_layers: int
+    num_heads: int
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    layer_norm_epsilon: float = 1e-6
+    dense_act_fn: str = "gelu_new"
+    is_gated_act: bool = True
+    scale_decoder_outputs: bool = False
+    tie_word_embeddings: bool = False
+    pad_token_id: int = 0
+    eos_token_id: int = 1
+    decoder_start_token_id: int = 0
+
+    @classmethod
+    def from_hf(cls, config_dict: Mapping[str, Any]) -> "T5Config":
+        """Builds the config from a transformers ``config.json`` dictionary.
+
+        ``feed_forward_proj`` is parsed as transformers does: ``"gated-ACT"`` or
+        ``"ACT"``, with ``"gated-gelu"`` meaning ``gelu_new``. Output rescaling
+        follows ``scale_decoder_outputs`` when present (transformers >= 5), else
+        ``tie_word_embeddings is not False`` (transformers 4 convention).
+
+        Args:
+            config_dict: Parsed config.json.
+
+        Returns:
+            The config.
+
+        Raises:
+            ValueError: For a non-T5 model type, an unknown activation or a
+                feed-forward spec transformers would reject.
+        """
+        d = dict(config_dict)
+        model_type = d.get("model_type", "t5")
+        if model_type not in ("t5", "mt5"):
+            raise ValueError(f"T5Config.from_hf: unsupported model_type {model_type!r} (expected 't5' or 'mt5')")
+        if d.get("is_encoder_decoder", True) is False:
+            raise ValueError("T5Config.from_hf: only encoder-decoder T5 checkpoints are supported")
+        proj = d.get("feed_forward_proj", "relu")
+        parts = proj.split("-")
+        if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
+            raise ValueError(f"T5Config.from_hf: invalid feed_forward_proj {proj!r}; use 'gated-ACT' or 'ACT'")
+        act = "gelu_new" if proj == "gated-gelu" else parts[-1]
+        if act not in _ACTIVATIONS:
+            raise ValueError(
+                f"T5Config.from_hf: unsupported activation {act!r} in feed_forward_proj={proj!r}; "
+                f"supported: {sorted(_ACTIVATIONS)}"
+            )
+        tie = d.get("tie_word_embeddings", True) is not False
+        scale = d.get("scale_decoder_outputs", tie)
+        num_layers = int(d.get("num_layers", 6))
+        ndec = d.get("num_decoder_layers")
+        eos = d.get("eos_token_id", 1)
+        if isinstance(eos, (list, tuple)):
+            eos = eos[0]
+        pad = d.get("pad_token_id", 0)
+        pad = 0 if pad is None else int(pad)
+        start = d.get("decoder_start_token_id")
+        return cls(
+            vocab_size=int(d["vocab_size"]),
+            d_model=int(d["d_model"]),
+            d_kv=int(d["d_kv"]),
+            d_ff=int(d["d_ff"]),
+            num_layers=num_layers,
+            num_decoder_layers=int(ndec) if ndec is not None else num_layers,
+            num_heads=int(d["num_heads"]),
+            relative_attention_num_buckets=int(d.get("relative_attention_num_buckets", 32)),
+            relative_attention_max_distance=int(d.get("relative_attention_max_distance", 128)),
+            layer_norm_epsilon=float(d.get("layer_norm_epsilon", 1e-6)),
+            dense_act_fn=act,
+            is_gated_act=parts[0] == "gated",
+            scale_decoder_outputs=bool(scale),
+            tie_word_embeddings=tie,
+            pad_token_id=pad,
+            eos_token_id=1 if eos is None else int(eos),
+            decoder_start_token_id=pad if start is None else int(start),
+        )
+
+
+def relative_position_bucket(rel: jax.Array, bidirectional: bool, num_buckets: int, max_distance: int) -> jax.Array:
+    """Maps relative positions ``key - query`` to T5 bucket ids (Mesh TF scheme).
+
+    Half the buckets (per direction when bidirectional) hold exact offsets
+    ``0 .. max_exact-1``; the rest grow logarithmically up to ``max_distance``,
+    beyond which all offsets share the last bucket. Causal mode maps every
+    positive (future) offset to bucket 0.
+
+    Args:
+        rel: Integer array of relative positions.
+        bidirectional: Encoder (True) or decoder (False) bucketing.
+        num_buckets: Total buckets.
+        max_distance: Saturation distance.
+
+    Returns:
+        int32 bucket ids in ``[0, num_buckets)``.
+    """
+    buckets = jnp.zeros_like(rel)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (rel > 0).astype(rel.dtype) * num_buckets
+        rel = jnp.abs(rel)
+    else:
+        rel = -jnp.minimum(rel, 0)
+    max_exact = num_buckets // 2
+    is_small = rel < max_exact
+    safe = jnp.maximum(rel, 1).astype(jnp.float32)
+    large = max_exact + (
+        jnp.log(safe / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).astype(rel.dtype)
+    large = jnp.minimum(large, num_buckets - 1)
+    return (buckets + jnp.where(is_small, rel, large)).astype(jnp.int32)
+
+
+def _linear(x: jax.Array, w: nnx.Param) -> jax.Array:
+    """``x @ W^T`` for a PyTorch-layout weight ``W [out, in]``."""
+    w = w[...]
+    return jnp.einsum("...i,oi->...o", x.astype(w.dtype), w)
+
+
+def _param(shape, dtype) -> nnx.Param:
+    return nnx.Param(jnp.zeros(shape, dtype))
+
+
+class T5LayerNorm(nnx.Module):
+    """RMS norm ``w * x * rsqrt(mean(x^2) + eps)``, no mean subtraction, no bias."""
+
+    def __init__(self, dim: int, eps: float, dtype):
+        self.weight = _param((dim,), dtype)
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        w = self.weight[...]
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return w * y.astype(w.dtype)
+
+
+class T5Attention(nnx.Module):
+    """Multi-head attention without score scaling; optional relative bias table."""
+
+    def __init__(self, cfg: T5Config, has_relative_bias: bool, dtype):
+        inner = cfg.num_heads * cfg.d_kv
+        self.q = _Lin(inner, cfg.d_model, dtype)
+        self.k = _Lin(inner, cfg.d_model, dtype)
+        self.v = _Lin(inner, cfg.d_model, dtype)
+        self.o = _Lin(cfg.d_model, inner, dtype)
+        if has_relative_bias:
+            self.relative_attention_bias = _Emb(cfg.relative_attention_num_buckets, cfg.num_heads, dtype)
+        self.num_heads, self.d_kv = cfg.num_heads, cfg.d_kv
+
+    def heads(self, lin: "_Lin", x: jax.Array) -> jax.Array:
+        """Projects ``x [B, T, D]`` to heads ``[B, T, H, d_kv]``."""
+        y = lin(x)
+        return y.reshape(*y.shape[:-1], self.num_heads, self.d_kv)
+
+    def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, bias: jax.Array) -> jax.Array:
+        """``o(softmax(q k^T + bias) v)``; ``bias`` [B|1, H|1, Tq, Tk] includes the mask."""
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+        return self.o(out.reshape(*out.shape[:2], -1))
+
+    def __call__(self, x: jax.Array, kv: jax.Array, bias: jax.Array) -> jax.Array:
+        """Attention of ``x [B, Tq, D]`` over ``kv [B, Tk, D]``."""
+        return self.attend(self.heads(self.q, x), self.heads(self.k, kv), self.heads(self.v, kv), bias)
+
+    def position_bias(self, cfg: T5Config, q_pos: jax.Array, k_len: int, bidirectional: bool) -> jax.Array:
+        """Relative bias ``[1, H, len(q_pos), k_len]`` for query positions ``q_pos``."""
+        rel = jnp.arange(k_len, dtype=jnp.int32)[None, :] - q_pos.astype(jnp.int32)[:, None]
+        buckets = relative_position_bucket(
+            rel, bidirectional, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance
+        )
+        table = self.relative_attention_bias.weight[...].astype(jnp.float32)
+        return jnp.transpose(table[buckets], (2, 0, 1))[None]
+
+
+class _Lin(nnx.Module):
+    """Bias-free linear map with a PyTorch-layout ``weight [out, in]``."""
+
+    def __init__(self, out_dim: int, in_dim: int, dtype):
+        self.weight = _param((out_dim, in_dim), dtype)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return _linear(x, self.weight)
+
+
+class _Emb(nnx.Module):
+    """Embedding table ``weight [num, dim]``."""
+
+    def __init__(self, num: int, dim: int, dtype):
+        self.weight = _param((num, dim), dtype)
+
+
+class _Sub(nnx.Module):
+    """One pre-norm sub-layer: ``layer_norm`` plus its attention / FF module."""
+
+    def __init__(self, cfg: T5Config, kind: str, dtype, has_relative_bias: bool = False):
+        self.layer_norm = T5LayerNorm(cfg.d_model, cfg.layer_norm_epsilon, dtype)
+        if kind == "self":
+            self.SelfAttention = T5Attention(cfg, has_relative_bias, dtype)
+        elif kind == "cross":
+            self.EncDecAttention = T5Attention(cfg, False, dtype)
+        else:
+            self.DenseReluDense = T5FeedForward(cfg, dtype)
+
+
+class T5FeedForward(nnx.Module):
+    """``wo(act(wi x))`` or, gated (v1.1), ``wo(act(wi_0 x) * wi_1 x)``."""
+
+    def __init__(self, cfg: T5Config, dtype):
+        self.gated = cfg.is_gated_act
+        self.act_name = cfg.dense_act_fn
+        if self.gated:
+            self.wi_0 = _Lin(cfg.d_ff, cfg.d_model, dtype)
+            self.wi_1 = _Lin(cfg.d_ff, cfg.d_model, dtype)
+        else:
+            self.wi = _Lin(cfg.d_ff, cfg.d_model, dtype)
+        self.wo = _Lin(cfg.d_model, cfg.d_ff, dtype)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = _ACTIVATIONS[self.act_name]
+        h = act(self.wi_0(x)) * self.wi_1(x) if self.gated else act(self.wi(x))
+        return self.wo(h)
+
+
+class T5Block(nnx.Module):
+    """Encoder block ``[self-attn, FF]`` or decoder block ``[self-attn, cross-attn, FF]``."""
+
+    def __init__(self, cfg: T5Config, is_decoder: bool, has_relative_bias: bool, dtype):
+        subs = [_Sub(cfg, "self", dtype, has_relative_bias)]
+        if is_decoder:
+            subs.append(_Sub(cfg, "cross", dtype))
+        subs.append(_Sub(cfg, "ff", dtype))
+        self.layer = nnx.List(subs)
+
+    def self_attn(self) -> T5Attention:
+        return self.layer[0].SelfAttention
+
+    def ff(self, h: jax.Array) -> jax.Array:
+        """Residual feed-forward sub-layer."""
+        sub = self.layer[-1]
+        return h + sub.DenseReluDense(sub.layer_norm(h))
+
+    def cross(self, h: jax.Array, enc_k: jax.Array, enc_v: jax.Array, enc_bias: jax.Array) -> jax.Array:
+        """Residual cross-attention sub-layer over precomputed encoder keys/values."""
+        sub = self.layer[1]
+        att = sub.EncDecAttention
+        return h + att.attend(att.heads(att.q, sub.layer_norm(h)), enc_k, enc_v, enc_bias)
+
+
+class T5Stack(nnx.Module):
+    """Encoder or decoder stack; ``block[0]`` owns the shared relative bias."""
+
+    def __init__(self, cfg: T5Config, is_decoder: bool, dtype):
+        n = cfg.num_decoder_layers if is_decoder else cfg.num_layers
+        self.block = nnx.List([T5Block(cfg, is_decoder, i == 0, dtype) for i in range(n)])
+        self.final_layer_norm = T5LayerNorm(cfg.d_model, cfg.layer_norm_epsilon, dtype)
+
+
+def _mask_bias(mask: jax.Array) -> jax.Array:
+    """Key mask ``[B, Tk]`` (1 = keep) -> additive ``[B, 1, 1, Tk]``."""
+    return jnp.where(mask.astype(bool), 0.0, _NEG)[:, None, None, :].astype(jnp.float32)
+
+
+class T5ForConditionalGeneration(nnx.Module):
+    """T5 encoder-decoder with LM head; parameter names mirror transformers'."""
+
+    def __init__(self, config: T5Config, dtype=jnp.float32):
+        self.config = config
+        self.shared = _Emb(config.vocab_size, config.d_model, dtype)
+        self.encoder = T5Stack(config, False, dtype)
+        self.decoder = T5Stack(config, True, dtype)
+        if not config.tie_word_embeddings:
+            self.lm_head = _Lin(config.vocab_size, config.d_model, dtype)
+
+    # ----------------------------------------------------------------- encoder
+    def encode(self, ids: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+        """Encoder hidden states (after the final RMS norm).
+
+        Args:
+            ids: Token ids ``[B, S]``.
+            mask: Attention mask ``[B, S]`` (1 = token, 0 = padding); all ones if None.
+
+        Returns:
+            ``[B, S, d_model]`` encoder output.
+        """
+        cfg = self.config
+        mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
+        h = self.shared.weight[...][ids]
+        s = ids.shape[1]
+        bias = self.encoder.block[0].self_attn().position_bias(cfg, jnp.arange(s), s, True) + _mask_bias(mask)
+        for blk in self.encoder.block:
+            sub = blk.layer[0]
+            x = sub.layer_norm(h)
+            h = h + sub.SelfAttention(x, x, bias)
+            h = blk.ff(h)
+        return self.encoder.final_layer_norm(h)
+
+    # ----------------------------------------------------------------- decoder
+    def _cross_kv(self, encoder_out: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+        """Per decoder layer cross-attention keys and values ``[B, S, H, d_kv]``."""
+        out = []
+        for blk in self.decoder.block:
+            att = blk.layer[1].EncDecAttention
+            out.append((att.heads(att.k, encoder_out), att.heads(att.v, encoder_out)))
+        return out
+
+    def _head(self, h: jax.Array, token_ids: jax.Array | None) -> jax.Array:
+        """Final norm, optional ``d_model**-0.5`` rescale and LM head (float32 logits)."""
+        cfg = self.config
+        h = self.decoder.final_layer_norm(h)
+        if cfg.scale_decoder_outputs:
+            h = h * (cfg.d_model**-0.5)
+        w = (self.shared if cfg.tie_word_embeddings else self.lm_head).weight[...]
+        if token_ids is not None:
+            w = w[jnp.asarray(token_ids)]
+        return jnp.einsum("...d,vd->...v", h.astype(w.dtype), w).astype(jnp.float32)
+
+    def decode(
+        self,
+        decoder_ids: jax.Array,
+        encoder_out: jax.Array,
+        enc_mask: jax.Array | None = None,
+        dec_mask: jax.Array | None = None,
+        token_ids: jax.Array | None = None,
+    ) -> jax.Array:
+        """Teacher-forced decoder logits (full causal pass, no cache).
+
+        Args:
+            decoder_ids: Decoder input ids ``[B, T]`` (starting with
+                ``decoder_start_token_id``).
+            encoder_out: ``[B, S, d_model]`` from :meth:`encode`.
+            enc_mask: Encoder mask ``[B, S]``; all ones if None.
+            dec_mask: Decoder padding mask ``[B, T]``, combined with the causal mask.
+            token_ids: Optional vocabulary ids ``[K]`` to read logits at.
+
+        Returns:
+            float32 logits ``[B, T, V]`` (or ``[B, T, K]``).
+        """
+        cfg = self.config
+        b, t = decoder_ids.shape
+        enc_mask = jnp.ones(encoder_out.shape[:2], jnp.int32) if enc_mask is None else enc_mask
+        causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
+        if dec_mask is not None:
+            causal = causal & dec_mask.astype(bool)[:, None, None, :]
+        pos = jnp.arange(t)
+        self_bias = self.decoder.block[0].self_attn().position_bias(cfg, pos, t, False)
+        self_bias = self_bias + jnp.where(causal, 0.0, _NEG)
+        enc_bias = _mask_bias(enc_mask)
+        h = self.shared.weight[...][decoder_ids]
+        for blk, (ek, ev) in zip(self.decoder.block, self._cross_kv(encoder_out)):
+            sub = blk.layer[0]
+            x = sub.layer_norm(h)
+            h = h + sub.SelfAttention(x, x, self_bias)
+            h = blk.cross(h, ek, ev, enc_bias)
+            h = blk.ff(h)
+        return self._head(h, token_ids)
+
+    def decoder_logits_first_step(
+        self, encoder_out: jax.Array, enc_mask: jax.Array | None = None, token_ids: jax.Array | None = None
+    ) -> jax.Array:
+        """Logits of the first decoding step (input = ``decoder_start_token_id``).
+
+        With a single decoder position the self-attention is exactly the value
+        projection of the start token, so this costs one token through the
+        decoder plus cross-attention and a ``[K, d_model]`` slice of the head.
+
+        Args:
+            encoder_out: ``[B, S, d_model]`` from :meth:`encode`.
+            enc_mask: Encoder mask ``[B, S]``.
+            token_ids: Vocabulary ids ``[K]`` to read; full vocabulary if None.
+
+        Returns:
+            float32 logits ``[B, V]`` or ``[B, K]``.
+        """
+        b = encoder_out.shape[0]
+        start = jnp.full((b, 1), self.config.decoder_start_token_id, jnp.int32)
+        return self.decode(start, encoder_out, enc_mask, token_ids=token_ids)[:, 0]
+
+    def __call__(self, ids, mask, decoder_ids, dec_mask=None) -> jax.Array:
+        """Full forward ``encode`` + ``decode``; returns ``[B, T, V]`` float32 logits."""
+        return self.decode(decoder_ids, self.encode(ids, mask), mask, dec_mask)
+
+    def generate(
+        self, ids: jax.Array, mask: jax.Array | None = None, max_new_tokens: int = 16, eos_token_id: int | None = None
+    ) -> jax.Array:
+        """Greedy decoding with a static-length KV cache in ``lax.while_loop``.
+
+        Step ``t`` feeds the token generated at ``t-1`` (the start token at
+        ``t=0``), writes its self-attention key/value into a cache of length
+        ``max_new_tokens``, attends to cache positions ``<= t`` with the causal
+        relative bias of query position ``t``, and to cross-attention keys and
+        values computed once from the encoder output. The loop ends early once
+        every row has produced EOS; later positions hold ``pad_token_id``.
+
+        Args:
+            ids: Encoder ids ``[B, S]``.
+            mask: Encoder mask ``[B, S]``.
+            max_new_tokens: Static number of decoding steps (Python int).
+            eos_token_id: Stop id; defaults to ``config.eos_token_id``.
+
+        Returns:
+            int32 generated ids ``[B, max_new_tokens]`` (without the start token).
+        """
+        cfg = self.config
+        eos = cfg.eos_token_id if eos_token_id is None else eos_token_id
+        mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
+        enc = self.encode(ids, mask)
+        b, n = ids.shape[0], max_new_tokens
+        cross = self._cross_kv(enc)
+        enc_bias = _mask_bias(mask)
+        nl = len(self.decoder.block)
+        dt = self.shared.weight[...].dtype
+        cache0 = jnp.zeros((nl, 2, b, n, cfg.num_heads, cfg.d_kv), dt)
+        tokens0 = jnp.full((b, n + 1), cfg.pad_token_id, jnp.int32).at[:, 0].set(cfg.decoder_start_token_id)
+        bias_attn = self.decoder.block[0].self_attn()
+        emb = self.shared.weight[...]
+
+        def body(state):
+            t, tokens, cache, done = state
+            tok = jax.lax.dynamic_slice_in_dim(tokens, t, 1, axis=1)
+            h = emb[tok]
+            bias = bias_attn.position_bias(cfg, t[None], n, False)
+            bias = bias + jnp.where(jnp.arange(n) <= t, 0.0, _NEG)[None, None, None, :]
+            for i, (blk, (ek, ev)) in enumerate(zip(self.decoder.block, cross)):
+                att = blk.layer[0].SelfAttention
+                x = blk.layer[0].layer_norm(h)
+                k_new = att.heads(att.k, x).astype(dt)
+                v_new = att.heads(att.v, x).astype(dt)
+                ck = jax.lax.dynamic_update_slice_in_dim(cache[i, 0], k_new, t, axis=1)
+                cv = jax.lax.dynamic_update_slice_in_dim(cache[i, 1], v_new, t, axis=1)
+                cache = cache.at[i].set(jnp.stack([ck, cv]))
+                h = h + att.attend(att.heads(att.q, x), ck, cv, bias)
+                h = blk.cross(h, ek, ev, enc_bias)
+                h = blk.ff(h)
+            nxt = jnp.argmax(self._head(h, None)[:, 0], axis=-1).astype(jnp.int32)
+            nxt = jnp.where(done, cfg.pad_token_id, nxt)
+            tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], t + 1, axis=1)
+            return t + 1, tokens, cache, done | (nxt == eos)
+
+        def cond(state):
+            t, _, _, done = state
+            return (t < n) & ~jnp.all(done)
+
+        state = (jnp.asarray(0, jnp.int32), tokens0, cache0, jnp.zeros((b,), bool))
+        _, tokens, _, _ = jax.lax.while_loop(cond, body, state)
+        return tokens[:, 1:]
+
+
+T5Model = T5ForConditionalGeneration
+
+_IGNORED = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
+
+
+def load_state_dict(
+    config: T5Config, tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32
+) -> T5ForConditionalGeneration:
+    """Builds a :class:`T5ForConditionalGeneration` from HF tensors.
+
+    Names are those of ``T5ForConditionalGeneration.save_pretrained``. The
+    shared embedding may also come as ``encoder.embed_tokens.weight`` /
+    ``decoder.embed_tokens.weight``. A present ``lm_head.weight`` that differs
+    from the shared embedding gives an untied head (as transformers 5 does);
+    without one the head is tied to ``shared``, which is an error when the
+    config says ``tie_word_embeddings=False``.
+
+    Args:
+        config: Model config (``tie_word_embeddings`` is resolved from the tensors).
+        tensors: Name -> array, e.g. from ``safetensors.numpy.load_file``.
+        dtype: Parameter dtype (float32 default; bfloat16 halves memory).
+
+    Returns:
+        The model with its parameters set.
+
+    Raises:
+        KeyError: Naming every missing tensor.
+        ValueError: On a shape mismatch.
+    """
+    t = dict(tensors)
+    if "shared.weight" not in t:
+        for alias in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+            if alias in t:
+                t["shared.weight"] = t[alias]
+                break
+    untied = "lm_head.weight" in t and not (
+        "shared.weight" in t and np.array_equal(np.asarray(t["lm_head.weight"]), np.asarray(t["shared.weight"]))
+    )
+    if not untied and not config.tie_word_embeddings and "lm_head.weight" not in t:
+        raise KeyError("T5 load_state_dict: config has tie_word_embeddings=False but 'lm_head.weight' is missing")
+    config = dataclasses.replace(config, tie_word_embeddings=not untied)
+    model = nnx.eval_shape(lambda: T5ForConditionalGeneration(config, dtype))
+    return _fill(model, t, dtype, ignore=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight")
+                 + _IGNORED, what="T5")
+
+
+def _fill(model: nnx.Module, t: Mapping[str, np.ndarray], dtype, ignore: tuple[str, ...], what: str):
+    """Sets every ``nnx.Param`` of an abstract model from ``t`` (names = dotted paths)."""
+    missing, used = [], set()
+    for path, node in list(nnx.iter_graph(model)):
+        if not isinstance(node, nnx.Param):
+            continue
+        name = ".".join(str(p) for p in path)
+        if name not in t:
+            missing.append(name)
+            continue
+        arr = np.asarray(t[name])
+        want = node.get_value().shape
+        if tuple(arr.shape) != tuple(want):
+            raise ValueError(f"{what} load_state_dict: {name} has shape {arr.shape}, expected {want}")
+        node.set_value(jnp.asarray(arr, dtype=dtype))
+        used.add(name)
+    if missing:
+        raise KeyError(f"{what} load_state_dict: missing tensors: {missing}")
+    extra = sorted(k for k in t if k not in used and k not in ignore)
+    if extra:
+        warnings.warn(f"{what} load_state_dict: ignoring unexpected tensors: {extra[:10]}"
+                      + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else ""), stacklevel=3)
+    return model
+
+
+# ------------------------------------------------------------ jitted helpers
+@nnx.jit
+def encode(model: T5ForConditionalGeneration, ids: jax.Array, mask: jax.Array) -> jax.Array:
+    """Jitted :meth:`T5ForConditionalGeneration.encode`."""
+    return model.encode(ids, mask)
+
+
+@nnx.jit
+def decoder_logits_first_step(model, encoder_out, enc_mask, token_ids=None) -> jax.Array:
+    """Jitted :meth:`T5ForConditionalGeneration.decoder_logits_first_step`."""
+    return model.decoder_logits_first_step(encoder_out, enc_mask, token_ids)
+
+
+@functools.partial(nnx.jit, static_argnames=("max_new_tokens", "eos_token_id"))
+def generate(model, ids, mask, max_new_tokens: int = 16, eos_token_id: int | None = None) -> jax.Array:
+    """Jitted greedy :meth:`T5ForConditionalGeneration.generate`."""
+    return model.generate(ids, mask, max_new_tokens, eos_token_id)
