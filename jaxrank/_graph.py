@@ -1,28 +1,38 @@
-"""Private linear-algebra helpers on the comparison graph of ONE context.
+"""Private linear algebra on the comparison graph of ONE context.
 
-Every function here works on a single context (``i, j`` of shape ``[R]``);
-:func:`batched` maps a single-context function over any leading batch axes.
+Every function here works on a single context; :func:`batched` maps a
+single-context function over any leading batch axes.
 
-Two implementations of the incidence products exist, chosen statically from
-the shapes: a dense one-hot contraction (``[R, N]`` one-hot matrices and a
-matmul) for ``N <= DENSE_MAX_ITEMS``, and a scatter-add (``segment_sum``)
-otherwise. Older XLA:CPU builds were reported to make the dense form ~20x
-faster for small ``N``; measured here with jax 0.10.2 on 2 CPU cores
-(``benchmarks/incidence_switch.py``, 10,000 contexts x 16 items x 48
-comparisons) scatter is faster at every size (average probability 4 vs 32 ms,
-PoE-g 66 vs 125 ms, soft BT 0.50 vs 0.68 s, hard BT 0.50 vs 1.06 s), so the
-default is 0 (always scatter). Re-measure on a new backend (GPU) and raise it
-if the dense form wins there; both paths are tested to agree.
+Two edge spaces carry per-comparison quantities:
+
+* **sparse** (a :class:`~jaxrank.Comparisons` itself): one entry per comparison,
+  ``[R]``; products with the incidence matrix are gathers and scatter-adds.
+* **dense** (:class:`Edges` with ``dense=True``): one entry per ordered pair of
+  items, ``[N, N]``, entry ``[a, b]`` summing every comparison with ``a`` in
+  position A and ``b`` in position B. Every likelihood of the package is linear
+  in the per-comparison weights and probabilities, so duplicates aggregate
+  exactly. Building it costs one scatter-add; afterwards every iteration of a
+  solver is dense elementwise work and row/column sums, no gather or scatter.
+
+:func:`edges` picks the space statically from the shapes: dense when
+``N^2 <= DENSE_RATIO * R``, i.e. when the ``[N, N]`` arrays are not much larger
+than the comparison list (measured in ``benchmarks/edge_space.py``: on XLA:CPU
+a scatter-add or gather costs several times an elementwise op per element, so
+the dense space wins for the papers' sizes, e.g. 16 items with 48 of 240
+comparisons, and loses for 1000 items with 26k comparisons).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 
-DENSE_MAX_ITEMS = 0
+DENSE_RATIO = 1.5
+"""Use the dense edge space when ``N * N <= DENSE_RATIO * R`` (``inf``: always; 0: never)."""
 
 
 def batched(fn, c, *args, **kwargs):
@@ -37,71 +47,122 @@ def batched(fn, c, *args, **kwargs):
     return f(c, *args)
 
 
-def _use_dense(c) -> bool:
-    return c.num_items <= DENSE_MAX_ITEMS
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Edges:
+    """The edge space of one context: its comparisons (sparse) or all ordered pairs (dense)."""
+
+    i: jax.Array
+    j: jax.Array
+    num_items: int = dataclasses.field(metadata=dict(static=True))
+    dense: bool = dataclasses.field(metadata=dict(static=True))
 
 
-def one_hot(c):
-    """``[R, N]`` one-hot matrices of positions A and B."""
-    n = c.num_items
-    dt = c.p.dtype
-    return jax.nn.one_hot(c.i, n, dtype=dt), jax.nn.one_hot(c.j, n, dtype=dt)
+def use_dense(num_items: int, num_comparisons: int) -> bool:
+    """Whether :func:`edges` picks the dense space for these (static) sizes."""
+    return num_items * num_items <= DENSE_RATIO * max(num_comparisons, 1)
 
 
-def item_sums(c, x_a, x_b):
-    """``out[n] = sum_k x_a[k] [i_k = n] + x_b[k] [j_k = n]`` for one context."""
-    if _use_dense(c):
-        oa, ob = one_hot(c)
-        return x_a @ oa + x_b @ ob
-    n = c.num_items
-    return (jax.ops.segment_sum(x_a, c.i, n, indices_are_sorted=False)
-            + jax.ops.segment_sum(x_b, c.j, n, indices_are_sorted=False))
+def edges(c, *, dense: bool | None = None) -> Edges:
+    """The edge space for ``c`` (one context); ``dense=None`` chooses by :func:`use_dense`."""
+    if dense is None:
+        dense = use_dense(c.num_items, c.i.shape[-1])
+    return Edges(c.i, c.j, c.num_items, bool(dense))
 
 
-def incidence_t(c, x):
-    """``W^T x`` with ``W`` the ``[R, N]`` incidence matrix (row k = e_i - e_j)."""
-    return item_sums(c, x, -x)
+def _is_dense(e) -> bool:
+    return getattr(e, "dense", False)
 
 
-def incidence(c, s):
-    """``W s``: the score difference ``s_i - s_j`` of every comparison."""
-    return s[c.i] - s[c.j]
+def reduce(e, *xs):
+    """Per-comparison values ``[R]`` to edge values (``[R]`` sparse, ``[N, N]`` dense).
+
+    Several arrays share one scatter-add in the dense space.
+    """
+    if not _is_dense(e):
+        return xs if len(xs) > 1 else xs[0]
+    n = e.num_items
+    flat = e.i * n + e.j
+    out = jax.ops.segment_sum(jnp.stack(xs, axis=-1), flat, n * n).reshape(n, n, len(xs))
+    out = tuple(out[..., k] for k in range(len(xs)))
+    return out if len(xs) > 1 else out[0]
 
 
-def laplacian(c, w):
+def head(e, s):
+    """``s_i`` in edge space (``[N, 1]`` broadcastable when dense)."""
+    return s[:, None] if _is_dense(e) else s[e.i]
+
+
+def tail(e, s):
+    """``s_j`` in edge space (``[1, N]`` broadcastable when dense)."""
+    return s[None, :] if _is_dense(e) else s[e.j]
+
+
+def incidence(e, s):
+    """``W s``: the score difference ``s_i - s_j`` of every edge."""
+    return head(e, s) - tail(e, s)
+
+
+def item_sums(e, x_a, x_b):
+    """``out[n] = sum_k x_a[k] [i_k = n] + x_b[k] [j_k = n]`` over the edges."""
+    if _is_dense(e):
+        return jnp.sum(x_a, axis=1) + jnp.sum(x_b, axis=0)
+    n = e.num_items
+    return (jax.ops.segment_sum(x_a, e.i, n, indices_are_sorted=False)
+            + jax.ops.segment_sum(x_b, e.j, n, indices_are_sorted=False))
+
+
+def incidence_t(e, x):
+    """``W^T x`` with ``W`` the incidence matrix (row k = e_i - e_j)."""
+    return item_sums(e, x, -x)
+
+
+def laplacian(e, w):
     """``W^T diag(w) W``: weighted graph Laplacian ``[N, N]`` (METHODS.md §2)."""
-    n = c.num_items
-    if _use_dense(c):
-        oa, ob = one_hot(c)
-        d = oa - ob
-        return d.T @ (w[:, None] * d)
-    lap = jnp.zeros((n, n), w.dtype)
-    lap = lap.at[c.i, c.i].add(w).at[c.j, c.j].add(w)
-    return lap.at[c.i, c.j].add(-w).at[c.j, c.i].add(-w)
+    n = e.num_items
+    if _is_dense(e):
+        ws = w + w.T
+        return jnp.diag(jnp.sum(ws, axis=1)) - ws
+    idx = jnp.concatenate([e.i * (n + 1), e.j * (n + 1), e.i * n + e.j, e.j * n + e.i])
+    return jax.ops.segment_sum(jnp.concatenate([w, w, -w, -w]), idx, n * n).reshape(n, n)
 
 
-def adjacency(c):
-    """Bool ``[N, N]``: items joined by a comparison of non-zero weight."""
-    live = (c.weight > 0).astype(c.p.dtype)
-    if _use_dense(c):
-        oa, ob = one_hot(c)
-        a = oa.T @ (live[:, None] * ob)
+def adjacency(e, w):
+    """Bool ``[N, N]``: items joined by an edge of non-zero weight ``w`` (in ``e``'s space)."""
+    if _is_dense(e):
+        a = w != 0
     else:
-        n = c.num_items
-        a = jnp.zeros((n, n), c.p.dtype).at[c.i, c.j].add(live)
-    a = a > 0
+        n = e.num_items
+        a = jax.ops.segment_sum((w != 0).astype(jnp.float32), e.i * n + e.j, n * n).reshape(n, n) > 0
     return a | a.T
 
 
-def components(c):
+SQUARING_MAX_ITEMS = 64
+""":func:`components` uses boolean matrix squaring up to this many items, label propagation above."""
+
+
+def components(c, *, e=None, w=None):
     """Connected-component label of every item: the smallest item index in its component.
 
-    Label propagation (``label_a <- min over neighbours``) in a ``while_loop``;
-    it stops when no label changes (at most the graph's diameter + 1 sweeps).
-    Items in no comparison (and padded items) are their own component.
+    For ``N <= SQUARING_MAX_ITEMS`` the reachability matrix comes from
+    ``ceil(log2 N)`` boolean squarings of ``A + I`` (small matmuls, no loop);
+    above, label propagation (``label_a <- min over neighbours``) runs in a
+    ``while_loop`` until no label changes (at most the graph's diameter + 1
+    sweeps). Items in no comparison (and padded items) are their own component.
+    ``e`` and ``w`` (the comparison weights in that edge space) can be passed
+    when the caller has them already.
     """
-    n = c.num_items
-    adj = adjacency(c) | jnp.eye(n, dtype=bool)
+    if e is None:
+        e = edges(c)
+    if w is None:
+        w = reduce(e, c.weight)
+    n = e.num_items
+    adj = adjacency(e, w) | jnp.eye(n, dtype=bool)
+    if n <= SQUARING_MAX_ITEMS:
+        reach = adj.astype(jnp.float32)
+        for _ in range(max(0, (n - 1).bit_length())):
+            reach = (reach @ reach > 0).astype(jnp.float32)
+        return jnp.argmax(reach > 0, axis=1).astype(jnp.int32)
     big = jnp.int32(n)
 
     def sweep(labels):
@@ -139,6 +200,67 @@ def centre_per_component(s, labels):
 
 
 def psd_solve(a, b):
-    """Solve ``a x = b`` for symmetric positive-definite ``a`` (Cholesky)."""
+    """Solve ``a x = b`` for symmetric positive-definite ``a`` (Cholesky); ``b`` is ``[N]`` or ``[N, K]``."""
     cf = jax.scipy.linalg.cho_factor(a, lower=True)
+    if b.ndim == a.ndim - 1:
+        return jax.scipy.linalg.cho_solve(cf, b[..., None])[..., 0]
     return jax.scipy.linalg.cho_solve(cf, b)
+
+
+def flatten_batch(c):
+    """``(c with one batch axis [B, ...], batch_shape)`` for ``c`` of any batch shape (``B = 1`` if none)."""
+    shape = c.i.shape[:-1]
+    b = math.prod(shape)
+    flat = jax.tree.map(lambda x: x.reshape((b,) + x.shape[len(shape):]), c)
+    return flat, shape
+
+
+def unflatten_batch(tree, shape):
+    """Undo :func:`flatten_batch` on every leaf of ``tree`` (leading axis ``B``)."""
+    return jax.tree.map(lambda x: x.reshape(shape + x.shape[1:]), tree)
+
+
+TAIL_FRACTION = 32
+""":func:`while_per_context` moves the last ``B // TAIL_FRACTION`` running contexts to a small batch."""
+
+
+def while_per_context(cont, step, operands, state):
+    """Iterate ``state <- step(operands, state)`` per context while ``cont(state)``, over a batch ``[B]``.
+
+    The same result as ``jax.vmap`` of a ``lax.while_loop`` (every context stops
+    on its own, later steps leave its state unchanged), but cheaper when a few
+    contexts need many more iterations than the rest: once at most
+    ``K = B // TAIL_FRACTION`` contexts are still running, those ``K`` (chosen by
+    ``lax.top_k``, a static size) are gathered into a small batch that finishes
+    alone, and are scattered back. Under a vmapped ``while_loop`` the whole
+    batch would pay for the slowest context.
+
+    Args:
+        cont: ``state -> bool`` for one context: keep iterating.
+        step: ``(operands, state) -> state`` for one context.
+        operands: pytree with leading axis ``B``, fixed during the loop.
+        state: pytree with leading axis ``B``.
+
+    Returns:
+        The final state, leading axis ``B``.
+    """
+    vcont = jax.vmap(cont)
+    vstep = jax.vmap(step)
+
+    def masked_step(ops, st):
+        run = vcont(st)
+        new = vstep(ops, st)
+        return jax.tree.map(lambda a, b: jnp.where(run.reshape(run.shape + (1,) * (a.ndim - 1)), a, b), new, st)
+
+    def loop(ops, st, limit):
+        return jax.lax.while_loop(lambda s: jnp.sum(vcont(s)) > limit, lambda s: masked_step(ops, s), st)
+
+    b = jax.tree.leaves(state)[0].shape[0]
+    k = b // TAIL_FRACTION
+    if k < 1:
+        return loop(operands, state, 0)
+    state = loop(operands, state, k)
+    _, idx = jax.lax.top_k(vcont(state).astype(jnp.int32), k)
+    take = lambda t: jax.tree.map(lambda x: x[idx], t)
+    sub = loop(take(operands), take(state), 0)
+    return jax.tree.map(lambda x, y: x.at[idx].set(y), state, sub)

@@ -95,15 +95,8 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
 
 
 def _permutation_average_one(c):
-    n = c.num_items
     w = c.weight
-    if _graph._use_dense(c):
-        oa, ob = _graph.one_hot(c)
-        wsum = oa.T @ (w[:, None] * ob)
-        psum = oa.T @ ((w * c.p)[:, None] * ob)
-    else:
-        wsum = jnp.zeros((n, n), w.dtype).at[c.i, c.j].add(w)
-        psum = jnp.zeros((n, n), w.dtype).at[c.i, c.j].add(w * c.p)
+    wsum, psum = _graph.reduce(_graph.edges(c, dense=True), w, w * c.p)
     rev_w = wsum[c.j, c.i]
     rev_p = psum[c.j, c.i] / jnp.where(rev_w > 0, rev_w, 1)
     return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)

@@ -45,6 +45,32 @@ def test_two_batch_axes(name):
     np.testing.assert_allclose(np.asarray(f(b2)).reshape(6, -1), f(b), atol=1e-5)
 
 
+@pytest.mark.parametrize("fit", ["bradley_terry", "poe_bradley_terry"])
+def test_straggler_compaction_gives_the_one_by_one_results(fit):
+    """Batches of >= 32 contexts finish their slowest contexts in a compacted sub-batch.
+
+    Mixed difficulties (near-separable contexts need many more iterations) must
+    give exactly the per-context results and iteration counts.
+    """
+    rng = np.random.default_rng(11)
+    ctxs = []
+    for k in range(70):
+        n = int(rng.integers(3, 10))
+        i, j, p, _, _ = ref.random_context(rng, n, int(rng.integers(n, 3 * n)), bias=0.2)
+        if k % 7 == 0:
+            p = np.where(p > 0.5, 0.999, 0.001).astype(np.float32)   # nearly separable: slow
+        ctxs.append(jr.Comparisons.from_pairs(i, j, p, num_items=n))
+    batch = jr.stack_contexts(ctxs, num_items=10, num_comparisons=30)
+    solve = {"bradley_terry": jr.fit_bradley_terry, "poe_bradley_terry": jr.fit_poe_bradley_terry}[fit]
+    out = solve(batch)
+    its = np.asarray(out.iterations)
+    assert its.max() > np.median(its)                    # the tail path is really exercised
+    for k, c in enumerate(ctxs):
+        one = solve(jr.stack_contexts([c], num_items=10, num_comparisons=30))
+        np.testing.assert_allclose(out.scores[k], one.scores[0], atol=1e-5, err_msg=f"context {k}")
+        assert its[k] == int(one.iterations[0]), k
+
+
 @pytest.mark.parametrize("name", ["poe_gaussian", "poe_bradley_terry", "average_probability"])
 def test_explicit_vmap_matches_batched_call(name):
     b = jr.stack_contexts(_contexts([(6, 12), (8, 15), (5, 9)], seed=4))
@@ -52,16 +78,17 @@ def test_explicit_vmap_matches_batched_call(name):
     np.testing.assert_allclose(jax.vmap(f)(b), f(b), atol=1e-5)
 
 
-def test_dense_one_hot_path_matches_scatter_path(monkeypatch):
+@pytest.mark.parametrize("shape", [(30, 120), (6, 40)])
+def test_dense_edge_space_matches_sparse(monkeypatch, shape):
     from jaxrank import _graph
-    (c,) = _contexts([(30, 120)], seed=5)
-    monkeypatch.setattr(_graph, "DENSE_MAX_ITEMS", 0)
+    (c,) = _contexts([shape], seed=5)
+    monkeypatch.setattr(_graph, "DENSE_RATIO", 0.0)
     jax.clear_caches()
-    scatter = {k: np.asarray(jr.SCORERS[k](c)) for k in ALL}
-    monkeypatch.setattr(_graph, "DENSE_MAX_ITEMS", 10**9)
+    sparse = {k: np.asarray(jr.SCORERS[k](c)) for k in ALL}
+    monkeypatch.setattr(_graph, "DENSE_RATIO", float("inf"))
     jax.clear_caches()
     for k in ALL:
-        np.testing.assert_allclose(jr.SCORERS[k](c), scatter[k], atol=2e-4, err_msg=k)
+        np.testing.assert_allclose(jr.SCORERS[k](c), sparse[k], atol=2e-4, err_msg=k)
     jax.clear_caches()
 
 

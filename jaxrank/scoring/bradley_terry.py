@@ -54,7 +54,15 @@ class BradleyTerrySolution(NamedTuple):
     converged: jax.Array
 
 
-def _fit_one(c: Comparisons, prior, method, tol, max_iter):
+class _Problem(NamedTuple):
+    e: _graph.Edges
+    a: jax.Array      # wins of i over j per edge (with the prior)
+    b: jax.Array      # wins of j over i per edge
+    live: jax.Array   # [N] items in at least one comparison
+    proj: jax.Array   # [N, N] per-component projector
+
+
+def _prepare(c: Comparisons, prior):
     dt = c.p.dtype
     y = decisions(c.p)
     live = _graph.item_sums(c, c.weight, c.weight) > 0
@@ -63,45 +71,52 @@ def _fit_one(c: Comparisons, prior, method, tol, max_iter):
         pr = 1.0 / jnp.maximum(n_real - 1, 1).astype(dt)
     else:
         pr = jnp.asarray(prior, dt)
-    a = c.weight * (y + pr)          # wins of i over j
-    b = c.weight * (1 - y + pr)      # wins of j over i
-    labels = _graph.components(c)
-    proj = _graph.component_projector(labels, dt)
-    wins = _graph.item_sums(c, a, b)
+    e = _graph.edges(c)
+    a, b = _graph.reduce(e, c.weight * (y + pr), c.weight * (1 - y + pr))
+    proj = _graph.component_projector(_graph.components(c, e=e, w=a + b), dt)
+    return _Problem(e, a, b, live, proj)
 
-    def step(s):
-        r = jnp.exp(s)
-        inv = 1.0 / (r[c.i] + r[c.j])
-        if method == "zermelo":
-            num = wins
-            den = _graph.item_sums(c, (a + b) * inv, (a + b) * inv)
-        else:
-            num = _graph.item_sums(c, a * r[c.j] * inv, b * r[c.i] * inv)
-            den = _graph.item_sums(c, b * inv, a * inv)
-        s = jnp.log(jnp.where(live, num / jnp.where(live, den, 1), 1))
-        return s - proj @ s
 
-    def cond(state):
-        _, _, it, done = state
-        return (~done) & (it < max_iter)
-
-    def body(state):
-        s, prev_step, it, _ = state
-        delta = step(s) - s
-        # Newman's iteration can fall into a period-2 cycle on tiny, nearly separable
-        # components; halving an item's step when its direction flips breaks the
-        # cycle and leaves the fixed point unchanged.
-        delta = jnp.where(delta * prev_step < 0, 0.5 * delta, delta)
-        s_new = s + delta
-        s_new = s_new - proj @ s_new
-        r, r_new = jnp.exp(s), jnp.exp(s_new)
-        return s_new, delta, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
-
-    z = jnp.zeros(c.num_items, dt)
-    s, _, it, done = jax.lax.while_loop(cond, body, (z, z, jnp.int32(0), jnp.bool_(False)))
+def _update(pr: _Problem, s, method):
+    """One Zermelo/MM or Newman update of the log-strengths ``s`` (centred per component)."""
+    e, a, b = pr.e, pr.a, pr.b
     r = jnp.exp(s)
-    s = jnp.where(c.item_mask & live, jnp.log(r), 0)
-    return BradleyTerrySolution(s - proj @ s, it, done)
+    ri, rj = _graph.head(e, r), _graph.tail(e, r)
+    inv = 1.0 / (ri + rj)
+    if method == "zermelo":
+        num = _graph.item_sums(e, a, b)
+        den = _graph.item_sums(e, (a + b) * inv, (a + b) * inv)
+    else:
+        num = _graph.item_sums(e, a * rj * inv, b * ri * inv)
+        den = _graph.item_sums(e, b * inv, a * inv)
+    s = jnp.log(jnp.where(pr.live, num / jnp.where(pr.live, den, 1), 1))
+    return s - pr.proj @ s
+
+
+def _step(pr: _Problem, state, method, tol):
+    s, prev_step, it, _ = state
+    delta = _update(pr, s, method) - s
+    # Newman's iteration can fall into a period-2 cycle on tiny, nearly separable
+    # components; halving an item's step when its direction flips breaks the
+    # cycle and leaves the fixed point unchanged.
+    delta = jnp.where(delta * prev_step < 0, 0.5 * delta, delta)
+    s_new = s + delta
+    s_new = s_new - pr.proj @ s_new
+    r, r_new = jnp.exp(s), jnp.exp(s_new)
+    return s_new, delta, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
+
+
+def _fit_flat(c: Comparisons, prior, method, tol, max_iter):
+    """Fit a batch ``[B]`` of contexts (``_graph.while_per_context``)."""
+    pr = jax.vmap(functools.partial(_prepare, prior=prior))(c)
+    z = jnp.zeros(c.item_mask.shape, c.p.dtype)
+    b = z.shape[0]
+    state = (z, z, jnp.zeros(b, jnp.int32), jnp.zeros(b, bool))
+    cont = lambda st: (~st[3]) & (st[2] < max_iter)
+    step = functools.partial(_step, method=method, tol=tol)
+    s, _, it, done = _graph.while_per_context(cont, step, pr, state)
+    s = jnp.where(c.item_mask & pr.live, s, 0)
+    return BradleyTerrySolution(s - jnp.einsum("bnm,bm->bn", pr.proj, s), it, done)
 
 
 def _check(prior, method, tol, max_iter):
@@ -117,7 +132,8 @@ def _check(prior, method, tol, max_iter):
 
 @functools.partial(jax.jit, static_argnames=("prior", "method", "tol", "max_iter"))
 def _fit(c, prior, method, tol, max_iter):
-    return _graph.batched(_fit_one, c, prior=prior, method=method, tol=tol, max_iter=max_iter)
+    flat, shape = _graph.flatten_batch(c)
+    return _graph.unflatten_batch(_fit_flat(flat, prior, method, tol, max_iter), shape)
 
 
 def fit_bradley_terry(c: Comparisons, *, prior=None, method="newman", tol=1e-3,

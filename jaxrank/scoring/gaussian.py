@@ -62,11 +62,13 @@ def _targets(c: Comparisons, debias, hard):
 
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     y = alpha * _targets(c, debias, hard)
-    lap = _graph.laplacian(c, c.weight)
-    proj = _graph.component_projector(_graph.components(c), lap.dtype)
+    e = _graph.edges(c)
+    w, wy = _graph.reduce(e, c.weight, c.weight * y)
+    lap = _graph.laplacian(e, w)
+    proj = _graph.component_projector(_graph.components(c, e=e, w=w), lap.dtype)
     a = lap + proj
     cf = jax.scipy.linalg.cho_factor(a, lower=True)
-    s = jax.scipy.linalg.cho_solve(cf, _graph.incidence_t(c, c.weight * y))
+    s = jax.scipy.linalg.cho_solve(cf, _graph.incidence_t(e, wy)[:, None])[:, 0]
     if not with_cov:
         return s
     eye = jnp.eye(c.num_items, dtype=a.dtype)

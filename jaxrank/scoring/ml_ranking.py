@@ -29,13 +29,8 @@ __all__ = ["max_likelihood_ranking"]
 
 def _gain_matrix(c, eps):
     p = jnp.clip(c.p, eps, 1 - eps)
-    n = c.num_items
-    la, lb = c.weight * jnp.log(p), c.weight * jnp.log1p(-p)
-    if _graph._use_dense(c):
-        oa, ob = _graph.one_hot(c)
-        return oa.T @ (la[:, None] * ob) + ob.T @ (lb[:, None] * oa)
-    g = jnp.zeros((n, n), p.dtype)
-    return g.at[c.i, c.j].add(la).at[c.j, c.i].add(lb)
+    la, lb = _graph.reduce(_graph.edges(c, dense=True), c.weight * jnp.log(p), c.weight * jnp.log1p(-p))
+    return la + lb.T
 
 
 def _local_search_one(c, init, eps, tol, max_moves):

@@ -19,8 +19,10 @@ the comparison set cannot identify it).
 
 Each context is solved to tight tolerance by Newton's method on the exact
 Laplacian-structured Hessian (anchored per connected component like PoE-g),
-with a vectorised Armijo backtracking line search; a ``lax.while_loop`` keeps
-per-context state, so contexts of a batch converge independently. Gradients
+with an Armijo backtracking line search that tries the full step first; a
+``lax.while_loop`` keeps per-context state, so contexts of a batch converge
+independently. Small, dense contexts work on ``[N, N]`` aggregated edges
+(``_graph.edges``), so an iteration does no gather or scatter. Gradients
 with respect to ``p`` and ``weight`` use implicit differentiation through the
 optimality condition ``grad f(x*) = 0`` (one extra linear solve), never
 unrolling the iterations.
@@ -43,7 +45,7 @@ from jaxrank.comparisons import Comparisons
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
 
-_STEPS = 12  # line-search candidates 1, 1/2, ..., 2^-11
+_STEPS = 30  # at most 30 halvings of the Newton step (Armijo backtracking)
 
 
 class SoftBTSolution(NamedTuple):
@@ -87,126 +89,195 @@ def _fixed_gamma(c, mode, eps):
     return jnp.zeros((), c.p.dtype)
 
 
-def _split(x, c, mode, eps):
-    n = c.num_items
+class _Problem(NamedTuple):
+    """One context's likelihood data in its edge space (``_graph.edges``)."""
+
+    e: _graph.Edges
+    w: jax.Array      # summed comparison weights per edge
+    wp: jax.Array     # summed w * clip(p) per edge
+    gamma: jax.Array  # the fixed gamma (unused when learnt)
+
+
+def _problem(c, mode, eps):
+    e = _graph.edges(c)
+    w, wp = _graph.reduce(e, c.weight, c.weight * _clipped_p(c, eps))
+    return _Problem(e, w, wp, _fixed_gamma(c, mode, eps))
+
+
+def _split(x, pr, mode):
+    n = pr.e.num_items
     if mode == "learn":
         return x[:n], x[n]
-    return x, _fixed_gamma(c, mode, eps)
+    return x, pr.gamma
 
 
-def _nll(x, c, mode, eps, gamma_prior, score_prior):
-    s, g = _split(x, c, mode, eps)
-    d = _graph.incidence(c, s) - g
-    p = _clipped_p(c, eps)
-    f = -jnp.sum(c.weight * (p * jax.nn.log_sigmoid(d) + (1 - p) * jax.nn.log_sigmoid(-d)))
+def _nll_p(x, pr, mode, gamma_prior, score_prior):
+    # sum_k w [p log sig(d) + (1 - p) log sig(-d)] = sum_k [w log sig(d) - (w - w p) d]
+    s, g = _split(x, pr, mode)
+    d = _graph.incidence(pr.e, s) - g
+    f = -jnp.sum(pr.w * jax.nn.log_sigmoid(d) - (pr.w - pr.wp) * d)
     f = f + 0.5 * score_prior * jnp.sum(s**2)
     if mode == "learn":
         f = f + 0.5 * gamma_prior * g**2
     return f
 
 
-def _grad(x, c, mode, eps, gamma_prior, score_prior):
-    s, g = _split(x, c, mode, eps)
-    q = jax.nn.sigmoid(_graph.incidence(c, s) - g)
-    r = c.weight * (q - _clipped_p(c, eps))
-    gs = _graph.incidence_t(c, r) + score_prior * s
+def _grad_p(x, pr, mode, gamma_prior, score_prior):
+    s, g = _split(x, pr, mode)
+    r = pr.w * jax.nn.sigmoid(_graph.incidence(pr.e, s) - g) - pr.wp
+    gs = _graph.incidence_t(pr.e, r) + score_prior * s
     if mode == "learn":
         return jnp.concatenate([gs, (-jnp.sum(r) + gamma_prior * g)[None]])
     return gs
 
 
-def _hessian(x, c, mode, eps, gamma_prior, score_prior, proj):
+def _hessian_p(x, pr, mode, gamma_prior, score_prior, proj):
     """Exact Hessian plus the per-component anchor ``P`` on the score block.
 
     ``P`` acts only on per-component constants, along which the gradient is
     always 0 (and the scores stay centred), so it never changes a Newton step
     or the implicit derivative; it only makes the system definite.
     """
-    s, g = _split(x, c, mode, eps)
-    q = jax.nn.sigmoid(_graph.incidence(c, s) - g)
-    h = c.weight * jnp.maximum(q * (1 - q), 1e-12)
-    hss = _graph.laplacian(c, h) + proj + score_prior * jnp.eye(c.num_items, dtype=h.dtype)
+    s, g = _split(x, pr, mode)
+    q = jax.nn.sigmoid(_graph.incidence(pr.e, s) - g)
+    h = pr.w * jnp.maximum(q * (1 - q), 1e-12)
+    hss = _graph.laplacian(pr.e, h) + proj + score_prior * jnp.eye(pr.e.num_items, dtype=h.dtype)
     if mode != "learn":
         return hss
-    hsg = -_graph.incidence_t(c, h)
+    hsg = -_graph.incidence_t(pr.e, h)
     hgg = jnp.sum(h) + gamma_prior
     top = jnp.concatenate([hss, hsg[:, None]], axis=1)
     bottom = jnp.concatenate([hsg, hgg[None]])[None, :]
     return jnp.concatenate([top, bottom], axis=0)
 
 
-def _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    dt = c.p.dtype
-    n = c.num_items + (1 if mode == "learn" else 0)
-    proj = _graph.component_projector(_graph.components(c), dt)
-    steps = 0.5 ** jnp.arange(_STEPS, dtype=dt)
-    kw = dict(c=c, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior)
-    fun = functools.partial(_nll, **kw)
-    grad = functools.partial(_grad, **kw)
+def _nll(x, c, mode, eps, gamma_prior, score_prior):
+    """Negative log-likelihood (PoE eq. 3) of ``x = s`` or ``x = [s, gamma]`` for one context."""
+    return _nll_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior)
+
+
+def _grad(x, c, mode, eps, gamma_prior, score_prior):
+    """Gradient of :func:`_nll` in ``x``."""
+    return _grad_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior)
+
+
+def _hessian(x, c, mode, eps, gamma_prior, score_prior, proj):
+    """Hessian of :func:`_nll` in ``x`` plus ``proj`` on the score block."""
+    return _hessian_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior, proj)
+
+
+def _newton_step(ops, state, mode, gamma_prior, score_prior, tol):
+    """One damped Newton step for one context; ``state = (x, f, it, stop, converged)``."""
+    pr, proj = ops
+    x, f, it, _, _ = state
+    dt = x.dtype
+    fun = functools.partial(_nll_p, pr=pr, mode=mode, gamma_prior=gamma_prior, score_prior=score_prior)
+    g = _grad_p(x, pr, mode, gamma_prior, score_prior)
+    delta = -_graph.psd_solve(_hessian_p(x, pr, mode, gamma_prior, score_prior, proj), g)
+    slope = jnp.dot(g, delta)
     rounding = 16 * jnp.finfo(dt).eps
+    bound = lambda t: f + 1e-4 * t * slope + rounding * jnp.abs(f)
 
-    games = _graph.item_sums(c, c.weight, c.weight)
+    # Backtracking (Armijo): the full step is tried first and nearly always
+    # accepted, so this usually costs one evaluation of the likelihood.
+    def ls_cond(ls):
+        t, ft, k = ls
+        return ~(ft <= bound(t)) & (k < _STEPS)
+
+    def ls_body(ls):
+        t, _, k = ls
+        t = 0.5 * t
+        return t, fun(x + t * delta), k + 1
+
+    t, ft, _ = jax.lax.while_loop(ls_cond, ls_body, (jnp.ones((), dt), fun(x + delta), jnp.int32(1)))
+    ok = ft <= bound(t)
+    t = jnp.where(ok, t, 0.0)
+    games = _graph.item_sums(pr.e, pr.w, pr.w)
     gtol = 64 * jnp.finfo(dt).eps * jnp.maximum(1.0, jnp.max(games))
+    converged = (jnp.max(jnp.abs(t * delta)) < tol) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
+    return x + t * delta, jnp.where(ok, ft, f), it + 1, converged | ~ok, converged
 
-    def body(state):
-        x, f, it, _, _ = state
-        g = grad(x)
-        delta = -_graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), g)
-        slope = jnp.dot(g, delta)
-        trial = jax.vmap(lambda t: fun(x + t * delta))(steps)
-        ok = trial <= f + 1e-4 * steps * slope + rounding * jnp.abs(f)
-        t = jnp.where(jnp.any(ok), steps[jnp.argmax(ok)], 0.0)
-        x_new = x + t * delta
-        f_new = jnp.where(t > 0, trial[jnp.argmax(ok)], f)
-        converged = (jnp.max(jnp.abs(t * delta)) < tol) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
-        return x_new, f_new, it + 1, converged | (t == 0), converged
 
-    def cond(state):
-        _, _, it, stop, _ = state
-        return (~stop) & (it < max_iter)
+def _start(pr, mode, proj):
+    """Least-squares fit of ``s_i - s_j - gamma`` to ``logit(p)`` (one Laplacian solve).
 
-    x0 = jnp.zeros(n, dt)
-    init = (x0, fun(x0), jnp.int32(0), jnp.bool_(False), jnp.bool_(False))
-    x, _, it, _, done = jax.lax.while_loop(cond, body, init)
+    The soft-BT optimum matches the edges' mean logits wherever the graph lets it;
+    starting there saves Newton steps when probabilities are far from 1/2.
+    """
+    pbar = pr.wp / jnp.where(pr.w > 0, pr.w, 1)
+    z = jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+    s = _graph.psd_solve(_graph.laplacian(pr.e, pr.w) + proj, _graph.incidence_t(pr.e, pr.w * z))
+    if mode == "learn":
+        return jnp.concatenate([s, pr.gamma[None]])
+    return s
+
+
+def _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    """Newton's method on a batch ``[B]`` of contexts (``_graph.while_per_context``)."""
+    pr = jax.vmap(functools.partial(_problem, mode=mode, eps=eps))(c)
+
+    def init(pr1, proj1):
+        x0 = _start(pr1, mode, proj1)
+        f0 = _nll_p(x0, pr1, mode, gamma_prior, score_prior)
+        return x0, f0, jnp.int32(0), jnp.bool_(False), jnp.bool_(False)
+
+    state = jax.vmap(init)(pr, proj)
+    cont = lambda st: (~st[3]) & (st[2] < max_iter)
+    step = functools.partial(_newton_step, mode=mode, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol)
+    x, _, it, _, done = _graph.while_per_context(cont, step, (pr, proj), state)
     return x, it, done
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4, 5, 6))
-def _argmin(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    return _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6, 7))
+def _argmin(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    return _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
 
 
-def _argmin_fwd(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    out = _newton(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
-    return out, (c, out[0])
+def _argmin_fwd(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    out = _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
+    return out, (c, proj, out[0])
 
 
 def _argmin_bwd(mode, eps, gamma_prior, score_prior, tol, max_iter, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
-    c, x = res
-    proj = _graph.component_projector(_graph.components(c), x.dtype)
-    u = _graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), ct[0])
-    _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, eps, gamma_prior, score_prior), c)
-    (ct_c,) = vjp(-u)
-    return (ct_c,)
+    def one(c, proj, x, ctx):
+        u = _graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), ctx)
+        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, eps, gamma_prior, score_prior), c)
+        return vjp(-u)[0]
+
+    c, proj, x = res
+    return jax.vmap(one)(c, proj, x, ct[0]), jnp.zeros_like(proj)
 
 
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 
-def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    x, it, done = _argmin(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
-    s, g = _split(x, c, mode, eps)
-    labels = _graph.components(c)
+def _finish(c, labels, x, it, done, mode, eps, gamma_prior, score_prior):
+    n = c.num_items
+    s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, eps))
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
     gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, eps, gamma_prior, score_prior)))
     return SoftBTSolution(s, g, it, done, gn)
 
 
+def _fit_flat(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    labels = jax.vmap(_graph.components)(c)
+    proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
+    x, it, done = _argmin(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
+    fin = functools.partial(_finish, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior)
+    return jax.vmap(fin)(c, labels, x, it, done)
+
+
+def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+    """:class:`SoftBTSolution` of one context (unbatched ``c``)."""
+    flat = jax.tree.map(lambda x: x[None], c)
+    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, eps, gamma_prior, score_prior, tol, max_iter))
+
+
 @functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
 def _fit(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    return _graph.batched(_fit_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior,
-                          tol=tol, max_iter=max_iter)
+    flat, shape = _graph.flatten_batch(c)
+    return _graph.unflatten_batch(_fit_flat(flat, mode, eps, gamma_prior, score_prior, tol, max_iter), shape)
 
 
 def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
