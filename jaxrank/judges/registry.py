@@ -116,6 +116,9 @@ def _concatenate(spec: ModelSpec, parts: list[Path]) -> Path:
                 with open(p, "rb") as src:
                     while chunk := src.read(1 << 24):
                         out.write(chunk)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o644 & ~umask)   # mkstemp creates 0600
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
