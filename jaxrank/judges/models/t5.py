@@ -62,24 +62,18 @@ class T5Config:
     """Hyper-parameters of a T5 encoder-decoder (field names as in config.json).
 
     Attributes:
-        vocab_size: Rows of the shared embedding / LM head.
-        d_model: Hidden size.
-        d_kv: Size of one attention head.
-        d_ff: Inner size of the feed-forward block.
-        num_layers: Encoder blocks.
-        num_decoder_layers: Decoder blocks.
-        num_heads: Attention heads.
-        relative_attention_num_buckets: Buckets of the relative position bias.
-        relative_attention_max_distance: Distance beyond which buckets saturate.
+        vocab_size, d_model, d_kv, d_ff, num_layers, num_decoder_layers, num_heads:
+            Sizes as in transformers' ``T5Config`` (``d_kv`` = size of one head).
+        relative_attention_num_buckets, relative_attention_max_distance:
+            Relative position bucketing (see :func:`relative_position_bucket`).
         layer_norm_epsilon: Epsilon of the RMS norm.
-        dense_act_fn: Feed-forward activation name (``gelu_new`` for v1.1).
-        is_gated_act: Gated feed-forward (``wi_0``/``wi_1``) as in v1.1.
+        dense_act_fn, is_gated_act: Feed-forward activation and gating
+            (v1.1: ``gelu_new`` gated; original T5: ``relu`` plain).
         scale_decoder_outputs: Multiply decoder outputs by ``d_model**-0.5``
             before the LM head (original T5 only).
         tie_word_embeddings: LM head is the shared embedding (no ``lm_head``).
-        pad_token_id: Padding id (also used after EOS in :meth:`generate`).
-        eos_token_id: End-of-sequence id.
-        decoder_start_token_id: First decoder input id (the pad id for T5).
+        pad_token_id, eos_token_id, decoder_start_token_id: Special ids (the
+            start id is the pad id for T5).
     """
 
     vocab_size: int
@@ -109,12 +103,6 @@ class T5Config:
         follows ``scale_decoder_outputs`` when present (transformers >= 5), else
         ``tie_word_embeddings is not False`` (transformers 4 convention).
 
-        Args:
-            config_dict: Parsed config.json.
-
-        Returns:
-            The config.
-
         Raises:
             ValueError: For a non-T5 model type, an unknown activation or a
                 feed-forward spec transformers would reject.
@@ -136,29 +124,21 @@ class T5Config:
                 f"supported: {sorted(_ACTIVATIONS)}"
             )
         tie = d.get("tie_word_embeddings", True) is not False
-        scale = d.get("scale_decoder_outputs", tie)
-        num_layers = int(d.get("num_layers", 6))
-        ndec = d.get("num_decoder_layers")
+        nl = int(d.get("num_layers", 6))
         eos = d.get("eos_token_id", 1)
-        if isinstance(eos, (list, tuple)):
-            eos = eos[0]
-        pad = d.get("pad_token_id", 0)
-        pad = 0 if pad is None else int(pad)
+        eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+        pad = int(d.get("pad_token_id") or 0)
         start = d.get("decoder_start_token_id")
         return cls(
-            vocab_size=int(d["vocab_size"]),
-            d_model=int(d["d_model"]),
-            d_kv=int(d["d_kv"]),
-            d_ff=int(d["d_ff"]),
-            num_layers=num_layers,
-            num_decoder_layers=int(ndec) if ndec is not None else num_layers,
-            num_heads=int(d["num_heads"]),
+            **{k: int(d[k]) for k in ("vocab_size", "d_model", "d_kv", "d_ff", "num_heads")},
+            num_layers=nl,
+            num_decoder_layers=int(d.get("num_decoder_layers") or nl),
             relative_attention_num_buckets=int(d.get("relative_attention_num_buckets", 32)),
             relative_attention_max_distance=int(d.get("relative_attention_max_distance", 128)),
             layer_norm_epsilon=float(d.get("layer_norm_epsilon", 1e-6)),
             dense_act_fn=act,
             is_gated_act=parts[0] == "gated",
-            scale_decoder_outputs=bool(scale),
+            scale_decoder_outputs=bool(d.get("scale_decoder_outputs", tie)),
             tie_word_embeddings=tie,
             pad_token_id=pad,
             eos_token_id=1 if eos is None else int(eos),
@@ -198,12 +178,6 @@ def relative_position_bucket(rel: jax.Array, bidirectional: bool, num_buckets: i
     ).astype(rel.dtype)
     large = jnp.minimum(large, num_buckets - 1)
     return (buckets + jnp.where(is_small, rel, large)).astype(jnp.int32)
-
-
-def _linear(x: jax.Array, w: nnx.Param) -> jax.Array:
-    """``x @ W^T`` for a PyTorch-layout weight ``W [out, in]``."""
-    w = w[...]
-    return jnp.einsum("...i,oi->...o", x.astype(w.dtype), w)
 
 
 def _param(shape, dtype) -> nnx.Param:
@@ -270,7 +244,8 @@ class _Lin(nnx.Module):
         self.weight = _param((out_dim, in_dim), dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return _linear(x, self.weight)
+        w = self.weight[...]
+        return jnp.einsum("...i,oi->...o", x.astype(w.dtype), w)
 
 
 class _Emb(nnx.Module):
@@ -578,32 +553,24 @@ def load_state_dict(
         raise KeyError("T5 load_state_dict: config has tie_word_embeddings=False but 'lm_head.weight' is missing")
     config = dataclasses.replace(config, tie_word_embeddings=not untied)
     model = nnx.eval_shape(lambda: T5ForConditionalGeneration(config, dtype))
-    return _fill(model, t, dtype, ignore=("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight")
-                 + _IGNORED, what="T5")
-
-
-def _fill(model: nnx.Module, t: Mapping[str, np.ndarray], dtype, ignore: tuple[str, ...], what: str):
-    """Sets every ``nnx.Param`` of an abstract model from ``t`` (names = dotted paths)."""
     missing, used = [], set()
     for path, node in list(nnx.iter_graph(model)):
-        if not isinstance(node, nnx.Param):
-            continue
-        name = ".".join(str(p) for p in path)
-        if name not in t:
-            missing.append(name)
-            continue
-        arr = np.asarray(t[name])
-        want = node.get_value().shape
-        if tuple(arr.shape) != tuple(want):
-            raise ValueError(f"{what} load_state_dict: {name} has shape {arr.shape}, expected {want}")
-        node.set_value(jnp.asarray(arr, dtype=dtype))
-        used.add(name)
+        if isinstance(node, nnx.Param):
+            name = ".".join(str(p) for p in path)
+            if name not in t:
+                missing.append(name)
+                continue
+            arr, want = np.asarray(t[name]), node.get_value().shape
+            if tuple(arr.shape) != tuple(want):
+                raise ValueError(f"T5 load_state_dict: {name} has shape {arr.shape}, expected {want}")
+            node.set_value(jnp.asarray(arr, dtype=dtype))
+            used.add(name)
     if missing:
-        raise KeyError(f"{what} load_state_dict: missing tensors: {missing}")
+        raise KeyError(f"T5 load_state_dict: missing tensors: {missing}")
+    ignore = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight") + _IGNORED
     extra = sorted(k for k in t if k not in used and k not in ignore)
     if extra:
-        warnings.warn(f"{what} load_state_dict: ignoring unexpected tensors: {extra[:10]}"
-                      + (f" (+{len(extra) - 10} more)" if len(extra) > 10 else ""), stacklevel=3)
+        warnings.warn(f"T5 load_state_dict: ignoring unexpected tensors: {extra[:10]}", stacklevel=2)
     return model
 
 
