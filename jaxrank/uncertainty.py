@@ -14,16 +14,19 @@ both return a :class:`jaxrank.GaussianPosterior`.
 from __future__ import annotations
 
 import functools
+from statistics import NormalDist
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _graph, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
 
-__all__ = ["laplace_bradley_terry"]
+__all__ = ["laplace_bradley_terry", "posterior_samples", "score_intervals", "rank_intervals", "RankIntervals",
+           "ranking_confidence"]
 
 
 def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
@@ -65,3 +68,187 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
         ``.stderr`` gives every score's standard error.
     """
     return _laplace(c, *soft_bt._settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
+
+
+# ====================================================================== intervals and ranks
+def _check_level(level):
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    return float(level)
+
+
+def _check_posterior(post):
+    if not isinstance(post, GaussianPosterior):
+        raise ValueError(f"post must be a GaussianPosterior (from laplace_bradley_terry or poe_gaussian_posterior), "
+                         f"got {type(post).__name__}")
+
+
+def score_intervals(post: GaussianPosterior, *, level: float = 0.95) -> tuple[jax.Array, jax.Array]:
+    """Equal-tailed marginal intervals ``mean -/+ z sd`` of every score (Gaussian posterior).
+
+    Args:
+        post: a posterior from :func:`laplace_bradley_terry` (PoE App. A.5) or
+            :func:`jaxrank.poe_gaussian_posterior` (PoE eq. 7-8).
+        level: nominal coverage, e.g. 0.95 (``z = 1.96``).
+
+    Returns:
+        ``(lower, upper)``, each ``[..., N]`` (centred scores, as ``post.mean``).
+    """
+    _check_posterior(post)
+    z = NormalDist().inv_cdf(0.5 + _check_level(level) / 2)
+    half = z * post.stderr
+    return post.mean - half, post.mean + half
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples",))
+def _samples(mean, cov, key, num_samples):
+    lam, u = jnp.linalg.eigh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
+    # the null space (per-component shifts, padded items) is exactly 0 up to rounding: drop it
+    tiny = cov.shape[-1] * jnp.finfo(cov.dtype).eps * jnp.max(jnp.abs(lam), axis=-1, keepdims=True)
+    root = u * jnp.sqrt(jnp.where(lam > 10 * tiny, lam, 0))[..., None, :]
+    z = jax.random.normal(key, (num_samples,) + mean.shape, mean.dtype)
+    return mean + jnp.einsum("...ij,s...j->s...i", root, z)
+
+
+def posterior_samples(post: GaussianPosterior, *, key, num_samples: int) -> jax.Array:
+    """Draw scores from the Gaussian posterior ``N(mean, covariance)`` in one batched call.
+
+    The covariance is singular along per-component shifts (the scores are
+    centred), so samples are drawn as ``mean + U sqrt(Lambda) z`` from its
+    eigendecomposition; every sample is centred like ``mean``.
+
+    Args:
+        post: a :class:`jaxrank.GaussianPosterior`, any batch shape.
+        key: a ``jax.random`` key.
+        num_samples: static number of draws.
+
+    Returns:
+        ``[num_samples, ..., N]`` samples.
+    """
+    _check_posterior(post)
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    return _samples(post.mean, post.covariance, key, num_samples)
+
+
+def _ranks(s, mask):
+    """Rank 1 = best (highest score) among the real items; 0 for padded items."""
+    higher = (s[..., None, :] > s[..., :, None]) & mask[..., None, :]
+    return jnp.where(mask, 1 + jnp.sum(higher, axis=-1), 0).astype(jnp.int32)
+
+
+class RankIntervals(NamedTuple):
+    """Rank uncertainty from posterior samples (rank 1 = best; 0 for padded items).
+
+    Attributes:
+        lower: int ``[..., N]``, the ``(1 - level) / 2`` quantile of the rank (best end).
+        upper: int ``[..., N]``, the ``(1 + level) / 2`` quantile (worst end).
+        median: ``[..., N]`` median rank.
+        mean: ``[..., N]`` expected rank.
+        rank: int ``[..., N]`` rank of the posterior mean.
+    """
+
+    lower: jax.Array
+    upper: jax.Array
+    median: jax.Array
+    mean: jax.Array
+    rank: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("num_samples", "level"))
+def _rank_intervals(mean, cov, mask, key, num_samples, level):
+    s = _samples(mean, cov, key, num_samples)
+    r = _ranks(s, mask)
+    lo = jnp.quantile(r, (1 - level) / 2, axis=0, method="lower")
+    hi = jnp.quantile(r, (1 + level) / 2, axis=0, method="higher")
+    med = jnp.quantile(r.astype(mean.dtype), 0.5, axis=0)
+    return RankIntervals(lo.astype(jnp.int32), hi.astype(jnp.int32), med, jnp.mean(r.astype(mean.dtype), axis=0),
+                         _ranks(mean, mask))
+
+
+def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, level: float = 0.95,
+                   item_mask=None) -> RankIntervals:
+    """Rank intervals by sampling the Gaussian posterior (PoE App. A.5; METHODS.md §4).
+
+    Draws ``num_samples`` score vectors from ``N(mean, covariance)`` in one
+    vmapped call, ranks each (1 = best), and takes equal-tailed quantiles of
+    every item's rank (``"lower"``/``"higher"`` interpolation, so the integer
+    interval has at least the nominal coverage under the posterior).
+
+    Args:
+        post: a :class:`jaxrank.GaussianPosterior`, any batch shape.
+        key: a ``jax.random`` key.
+        num_samples: static number of draws.
+        level: nominal coverage.
+        item_mask: optional bool ``[..., N]`` of real items (padded ones get rank 0).
+
+    Returns:
+        :class:`RankIntervals`.
+    """
+    _check_posterior(post)
+    level = _check_level(level)
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    mask = jnp.ones(post.mean.shape, bool) if item_mask is None else jnp.broadcast_to(
+        jnp.asarray(item_mask, bool), post.mean.shape)
+    return _rank_intervals(post.mean, post.covariance, mask, key, num_samples, level)
+
+
+def _adjacent_confidence(mean, cov, mask):
+    """Mean over adjacent pairs of the posterior-mean ranking of ``P(correct order)``."""
+    n = mean.shape[-1]
+    order = jnp.argsort(jnp.where(mask, -mean, jnp.inf))
+    a, b = order[:-1], order[1:]
+    var = cov[a, a] + cov[b, b] - 2 * cov[a, b]
+    diff = mean[a] - mean[b]
+    z = jnp.where(var > 0, diff / jnp.sqrt(jnp.where(var > 0, var, 1.0)), jnp.where(diff > 0, jnp.inf, 0.0))
+    prob = jax.scipy.stats.norm.cdf(z)
+    n_real = jnp.sum(mask)
+    ok = jnp.arange(n - 1) < n_real - 1
+    return jnp.sum(jnp.where(ok, prob, 0)) / jnp.maximum(jnp.sum(ok), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("rule", "num_samples"))
+def _confidence(mean, cov, mask, key, rule, num_samples):
+    if rule == "adjacent":
+        f = _adjacent_confidence
+        for _ in range(mean.ndim - 1):
+            f = jax.vmap(f)
+        return f(mean, cov, mask)
+    s = _samples(mean, cov, key, num_samples)
+    rho = metrics.spearman(s, jnp.broadcast_to(mean, s.shape), where=jnp.broadcast_to(mask, s.shape))
+    return jnp.nanmean(rho, axis=0)
+
+
+def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=None, num_samples: int = 256,
+                       item_mask=None) -> jax.Array:
+    """How certain the posterior is of the ranking of its mean.
+
+    Args:
+        post: a :class:`jaxrank.GaussianPosterior`, any batch shape.
+        rule: ``"spearman"``: the expected Spearman correlation between the
+            posterior-mean ranking and the true one, ``E_{s ~ N(mean, cov)}
+            rho(s, mean)``, a Monte Carlo average over ``num_samples`` draws
+            (needs ``key``); on the scale of the papers' metric (METHODS.md §7).
+            ``"adjacent"``: the mean over the ``n - 1`` adjacent pairs ``(a, b)`` of
+            the mean ranking of ``P(s_a > s_b) = Phi((m_a - m_b) / sd(s_a - s_b))``
+            (closed form, no sampling).
+        key: a ``jax.random`` key (``"spearman"`` only).
+        num_samples: draws for ``"spearman"``.
+        item_mask: optional bool ``[..., N]`` of real items.
+
+    Returns:
+        ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``).
+    """
+    _check_posterior(post)
+    if rule not in ("spearman", "adjacent"):
+        raise ValueError(f"rule must be 'spearman' or 'adjacent', got {rule!r}")
+    if rule == "spearman" and key is None:
+        raise ValueError("rule='spearman' samples the posterior: pass key=")
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    mask = jnp.ones(post.mean.shape, bool) if item_mask is None else jnp.broadcast_to(
+        jnp.asarray(item_mask, bool), post.mean.shape)
+    if key is None:
+        key = jax.random.key(0)
+    return _confidence(post.mean, post.covariance, mask, key, rule, num_samples)

@@ -321,3 +321,88 @@ def test_laplace_intervals_cover_true_scores():
     assert 0.90 <= coverage <= 0.99
     # sanity: the stderr is not vacuous (much smaller than the spread of the true scores)
     assert np.median(se) < 0.5 * centred.std()
+
+
+# ------------------------------------------------------------- samples, score and rank intervals
+def _soft_bt_data(seed, reps, n, m):
+    """All ordered pairs of n items, each judged m times under soft BT (as in the coverage test above)."""
+    from jaxrank.uncertainty import laplace_bradley_terry as _lap  # noqa: F401
+    rng = np.random.default_rng(seed)
+    a, b = np.nonzero(~np.eye(n, dtype=bool))
+    true = rng.normal(scale=0.6, size=(reps, n))
+    p = rng.binomial(m, expit(true[:, a] - true[:, b])) / m
+    c = Comparisons.from_pairs(np.broadcast_to(a, p.shape), np.broadcast_to(b, p.shape), p.astype(np.float32),
+                               num_items=n, weight=np.full(p.shape, float(m), np.float32))
+    return c, true - true.mean(axis=1, keepdims=True)
+
+
+def test_posterior_samples_have_the_posterior_moments():
+    from jaxrank.uncertainty import posterior_samples
+    c, _ = _soft_bt_data(1, 2, 6, 3)
+    post = laplace_bradley_terry(c)
+    s = np.asarray(posterior_samples(post, key=jax.random.key(0), num_samples=20000), float)
+    assert s.shape == (20000, 2, 6)
+    np.testing.assert_allclose(s.mean(0), post.mean, atol=0.02)
+    for k in range(2):
+        np.testing.assert_allclose(np.cov(s[:, k].T), post.covariance[k], atol=0.02)
+    np.testing.assert_allclose(s.sum(-1), 0, atol=1e-4)                   # centred like the mean
+
+
+def test_score_and_rank_intervals_cover_the_truth():
+    """Laplace score intervals and posterior-sampled rank intervals on data simulated from soft BT.
+
+    300 contexts x 8 items; 2400 intervals of each kind (8 per context, dependent), so the
+    tolerance is wider than the binomial sd 0.0045. Rank intervals are integer intervals
+    built from "lower"/"higher" quantiles, so they are conservative: coverage >= ~0.95.
+    """
+    from jaxrank.uncertainty import rank_intervals, score_intervals
+    c, centred = _soft_bt_data(2, 300, 8, 4)
+    post = laplace_bradley_terry(c)
+    lo, hi = (np.asarray(x, float) for x in score_intervals(post, level=0.95))
+    cover_s = ((lo <= centred) & (centred <= hi)).mean()
+    ri = rank_intervals(post, key=jax.random.key(1), num_samples=1000, level=0.95)
+    true_rank = 1 + (centred[:, None, :] > centred[:, :, None]).sum(-1)
+    cover_r = ((np.asarray(ri.lower) <= true_rank) & (true_rank <= np.asarray(ri.upper))).mean()
+    width = (np.asarray(ri.upper) - np.asarray(ri.lower)).mean()
+    print(f"\nLaplace 95% score interval coverage {cover_s:.4f}; rank interval coverage {cover_r:.4f} "
+          f"(mean width {width:.2f} ranks of 8)")
+    assert 0.92 <= cover_s <= 0.975
+    assert 0.93 <= cover_r <= 0.995
+    assert width < 4                                                     # informative
+    assert np.all(np.asarray(ri.lower) <= np.asarray(ri.rank)) and np.all(np.asarray(ri.rank) <= np.asarray(ri.upper))
+    assert np.all(np.asarray(ri.rank).min(-1) == 1)
+
+
+def test_rank_intervals_padding_and_ranking_confidence():
+    from jaxrank.uncertainty import rank_intervals, ranking_confidence
+    ctxs = []
+    for k, n in enumerate((5, 7)):
+        i, j, p, w = _instance(70 + k, n=n, frac=0.7)
+        ctxs.append(Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n, weight=w.astype(np.float32)))
+    b = stack_contexts(ctxs)
+    post = laplace_bradley_terry(b)
+    ri = rank_intervals(post, key=jax.random.key(0), num_samples=500, item_mask=b.item_mask)
+    assert np.all(np.asarray(ri.lower)[0, 5:] == 0) and np.asarray(ri.upper)[0, :5].max() <= 5
+    assert sorted(np.asarray(ri.rank)[0, :5].tolist()) == [1, 2, 3, 4, 5]
+    sp = ranking_confidence(post, key=jax.random.key(1), item_mask=b.item_mask)
+    adj = ranking_confidence(post, rule="adjacent", item_mask=b.item_mask)
+    assert sp.shape == adj.shape == (2,)
+    assert np.all((-1 <= np.asarray(sp)) & (np.asarray(sp) <= 1)) and np.all((0.5 <= adj) & (adj <= 1))
+    # "adjacent" against its closed form, context 1 (no padding)
+    from scipy.stats import norm
+    m, cov = np.asarray(post.mean[1], float), np.asarray(post.covariance[1], float)
+    o = np.argsort(-m)
+    want = np.mean([norm.cdf((m[x] - m[y]) / np.sqrt(cov[x, x] + cov[y, y] - 2 * cov[x, y])) for x, y in zip(o[:-1], o[1:])])
+    np.testing.assert_allclose(adj[1], want, rtol=1e-4)
+    # more data, more confidence: the same comparisons made 10 times
+    import dataclasses
+    post10 = laplace_bradley_terry(dataclasses.replace(b, weight=b.weight * 10))
+    assert np.all(np.asarray(ranking_confidence(post10, key=jax.random.key(1), item_mask=b.item_mask)) > np.asarray(sp))
+    with pytest.raises(ValueError, match="key"):
+        ranking_confidence(post)
+    with pytest.raises(ValueError, match="rule"):
+        ranking_confidence(post, rule="kendall")
+    with pytest.raises(ValueError, match="level"):
+        rank_intervals(post, key=jax.random.key(0), level=95)
+    with pytest.raises(ValueError, match="GaussianPosterior"):
+        rank_intervals(post.mean, key=jax.random.key(0))
