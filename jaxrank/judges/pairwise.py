@@ -1,0 +1,295 @@
+"""Prompt-based pairwise classifier: ``p = P(A better)`` from label-word logits (METHODS.md §1).
+
+``p = softmax(logit_A, logit_B)[0] = sigmoid(logit_A - logit_B)`` with the
+logits of the two label words' first differing token, read at the last real
+position only (llm-comparative-assessment eq. 3): the output projection is a
+``[2, D]`` slice of the head, never the full vocabulary over every position.
+
+Decoders (Llama family) share the context: the prompt is cut before candidate
+A, the prefix (chat header, instruction, article) is encoded once per context
+into a key/value cache, and every comparison of that context runs only its
+own tokens (candidates, question, assistant header) against the shared cache,
+in batches padded to a few length buckets so shapes do not recompile.
+Encoder-decoders (T5) encode each prompt (bidirectional attention cannot share
+a prefix) and run one decoder step.
+
+Prompts longer than the model's context window keep the candidates and the
+question whole and truncate the context (the article) from its end; the
+judgement then carries ``truncated=True`` and a warning says so once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank.judges.prompts import PairwiseTemplate
+
+__all__ = ["PromptJudge", "Judgement", "bucket"]
+
+_SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
+BUCKETS = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192,
+           12288, 16384, 24576, 32768)
+"""Padded lengths (steps of 1.5x: at most a third of a batch is padding)."""
+
+
+def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
+    """The smallest bucket length ``>= n`` (multiples of the largest bucket beyond it)."""
+    for b in buckets:
+        if n <= b:
+            return b
+    top = buckets[-1]
+    return -(-n // top) * top
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """Probabilities for a list of comparisons of one context.
+
+    Attributes:
+        p: ``[R]`` ``P(A better)`` per comparison.
+        truncated: whether the context had to be shortened to fit the model.
+        logits: ``[R, 2]`` the two label logits (for calibration studies).
+    """
+
+    p: np.ndarray
+    truncated: bool
+    logits: np.ndarray
+
+
+class PromptJudge:
+    """A pairwise LLM judge (prompt-based classifier).
+
+    Args:
+        model: a :class:`~jaxrank.judges.loading.LoadedModel` or anything
+            :func:`~jaxrank.judges.load_model` takes (``"smollm2-135m"``, a path).
+        template: the comparative prompt (:func:`~jaxrank.judges.pairwise_template`).
+        chat: wrap the prompt in the model's chat template (default: when it has one).
+        system: optional system message for the chat template.
+        batch_size: comparisons per forward pass.
+        max_length: context window to respect (default: the model's
+            ``max_position_embeddings``; 512 for T5).
+
+    Raises:
+        ValueError: a model without a tokenizer, an architecture that is not a
+            generative judge (BERT), or label words whose tokenisations do not differ.
+    """
+
+    def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
+                 batch_size: int = 16, max_length: int | None = None):
+        if not hasattr(model, "model"):
+            from jaxrank.judges.loading import load_model
+
+            model = load_model(model)
+        if model.tokenizer is None:
+            raise ValueError(f"model {model.name} has no tokenizer; a prompt judge needs one")
+        if model.architecture not in ("llama", "mistral", "qwen2", "t5"):
+            raise ValueError(f"{model.architecture} models are not generative; use SimilarityJudge for encoders")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.lm = model
+        self.template = template
+        self.decoder = model.architecture != "t5"
+        self.chat = bool(model.chat_template) if chat is None else bool(chat)
+        if self.chat and not model.chat_template:
+            raise ValueError(f"model {model.name} has no chat template; use chat=False")
+        self.system = system
+        self.batch_size = int(batch_size)
+        default_len = getattr(model.config, "max_position_embeddings", None) or 512
+        self.max_length = int(max_length or default_len)
+        self._warned = False
+        self._frame = self._render_frame()
+        self._common, self._label_ids = self._label_tokens()
+
+    # ------------------------------------------------------------------ naming
+    @property
+    def name(self) -> str:
+        """Judge id for the store: the model name (plus ``-nochat`` when a chat model is used raw)."""
+        return self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
+
+    # --------------------------------------------------------------- rendering
+    def _render_frame(self) -> tuple[str, str, str]:
+        """``(before_context, between_context_and_a, rest)``; ``rest`` holds the A/B sentinels."""
+        t = self.template
+        msg = t.text.replace("{context}", _SENT_CUT).replace("{a}", _SENT_A).replace("{b}", _SENT_B)
+        if self.chat:
+            msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
+                [{"role": "user", "content": msg}]
+            full = self.lm.tokenizer.apply_chat_template(msgs, chat_template=self.lm.chat_template,
+                                                         add_generation_prompt=True, tokenize=False)
+        else:
+            full = (self.system + "\n\n" if self.system else "") + msg + "\n\n"
+        full = full + t.answer_prefix
+        before, rest = full.split(_SENT_CUT) if self.has_context else ("", full)
+        between, rest = rest.split(_SENT_A, 1)
+        if not self.has_context:
+            before, between = between, ""
+        return before, between, _SENT_A + rest
+
+    @property
+    def has_context(self) -> bool:
+        """Whether the template shows the context (HANNA's story templates do not)."""
+        return "{context}" in self.template.text
+
+    def _encode(self, text: str, first: bool) -> list[int]:
+        special = first and self.decoder and not self.chat   # chat templates write their own; T5 gets </s> at the end
+        return list(self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]) if text else []
+
+    def _label_tokens(self):
+        tok = self.lm.tokenizer
+        rest = self._frame[2]
+        # The answer follows the prompt's last character: no space after a newline
+        # (chat assistant header), " A" after "Answer:".
+        lead = " " if (self.decoder and not rest[-1].isspace()) else ""
+        ids = [list(tok(lead + w, add_special_tokens=False)["input_ids"]) for w in self.template.labels]
+        eos = set(self.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
+        ids = [[t for t in x if t not in eos] for x in ids]
+        d = 0
+        while d < min(map(len, ids)) and ids[0][d] == ids[1][d]:
+            d += 1
+        if d == min(map(len, ids)):
+            raise ValueError(f"label words {self.template.labels!r} tokenise to {ids[0]} and {ids[1]}: "
+                             "no differing token to compare; choose other label words")
+        if d and not self.decoder:
+            raise ValueError(f"label words {self.template.labels!r} share leading tokens; an encoder-decoder "
+                             "judge reads only the first decoder token: choose words that differ at once")
+        return ids[0][:d], np.array([ids[0][d], ids[1][d]], np.int32)
+
+    def prompt_text(self, context: str, a: str, b: str) -> str:
+        """The exact text judged for one comparison, label-word prefix included (for inspection)."""
+        before, between, rest = self._frame
+        text = before + (context if self.has_context else "") + between + rest
+        common = self.lm.tokenizer.decode(self._common) if self._common else ""
+        return text.replace(_SENT_A, a).replace(_SENT_B, b) + common
+
+    def token_ids(self, context: str, a: str, b: str, *, max_context_tokens: int | None = None):
+        """``(prefix, a_part, b_part)`` token ids of one comparison; the model reads the token after them.
+
+        Pieces are tokenised separately (chat header and instruction; context;
+        the text up to candidate A; candidate A up to candidate B; the rest), so
+        the prefix is the same for every comparison of a context, ``prefix +
+        a_part`` the same for every comparison with the same candidate in
+        position A (two levels of key/value cache), and the context can be cut on
+        a token boundary.
+        """
+        before, between, rest = self._frame
+        ctx = self._encode(context, False) if self.has_context else []
+        if max_context_tokens is not None:
+            ctx = ctx[:max(0, max_context_tokens)]
+        prefix = self._encode(before, True) + ctx + self._encode(between, False)
+        cut = rest.index(_SENT_B)
+        a_part = self._encode(rest[:cut].replace(_SENT_A, a), False)
+        b_part = self._encode(rest[cut:].replace(_SENT_B, b).replace(_SENT_A, a), False) + self._common
+        return prefix, a_part, b_part
+
+    # ------------------------------------------------------------------ judging
+    def compare(self, context: str, candidates: Sequence[str], i, j) -> Judgement:
+        """``p = P(candidates[i] better than candidates[j])`` for every pair of one context.
+
+        Args:
+            context: the article / dialogue / prompt ("" when the template has none).
+            candidates: the candidate texts.
+            i, j: ``[R]`` indices into ``candidates`` for positions A and B.
+
+        Returns:
+            :class:`Judgement` with ``p [R]``.
+
+        Raises:
+            ValueError: an index out of range, or an empty candidate text.
+        """
+        i = np.asarray(i, np.int64).reshape(-1)
+        j = np.asarray(j, np.int64).reshape(-1)
+        if i.shape != j.shape:
+            raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
+        n = len(candidates)
+        for name, idx in (("i", i), ("j", j)):
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise ValueError(f"{name} has indices outside [0, {n})")
+        used = set(i.tolist()) | set(j.tolist())
+        empty = [k for k in used if not str(candidates[k]).strip()]
+        if empty:
+            raise ValueError(f"candidates {sorted(empty)} are empty; an empty text cannot be judged")
+        if i.size == 0:
+            return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
+        pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
+        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
+        truncated = False
+        if longest + 1 > self.max_length:
+            excess = longest + 1 - self.max_length
+            ctx_len = len(self._encode(context, False)) if self.has_context else 0
+            if excess > ctx_len:
+                raise ValueError(f"a prompt needs {longest - ctx_len} tokens without the context; the model "
+                                 f"allows {self.max_length}: the candidates and question alone do not fit")
+            pairs = [self.token_ids(context, candidates[a], candidates[b], max_context_tokens=ctx_len - excess)
+                     for a, b in zip(i, j)]
+            truncated = True
+            if not self._warned:
+                warnings.warn(f"prompt longer than the model's {self.max_length} tokens: the context was cut "
+                              f"by {excess} tokens (candidates and question kept whole)", stacklevel=2)
+                self._warned = True
+        logits = self._logits_decoder(pairs) if self.decoder else self._logits_t5(pairs)
+        p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
+        return Judgement(p, truncated, logits)
+
+    def _batches(self, rows: list[list[int]]):
+        """Padded ``[b, T]`` batches: ``T`` and ``b`` (up to ``batch_size``) rounded up to buckets."""
+        bs = self.batch_size
+        for start in range(0, len(rows), bs):
+            chunk = rows[start:start + bs]
+            length = bucket(max(map(len, chunk)))
+            b = min(bs, 1 << (len(chunk) - 1).bit_length())
+            ids = np.full((b, length), self.lm.pad_token_id, np.int32)
+            mask = np.zeros((b, length), bool)
+            for r, x in enumerate(chunk):
+                ids[r, :len(x)] = x
+                mask[r, :len(x)] = True
+            for r in range(len(chunk), b):         # fill the batch with copies: static shapes
+                ids[r], mask[r] = ids[0], mask[0]
+            yield len(chunk), ids, mask
+
+    def _logits_decoder(self, pairs) -> np.ndarray:
+        """Two cache levels: the context once, then context + candidate A once per A."""
+        model = self.lm.model
+        prefix = pairs[0][0]
+        if any(p != prefix for p, _, _ in pairs):            # one context per call
+            raise AssertionError("comparisons of one call must share their prefix")
+        plen = bucket(len(prefix))
+        alen = bucket(max(len(a) for _, a, _ in pairs))
+        pid = np.full((1, plen), self.lm.pad_token_id, np.int32)
+        pmask = np.zeros((1, plen), bool)
+        pid[0, :len(prefix)] = prefix
+        pmask[0, :len(prefix)] = True
+        cache = model.prefill(pid, pmask, capacity=plen + alen)
+        tokens = jnp.asarray(self._label_ids)
+        out = np.zeros((len(pairs), 2), np.float32)
+        groups: dict[tuple, list[int]] = {}
+        for r, (_, a, _) in enumerate(pairs):
+            groups.setdefault(tuple(a), []).append(r)
+        for a, rows in groups.items():
+            aid = np.full((1, alen), self.lm.pad_token_id, np.int32)
+            amask = np.zeros((1, alen), bool)
+            aid[0, :len(a)] = a
+            amask[0, :len(a)] = True
+            cache_a = model.extend(cache, aid, amask, update=True).cache
+            done = 0
+            for real, ids, mask in self._batches([pairs[r][2] for r in rows]):
+                last = model.extend(cache_a, ids, mask).last_hidden
+                out[rows[done:done + real]] = np.asarray(model.logits_at(last, token_ids=tokens))[:real]
+                done += real
+        return out
+
+    def _logits_t5(self, pairs) -> np.ndarray:
+        model = self.lm.model
+        tokens = jnp.asarray(self._label_ids)
+        eos = self.lm.tokenizer.eos_token_id
+        rows = [p + a + b + ([eos] if eos is not None else []) for p, a, b in pairs]
+        out = []
+        for real, ids, mask in self._batches(rows):
+            enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
+            out.append(np.asarray(model.decoder_logits_first_step(enc, jnp.asarray(mask), token_ids=tokens))[:real])
+        return np.concatenate(out).astype(np.float32)

@@ -1,0 +1,193 @@
+"""Judge many contexts of a data set into a resumable store (the engine behind ``jaxrank judge``).
+
+For every selected context the comparisons to make are listed (all ``N(N-1)``
+ordered pairs, or a random/symmetric subset of a budget, drawn per context
+from a seed so a rerun lists the same ones); those already in the
+:class:`~jaxrank.judges.store.JudgementStore` are skipped; the rest are judged
+in chunks, each chunk appended to the store as soon as it is done. A run that
+is killed resumes where it stopped without redoing or losing a comparison.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from jaxrank.judges.store import JudgementStore, StoredComparisons
+
+__all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextSet:
+    """Contexts with their candidates (and optional human scores), as the judges need them.
+
+    Attributes:
+        ids: context ids.
+        texts: context texts.
+        candidate_ids: per context, candidate ids.
+        candidates: per context, candidate texts.
+        labels: per context, ``[N]`` human scores of one aspect (or ``None``).
+    """
+
+    ids: list[str]
+    texts: list[str]
+    candidate_ids: list[list[str]]
+    candidates: list[list[str]]
+    labels: list[np.ndarray] | None = None
+
+
+def _parse_slice(spec: str | slice | Sequence[int] | None, n: int) -> list[int]:
+    if spec is None:
+        return list(range(n))
+    if isinstance(spec, slice):
+        return list(range(n))[spec]
+    if isinstance(spec, str):
+        if ":" in spec:
+            parts = [int(x) if x.strip() else None for x in spec.split(":")]
+            if len(parts) > 3:
+                raise ValueError(f"bad slice {spec!r}; use START:STOP[:STEP]")
+            return list(range(n))[slice(*parts)]
+        return [int(x) for x in spec.split(",") if x.strip()]
+    return [int(x) for x in spec]
+
+
+def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates: int | None = None) -> ContextSet:
+    """Group a loaded data set (:func:`jaxrank.data.load_dataset`) by context.
+
+    Args:
+        ds: a ``datasets.Dataset`` in jaxrank's schema.
+        aspect: a human-score column to carry along (``labels``).
+        contexts: which contexts, by position: ``"0:5"``, ``"0,3,7"``, a slice or indices.
+        max_candidates: keep only the first candidates of each context.
+
+    Raises:
+        ValueError: an unknown aspect, or a selection outside the data set.
+    """
+    if aspect is not None and aspect not in ds.column_names:
+        raise ValueError(f"unknown aspect {aspect!r}; columns: {', '.join(ds.column_names)}")
+    cols = {k: ds[k] for k in ("context_id", "context", "candidate_id", "candidate")}
+    lab = ds[aspect] if aspect else None
+    order: dict[str, int] = {}
+    groups: list[list[int]] = []
+    for r, cid in enumerate(cols["context_id"]):
+        if cid not in order:
+            order[cid] = len(groups)
+            groups.append([])
+        groups[order[cid]].append(r)
+    pick = _parse_slice(contexts, len(groups))
+    bad = [k for k in pick if not 0 <= k < len(groups)]
+    if bad:
+        raise ValueError(f"contexts {bad} outside [0, {len(groups)})")
+    ids, texts, cids, cands, labels = [], [], [], [], []
+    for k in pick:
+        rows = groups[k][:max_candidates] if max_candidates else groups[k]
+        ids.append(str(cols["context_id"][rows[0]]))
+        texts.append(cols["context"][rows[0]] or "")
+        cids.append([str(cols["candidate_id"][r]) for r in rows])
+        cands.append([cols["candidate"][r] for r in rows])
+        if lab is not None:
+            labels.append(np.array([np.nan if lab[r] is None else lab[r] for r in rows], np.float32))
+    return ContextSet(ids, texts, cids, cands, labels if lab is not None else None)
+
+
+def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "random", seed: int = 0,
+               context_index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ordered pairs ``(i, j)`` to judge for one context.
+
+    ``budget=None`` gives all ``N(N-1)`` ordered pairs. Otherwise ``selection``
+    is ``"random"`` (distinct ordered pairs), ``"no_repeat"`` or ``"symmetric"``
+    (both orders of ``budget / 2`` pairs), drawn by :func:`jaxrank.selection.random_comparisons`
+    with a connected comparison graph (PoE §4.2), keyed by ``(seed, context_index)``
+    so a rerun plans the same pairs.
+    """
+    if budget is None or budget >= num_items * (num_items - 1):
+        a, b = np.nonzero(~np.eye(num_items, dtype=bool))
+        return a.astype(np.int32), b.astype(np.int32)
+    import jax
+
+    from jaxrank.selection import random_comparisons
+
+    if selection not in ("random", "no_repeat", "symmetric"):
+        raise ValueError(f"selection must be 'random', 'no_repeat' or 'symmetric', got {selection!r}")
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), context_index)
+    i, j = random_comparisons(key, num_items, budget, symmetric=selection == "symmetric",
+                              no_repeat=selection == "no_repeat")
+    return np.asarray(i, np.int32), np.asarray(j, np.int32)
+
+
+def _template_key(judge) -> str:
+    key = getattr(judge, "template_key", None)
+    if key is None and getattr(judge, "template", None) is not None:
+        key = judge.template.key
+    return str(key or "none")
+
+
+def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget: int | None = None,
+                   selection: str = "random", seed: int = 0, chunk: int | None = None,
+                   progress: bool = True) -> StoredComparisons:
+    """Judge the planned comparisons of every context, appending each chunk to ``store`` as it is done.
+
+    Args:
+        judge: anything with ``name`` and ``compare(context, candidates, i, j) -> Judgement``
+            (:class:`~jaxrank.judges.PromptJudge`, ``SamplingJudge``, ``SimilarityJudge``, ...).
+        cs: the contexts (:func:`contexts_of`).
+        store: a :class:`JudgementStore` or its path.
+        budget, selection, seed: which comparisons (:func:`plan_pairs`).
+        chunk: comparisons per ``compare`` call and per store write (default:
+            4 x the judge's batch size).
+        progress: show a progress bar (tqdm) over comparisons.
+
+    Returns:
+        The judged comparisons of these contexts (:meth:`JudgementStore.comparisons`),
+        with every candidate of each context as an item.
+    """
+    if not isinstance(store, JudgementStore):
+        store = JudgementStore(store)
+    name, tkey = judge.name, _template_key(judge)
+    chunk = int(chunk or 4 * getattr(judge, "batch_size", 8))
+    todo = []
+    for k, ctx in enumerate(cs.ids):
+        i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_index=k)
+        ca = cs.candidate_ids[k]
+        keep = [(a, b) for a, b in zip(i.tolist(), j.tolist())
+                if (name, tkey, ctx, ca[a], ca[b]) not in store]
+        if keep:
+            todo.append((k, np.array(keep, np.int32)))
+    total = sum(len(t) for _, t in todo)
+    bar = None
+    if progress and total:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc=f"judging ({name})", unit="cmp")
+    try:
+        for k, pairs in todo:
+            ca = cs.candidate_ids[k]
+            for start in range(0, len(pairs), chunk):
+                part = pairs[start:start + chunk]
+                res = judge.compare(cs.texts[k], cs.candidates[k], part[:, 0], part[:, 1])
+                logits = np.asarray(getattr(res, "logits", np.zeros((len(part), 2))), np.float64)
+                recs = []
+                for r, (a, b) in enumerate(part.tolist()):
+                    rec = {"judge": name, "template": tkey, "context": cs.ids[k], "a": ca[a], "b": ca[b],
+                           "i": a, "j": b, "p": float(res.p[r]), "truncated": bool(res.truncated)}
+                    if logits.ndim == 2 and logits.shape[0] == len(part):
+                        rec["logits"] = [float(x) for x in logits[r]]
+                    recs.append(rec)
+                store.append(recs)
+                if bar is not None:
+                    bar.update(len(part))
+    finally:
+        if bar is not None:
+            bar.close()
+    cand = {cs.ids[k]: cs.candidate_ids[k] for k in range(len(cs.ids))}
+    sel = store.comparisons(judge=name, template=tkey, candidates=cand)
+    keep_rows = [r for r, c in enumerate(sel.contexts) if c in cand]
+    if len(keep_rows) != len(sel.contexts):       # the store may hold other contexts too
+        import jax
+
+        comps = jax.tree.map(lambda x: x[np.array(keep_rows)], sel.comparisons)
+        sel = StoredComparisons(comps, [sel.contexts[r] for r in keep_rows], [sel.candidates[r] for r in keep_rows])
+    return sel
