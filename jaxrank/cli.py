@@ -1,6 +1,14 @@
 """The ``jaxrank`` command line: a thin layer over the Python API.
 
     jaxrank rank [INPUT] [--method M] [--debias D] [--output FILE] [--top K] [column options]
+    jaxrank judge  --data summeval --aspect coherence --judge smollm2-135m [--contexts 0:5]
+                   [--candidates N] [--budget 48 --selection random] [--store FILE]
+    jaxrank assess (the same options) [--methods ...] [--debias ...] [--output DIR]
+
+``judge`` writes every judgement to a resumable store as it is produced;
+``assess`` = judge + aggregate with every scorer + report (Spearman with the
+human scores, positional bias P(A)). Without options, ``assess`` runs the
+embedded default: 3 SummEval articles x 6 summaries, coherence, SmolLM2 judge.
 
 Without INPUT, ranks the embedded default: the international football results
 of the shared data folder (49k real matches, 337 teams), with the home side in
@@ -42,7 +50,117 @@ def _parser():
                         "(default 0, or 0.1 for the embedded football default)")
     for col in ("item-a", "item-b", "p", "outcome", "score-a", "score-b", "context", "weight"):
         r.add_argument(f"--{col}", help=f"column holding {col.replace('-', ' ')}")
+    for name, helptext in (("judge", "judge comparisons of a data set with an LLM into a resumable store"),
+                           ("assess", "judge + aggregate + report agreement with human scores")):
+        j = sub.add_parser(name, help=helptext, description=helptext)
+        j.add_argument("--data", default="summeval", help="data set name (default summeval)")
+        j.add_argument("--aspect", default="coherence", help="human aspect / prompt attribute (default coherence)")
+        j.add_argument("--judge", default="smollm2-135m",
+                       help="registry name (smollm2-135m, qwen2.5-0.5b, minilm-l6 = similarity judge), "
+                            "a Hugging Face checkpoint directory or a .gguf file")
+        j.add_argument("--contexts", default="0:3", help="contexts by position: START:STOP or i,j,k (default 0:3)")
+        j.add_argument("--candidates", type=int, default=None,
+                       help="only the first N candidates of each context (default all; 6 for the default run)")
+        j.add_argument("--budget", type=int, default=None, help="comparisons per context (default all N(N-1))")
+        j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default="random")
+        j.add_argument("--seed", type=int, default=0)
+        j.add_argument("--template", choices=("poe", "zepo"), default="poe", help="prompt style")
+        j.add_argument("--batch-size", type=int, default=16)
+        j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
+        j.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "assess":
+            j.add_argument("--methods", default=",".join(_report_methods()),
+                           help="comma-separated scorers (default: all but max_likelihood_ranking)")
+            j.add_argument("--debias", choices=("none", "permutation", "threshold"), default="none")
+            j.add_argument("--output", "-o", default="results", help="folder for the report and scores")
     return ap
+
+
+def _report_methods():
+    return ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_gaussian_hard",
+            "poe_bradley_terry")
+
+
+def _make_judge(args):
+    from jaxrank.judges.loading import load_model
+    from jaxrank.judges.pairwise import PromptJudge
+    from jaxrank.judges.prompts import pairwise_template
+
+    try:
+        template = pairwise_template(args.data, args.aspect, style=args.template)
+        lm = load_model(args.judge)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    if lm.architecture == "bert":
+        from jaxrank.judges.similarity import SimilarityJudge
+        return SimilarityJudge(lm, batch_size=args.batch_size)
+    return PromptJudge(lm, template, batch_size=args.batch_size)
+
+
+def _judge(args):
+    from jaxrank.data import load_dataset
+    from jaxrank.judges.run import contexts_of, judge_contexts
+
+    if args.command == "assess" and args.candidates is None and args.data == "summeval" and \
+            args.judge == "smollm2-135m" and args.contexts == "0:3":
+        args.candidates = 6
+        print("embedded default: SummEval coherence, articles 0:3, 6 summaries each, SmolLM2-135M judge",
+              file=sys.stderr)
+    try:
+        ds = load_dataset(args.data)
+        cs = contexts_of(ds, aspect=args.aspect, contexts=args.contexts, max_candidates=args.candidates)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    if args.budget is not None and args.budget < 1:
+        raise SystemExit("jaxrank: --budget must be >= 1")
+    judge = _make_judge(args)
+    store = args.store or f"results/judgements/{args.data}-{args.aspect}-{judge.name}.jsonl"
+    t0 = time.perf_counter()
+    sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection, seed=args.seed,
+                         progress=not args.no_progress)
+    n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
+    print(f"{n} judgements of {len(cs.ids)} contexts in {store} ({time.perf_counter() - t0:.1f} s)")
+    return cs, sel
+
+
+def _assess(args):
+    from jaxrank.judges.report import assess_comparisons
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    cs, sel = _judge(args)
+    pos = {c: k for k, c in enumerate(cs.ids)}
+    labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
+    for r, ctx in enumerate(sel.contexts):
+        k = pos[ctx]
+        index = {cid: n for n, cid in enumerate(cs.candidate_ids[k])}
+        for n, cid in enumerate(sel.candidates[r]):
+            labels[r, n] = cs.labels[k][index[cid]]
+    try:
+        rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
+                                 debias=args.debias)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: {e}")
+    lines = [f"# {args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts", "",
+             f"Positional bias P(A) = {rep.overall_positional_bias:.3f} (0.5 = unbiased); "
+             f"comparisons per context: {int(rep.num_comparisons.min())}-{int(rep.num_comparisons.max())}; "
+             f"debias: {args.debias}.", "", rep.table(), "",
+             "| context | P(A) | " + " | ".join(methods) + " |", "|---|---:|" + "---:|" * len(methods)]
+    for r, ctx in enumerate(rep.contexts):
+        lines.append(f"| {ctx} | {rep.positional_bias[r]:.2f} | " +
+                     " | ".join(f"{rep.spearman[m][r]:.3f}" for m in methods) + " |")
+    text = "\n".join(lines)
+    print("\n" + text)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}"
+    (out / f"{stem}.md").write_text(text + "\n")
+    with (out / f"{stem}-scores.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["context", "candidate", "human"] + list(methods))
+        for r, ctx in enumerate(sel.contexts):
+            for n, cid in enumerate(sel.candidates[r]):
+                w.writerow([ctx, cid, float(labels[r, n])] + [float(rep.scores[m][r, n]) for m in methods])
+    print(f"\nwrote {out / (stem + '.md')} and {out / (stem + '-scores.csv')}")
 
 
 def _default_football(args):
@@ -143,7 +261,11 @@ def _rank(args):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.command == "rank":
+    if args.command == "judge":
+        _judge(args)
+    elif args.command == "assess":
+        _assess(args)
+    elif args.command == "rank":
         if args.top < 0:
             raise SystemExit("jaxrank: --top must be >= 0")
         _rank(args)

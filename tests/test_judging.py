@@ -1,0 +1,276 @@
+"""The judging layer: prompts, the pairwise prompt judge, the judgement store, resumable runs.
+
+The prompt judge's cached path (context cache, then context + candidate A, then
+candidate B) is checked against an independent full forward of the whole prompt;
+the store against a simulated crash (a torn last line, an interrupted run).
+"""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxrank as jr
+from jaxrank.judges.loading import LoadedModel, load_model
+from jaxrank.judges.models.llama import LlamaConfig, LlamaModel
+from jaxrank.judges.pairwise import PromptJudge, bucket
+from jaxrank.judges.prompts import PairwiseTemplate, TEMPLATES, pairwise_template
+from jaxrank.judges.run import ContextSet, contexts_of, judge_contexts, plan_pairs
+from jaxrank.judges.store import JudgementStore
+
+
+# ------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        return load_model("smollm2-135m")
+    except FileNotFoundError as e:  # pragma: no cover - the package is a test requirement
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def tiny(smollm2):
+    """SmolLM2's tokenizer and chat template on a tiny random-weight Llama (fast, exact checks)."""
+    cfg = LlamaConfig.from_hf(dict(vocab_size=smollm2.config.vocab_size, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=4096, rope_theta=1e4, tie_word_embeddings=True,
+                                   model_type="llama"))
+    model = LlamaModel(cfg, rngs=__import__("flax").nnx.Rngs(3))
+    return dataclasses.replace(smollm2, model=model, config=cfg, name="tiny")
+
+
+def _full_forward_p(lm, judge, context, a, b, max_context_tokens=None):
+    """Independent p: the whole prompt in one forward pass, full-vocabulary logits at the last token."""
+    pre, pa, pb = judge.token_ids(context, a, b, max_context_tokens=max_context_tokens)
+    ids = np.array([pre + pa + pb])
+    logits = np.asarray(lm.model(ids))[0, -1].astype(np.float64)
+    la, lb = logits[judge._label_ids]
+    return 1.0 / (1.0 + np.exp(lb - la))
+
+
+CTX = "The city council approved a new park on Monday. It will open next spring near the river."
+CANDS = ["A park was approved by the council.", "The council met on Monday to talk.",
+         "A new riverside park opens next spring.", "Rain is expected."]
+
+
+# -------------------------------------------------------------------- prompts
+def test_templates_cover_every_dataset_aspect():
+    from jaxrank.data import ASPECTS
+    for ds, aspects in ASPECTS.items():
+        for a in aspects:
+            t = pairwise_template(ds, a)
+            assert "{a}" in t.text and "{b}" in t.text
+    assert TEMPLATES[("summeval", "coherence")].render("X", "Y", "Z") == (
+        "Article: X\n\nSummary A: Y\n\nSummary B: Z\n\nWhich Summary is more coherent, Summary A or Summary B?")
+
+
+def test_template_errors():
+    with pytest.raises(ValueError, match="aspect 'beauty'"):
+        pairwise_template("summeval", "beauty")
+    with pytest.raises(ValueError, match="data set"):
+        pairwise_template("nope", "coherence")
+    with pytest.raises(ValueError, match=r"\{b\}"):
+        PairwiseTemplate("only {a}")
+    with pytest.raises(ValueError, match="labels"):
+        PairwiseTemplate("{a} {b}", labels=("A", "A"))
+
+
+def test_bucket():
+    assert bucket(1) == 16 and bucket(17) == 24 and bucket(100) == 128 and bucket(40000) == 2 * 32768
+
+
+# --------------------------------------------------------------- prompt judge
+def test_cached_judge_equals_full_forward(tiny):
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=4)
+    i, j = np.nonzero(~np.eye(4, dtype=bool))
+    res = judge.compare(CTX, CANDS, i, j)
+    assert res.p.shape == (12,) and not res.truncated
+    ref = np.array([_full_forward_p(tiny, judge, CTX, CANDS[a], CANDS[b]) for a, b in zip(i, j)])
+    np.testing.assert_allclose(res.p, ref, atol=1e-5)
+    # a subset in another order gives the same numbers (batching and grouping are invisible)
+    sub = judge.compare(CTX, CANDS, j[::-1][:5], i[::-1][:5])
+    np.testing.assert_allclose(sub.p, [_full_forward_p(tiny, judge, CTX, CANDS[b], CANDS[a])
+                                       for a, b in zip(i[::-1][:5], j[::-1][:5])], atol=1e-5)
+
+
+def test_prompt_text_is_chat_wrapped_and_matches_token_ids(tiny):
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"))
+    text = judge.prompt_text(CTX, CANDS[0], CANDS[1])
+    assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
+    assert f"Summary A: {CANDS[0]}\n\nSummary B: {CANDS[1]}" in text
+    pre, a, b = judge.token_ids(CTX, CANDS[0], CANDS[1])
+    assert tiny.tokenizer.decode(pre + a + b) == text
+    raw = PromptJudge(tiny, pairwise_template("summeval", "coherence", answer_prefix="Answer:"), chat=False)
+    assert raw.prompt_text(CTX, "x", "y").endswith("Summary A or Summary B?\n\nAnswer:")
+    assert raw.name == "tiny-nochat"
+    # after "Answer:" the label is " A" (a space-prefixed token), after a newline plain "A"
+    assert tiny.tokenizer.decode([int(raw._label_ids[0])]) == " A"
+    assert tiny.tokenizer.decode([int(judge._label_ids[0])]) == "A"
+
+
+def test_multi_token_labels_use_first_differing_token(tiny):
+    t = pairwise_template("summeval", "coherence", labels=("Summary A", "Summary B"))
+    judge = PromptJudge(tiny, t)
+    assert len(judge._common) >= 1                              # "Summary" is fed, then A vs B read
+    assert judge.prompt_text(CTX, "x", "y").endswith("assistant\nSummary")
+    res = judge.compare(CTX, CANDS, [0], [1])
+    np.testing.assert_allclose(res.p, [_full_forward_p(tiny, judge, CTX, CANDS[0], CANDS[1])], atol=1e-5)
+
+
+def test_long_context_is_truncated_never_the_candidates(tiny):
+    long_ctx = " ".join(["The council discussed the budget at length."] * 80)
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), max_length=160)
+    with pytest.warns(UserWarning, match="context was cut"):
+        res = judge.compare(long_ctx, CANDS, [0, 1], [1, 0])
+    assert res.truncated
+    pre, a, b = judge.token_ids(long_ctx, CANDS[0], CANDS[1])
+    excess = len(pre) + len(a) + len(b) + 1 - 160
+    ctx_len = len(tiny.tokenizer(long_ctx, add_special_tokens=False)["input_ids"])
+    pre_t, a_t, b_t = judge.token_ids(long_ctx, CANDS[0], CANDS[1], max_context_tokens=ctx_len - excess)
+    assert (a_t, b_t) == (a, b) and len(pre_t) + len(a_t) + len(b_t) + 1 == 160
+    np.testing.assert_allclose(res.p[0], _full_forward_p(tiny, judge, long_ctx, CANDS[0], CANDS[1],
+                                                         max_context_tokens=ctx_len - excess), atol=1e-5)
+    tight = PromptJudge(tiny, pairwise_template("summeval", "coherence"), max_length=40)
+    with pytest.raises(ValueError, match="candidates and question alone do not fit"):
+        tight.compare(long_ctx, CANDS, [0], [1])
+
+
+def test_bad_input(tiny):
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"))
+    with pytest.raises(ValueError, match="empty"):
+        judge.compare(CTX, ["fine", "  "], [0], [1])
+    with pytest.raises(ValueError, match="outside"):
+        judge.compare(CTX, CANDS, [0], [7])
+    with pytest.raises(ValueError, match="no differing token"):
+        PromptJudge(tiny, pairwise_template("summeval", "coherence", labels=("A", "A ")))
+    assert judge.compare(CTX, CANDS, [], []).p.shape == (0,)
+
+
+# ---------------------------------------------------------------------- store
+def _rec(ctx, a, b, p):
+    return {"judge": "m", "template": "t", "context": ctx, "a": a, "b": b, "i": 0, "j": 1, "p": p}
+
+
+def test_store_round_trip_and_torn_last_line(tmp_path):
+    path = tmp_path / "s.jsonl"
+    st = JudgementStore(path)
+    st.append([_rec("c1", "x", "y", 0.7), _rec("c1", "y", "x", 0.2), _rec("c2", "u", "v", 0.5)])
+    st.append([_rec("c1", "x", "y", 0.9)])                      # already stored: skipped
+    assert len(st) == 3 and ("m", "t", "c1", "x", "y") in st
+    with open(path, "a") as f:                                   # a crash mid-write
+        f.write('{"judge": "m", "template": "t", "context": "c9", "a"')
+    st2 = JudgementStore(path)
+    assert len(st2) == 3 and st2.get(("m", "t", "c1", "x", "y"))["p"] == 0.7
+    assert path.read_text().endswith("\n")                       # torn tail cut before appending
+    st2.append([_rec("c2", "v", "u", 0.4)])
+    assert len(JudgementStore(path)) == 4
+    sc = st2.comparisons(candidates={"c1": ["y", "x", "z"]})
+    assert sc.contexts == ["c1", "c2"] and sc.candidates[0] == ["y", "x", "z"]
+    c = sc.comparisons
+    assert c.num_items == 3 and c.p.shape == (2, 2)
+    np.testing.assert_allclose(np.asarray(c.p[0]), [0.7, 0.2])
+    assert np.asarray(c.i[0]).tolist() == [1, 0] and np.asarray(c.j[0]).tolist() == [0, 1]
+
+
+def test_store_rejects_corrupt_middle_line_and_bad_p(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(_rec("c", "a", "b", 0.5)) + "\nGARBAGE\n" + json.dumps(_rec("c", "b", "a", 0.5)) + "\n")
+    with pytest.raises(ValueError, match="line 2"):
+        JudgementStore(path)
+    path.write_text(json.dumps(_rec("c", "a", "b", 1.5)) + "\n")
+    with pytest.raises(ValueError, match="line 1: field p"):
+        JudgementStore(path)
+    with pytest.raises(ValueError, match="p must be a probability"):
+        JudgementStore(tmp_path / "t.jsonl").append([_rec("c", "a", "b", float("nan"))])
+
+
+# ------------------------------------------------------------------ resumable run
+class _FakeJudge:
+    """p = sigmoid(len(a) - len(b)); can crash after a number of chunks."""
+
+    name = "fake"
+    template_key = "t0"
+    batch_size = 2
+
+    def __init__(self, crash_after=None):
+        self.calls, self.crash_after = [], crash_after
+
+    def compare(self, context, candidates, i, j):
+        if self.crash_after is not None and len(self.calls) >= self.crash_after:
+            raise KeyboardInterrupt("simulated crash")
+        self.calls.append(list(zip(np.asarray(i).tolist(), np.asarray(j).tolist())))
+        d = np.array([len(candidates[a]) - len(candidates[b]) for a, b in zip(i, j)], np.float64)
+        from jaxrank.judges.pairwise import Judgement
+        return Judgement((1 / (1 + np.exp(-d / 5))).astype(np.float32), False, np.zeros((len(d), 2)))
+
+
+def _cs():
+    cands = [["a", "bbb", "cc", "dddd"], ["xx", "y", "zzzzz"]]
+    return ContextSet(["c0", "c1"], ["ctx0", "ctx1"], [["a", "b", "c", "d"], ["x", "y", "z"]], cands,
+                      [np.array([1, 3, 2, 4.0]), np.array([2, 1, 5.0])])
+
+
+def test_interrupted_run_resumes_without_redoing_or_losing(tmp_path):
+    path = tmp_path / "run.jsonl"
+    crashing = _FakeJudge(crash_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        judge_contexts(crashing, _cs(), path, chunk=2, progress=False)
+    done = {tuple(x) for call in crashing.calls for x in call}
+    assert len(JudgementStore(path)) == 6 == sum(map(len, crashing.calls))
+    resumed = _FakeJudge()
+    sel = judge_contexts(resumed, _cs(), path, chunk=2, progress=False)
+    redone = sum(map(len, resumed.calls))
+    assert redone == 12 + 6 - 6                                   # 18 planned, 6 were stored
+    assert sel.contexts == ["c0", "c1"] and sel.candidates[0] == ["a", "b", "c", "d"]
+    full = judge_contexts(_FakeJudge(), _cs(), tmp_path / "fresh.jsonl", progress=False)
+    for f in ("i", "j", "p"):
+        a, b = np.asarray(getattr(sel.comparisons, f)), np.asarray(getattr(full.comparisons, f))
+        key = lambda c, r: sorted(zip(np.asarray(c.i[r]).tolist(), np.asarray(c.j[r]).tolist(),
+                                      np.asarray(c.p[r]).round(6).tolist()))
+        for r in range(2):
+            assert key(sel.comparisons, r) == key(full.comparisons, r)
+    assert done  # the crashed run had made progress
+
+
+def test_plan_pairs_budget_is_reproducible_and_connected():
+    i, j = plan_pairs(6, budget=8, seed=3, context_index=2)
+    i2, j2 = plan_pairs(6, budget=8, seed=3, context_index=2)
+    assert (i == i2).all() and (j == j2).all() and len(i) == 8
+    assert bool(jr.Comparisons.from_pairs(i, j, np.full(8, 0.5, np.float32), num_items=6).is_connected())
+    a, b = plan_pairs(4)
+    assert len(a) == 12 and (a != b).all()
+
+
+# ----------------------------------------------------------- the real judge
+def test_real_smollm2_two_articles_both_orders_with_crash(smollm2, tmp_path):
+    from jaxrank.data import load_dataset
+    cs = contexts_of(load_dataset("summeval"), aspect="coherence", contexts="0:2", max_candidates=4)
+    judge = PromptJudge(smollm2, pairwise_template("summeval", "coherence"), batch_size=4)
+    path = tmp_path / "real.jsonl"
+    calls = {"n": 0}
+    original = judge.compare
+
+    def crash_once(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("killed")
+        return original(*a, **k)
+
+    judge.compare = crash_once
+    with pytest.raises(KeyboardInterrupt):
+        judge_contexts(judge, cs, path, chunk=6, progress=False)
+    kept = len(JudgementStore(path))
+    assert kept == 12                                   # two chunks of 6 made it to disk
+    with open(path, "a") as f:
+        f.write('{"judge": "smollm2-135m", "te')        # and a torn line
+    judge.compare = original
+    sel = judge_contexts(judge, cs, path, chunk=6, progress=False)
+    c = sel.comparisons
+    p = np.asarray(c.p)[np.asarray(c.weight) > 0]
+    assert p.size == 24 and np.all((p > 0) & (p < 1))
+    pairs = {(int(a), int(b)) for a, b in zip(np.asarray(c.i[0]), np.asarray(c.j[0]))}
+    assert pairs == {(a, b) for a in range(4) for b in range(4) if a != b}     # both orders of every pair
+    direct = judge.compare(cs.texts[1], cs.candidates[1], np.asarray(c.i[1]), np.asarray(c.j[1]))
+    np.testing.assert_allclose(np.asarray(c.p[1]), direct.p, atol=1e-5)   # batch composition differs
