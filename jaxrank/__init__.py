@@ -5,7 +5,7 @@ Judges produce :class:`Comparisons`; scorers turn them into per-item scores;
 context or a padded batch of contexts and is ``jit``-compiled.
 """
 
-from jaxrank import data, metrics
+from jaxrank import data, metrics, selection
 from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
 from jaxrank.scoring import (
@@ -22,7 +22,12 @@ from jaxrank.scoring import (
     win_ratio,
 )
 from jaxrank.scoring.ml_ranking import max_likelihood_ranking
-from jaxrank.uncertainty import laplace_bradley_terry
+from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
+                                 ranking_confidence, score_intervals)
+from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_intervals, resample_comparisons
+from jaxrank.selection import (active_assess, gather_comparisons, greedy_comparisons, laplace_comparisons,
+                               pairs_rank, random_comparisons)
+from jaxrank.simulate import calibrate_judge, simulate_judge
 
 SCORERS = {
     "win_ratio": win_ratio,
@@ -42,6 +47,18 @@ __all__ = [
     "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution",
     "laplace_bradley_terry", "max_likelihood_ranking",
     "positional_bias", "debias_threshold", "threshold_debias", "permutation_average",
-    "metrics", "data", "SCORERS",
+    "score_intervals", "posterior_samples", "rank_intervals", "RankIntervals", "ranking_confidence",
+    "bootstrap", "bootstrap_intervals", "percentile_intervals", "resample_comparisons",
+    "random_comparisons", "gather_comparisons", "greedy_comparisons", "laplace_comparisons", "pairs_rank",
+    "active_assess", "calibrate_judge", "simulate_judge",
+    "metrics", "data", "selection", "judges", "SCORERS",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # The judges (models, tokenizers, transformers) load on first use: scoring needs none of it.
+    if name == "judges":
+        import importlib
+        return importlib.import_module("jaxrank.judges")
+    raise AttributeError(f"module 'jaxrank' has no attribute {name!r}")
