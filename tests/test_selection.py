@@ -93,10 +93,7 @@ def test_random_schemes_properties(mode):
         if mode == "symmetric":
             assert len(unordered) == r // 2 and all((y, x) in ordered for x, y in ordered)
         assert _graph_connected(a, b, n)                             # ensure_coverage: connected
-    # batched keys == one key at a time
-    i0, j0 = random_comparisons(keys[3], n, r, **kw)
-    np.testing.assert_array_equal(i0, i[3])
-    np.testing.assert_array_equal(j0, j[3])
+    # (batched keys == one key at a time: test_selection_under_jit_vmap_and_without_recompilation)
 
 
 def test_random_without_coverage_is_uniform_over_ordered_pairs():
@@ -385,7 +382,7 @@ def reference_pairs(probs, beam, mask=None):
 
 def test_pairs_perfect_judge_sorts_with_about_n_log_n_comparisons():
     rng = np.random.default_rng(0)
-    for n, beams in ((2, (1,)), (13, (1, 4)), (64, (1,))):
+    for n, beams in ((2, (1,)), (13, (1, 4)), (32, (1,))):
         h = rng.permutation(n).astype(float)
         probs = (h[:, None] > h[None, :]).astype(np.float32)       # p = 1 if A is better
         for beam in beams:
@@ -397,30 +394,31 @@ def test_pairs_perfect_judge_sorts_with_about_n_log_n_comparisons():
                 count = int(res.num_comparisons)
                 print(f"\nPairS perfect judge N={n} beam={beam}: {count} comparisons, N log2 N = {n * np.log2(n):.0f}")
                 assert n * np.log2(n) / 2 <= count <= (n - 1) * lg       # at most n - 1 per level
-                if n == 64:                                        # merge sort: N log2 N - O(N)
+                if n == 32:                                        # merge sort: N log2 N - O(N)
                     assert n * np.log2(n) - 1.5 * n <= count <= n * np.log2(n) - n + 1
 
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_pairs_matches_reference_on_noisy_judge(beam):
+    # float32 judge (the reference sums its logs in float64: beam ties closer than float32
+    # rounding would be needed to tell them apart, improbable with continuous p)
     rng = np.random.default_rng(beam)
     n = 13
     true = rng.normal(size=n)
-    probs = expit(true[:, None] - true[None, :] + 0.8 * rng.normal(size=(n, n)))
+    probs = expit(true[:, None] - true[None, :] + 0.8 * rng.normal(size=(n, n))).astype(np.float32)
     mask = np.ones(n, bool)
     mask[[3, 8]] = False
-    with jax.enable_x64(True):
-        res = pairs_rank(probs, beam_size=beam, item_mask=mask)
-        order, count = reference_pairs(probs, beam, mask)
-        np.testing.assert_array_equal(np.asarray(res.order)[:11], order)
-        assert set(np.asarray(res.order)[11:].tolist()) == {3, 8}
-        assert int(res.num_comparisons) == count
-        c = res.comparisons
-        live = np.asarray(c.weight) > 0
-        pairs = list(zip(np.asarray(c.i)[live].tolist(), np.asarray(c.j)[live].tolist()))
-        assert len(pairs) == count == len(set(pairs))
-        np.testing.assert_allclose(np.asarray(c.p)[live], probs[np.asarray(c.i)[live], np.asarray(c.j)[live]])
-        assert np.all(mask[np.asarray(c.i)[live]]) and np.all(mask[np.asarray(c.j)[live]])
+    res = pairs_rank(probs, beam_size=beam, item_mask=mask)
+    order, count = reference_pairs(probs.astype(np.float64), beam, mask)
+    np.testing.assert_array_equal(np.asarray(res.order)[:11], order)
+    assert set(np.asarray(res.order)[11:].tolist()) == {3, 8}
+    assert int(res.num_comparisons) == count
+    c = res.comparisons
+    live = np.asarray(c.weight) > 0
+    pairs = list(zip(np.asarray(c.i)[live].tolist(), np.asarray(c.j)[live].tolist()))
+    assert len(pairs) == count == len(set(pairs))
+    np.testing.assert_array_equal(np.asarray(c.p)[live], probs[np.asarray(c.i)[live], np.asarray(c.j)[live]])
+    assert np.all(mask[np.asarray(c.i)[live]]) and np.all(mask[np.asarray(c.j)[live]])
 
 
 def test_pairs_beam_finds_more_likely_merges_and_symmetric_counts():

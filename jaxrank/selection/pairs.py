@@ -69,59 +69,49 @@ class PairSResult(NamedTuple):
 
 
 def _merge(left, right, is_real, prob_fn, *, beam, symmetric, prune):
-    """Merge two sorted runs (best first) of width ``w``; beam search over merge paths."""
+    """Merge two sorted runs (best first) of width ``w``; beam search over merge paths.
+
+    A ``lax.scan`` over the ``2w`` output slots; the per-step queries are its stacked outputs.
+    """
     w = left.shape[0]
     dt = jnp.result_type(float)
     neg = jnp.asarray(-jnp.inf, dt)
-    nrec = 2 if symmetric else 1
+    earlier = jnp.arange(beam)[None, :] < jnp.arange(beam)[:, None]
 
-    def body(t, state):
-        a, logp, out, rec = state
+    def step(state, t):
+        a, logp, out = state
         b = t - a
         l_ok, r_ok = a < w, b < w
         la, rb = left[jnp.minimum(a, w - 1)], right[jnp.minimum(b, w - 1)]
         l_real, r_real = l_ok & is_real(la), r_ok & is_real(rb)
-        valid = logp > -jnp.inf
-        query = l_real & r_real & valid
+        query = l_real & r_real & (logp > -jnp.inf)
         p_ab = prob_fn(la, rb).astype(dt)
         if symmetric:
             p_ba = prob_fn(rb, la).astype(dt)
             p = 0.5 * (p_ab + 1 - p_ba)
         else:
-            p = p_ab
+            p_ba, p = p_ab, p_ab
         p_left = jnp.where(query, p, jnp.where(l_ok & (l_real | ~r_real), 1.0, 0.0)).astype(dt)
         lp_left, lp_right = jnp.log(p_left), jnp.log1p(-p_left)     # -inf where impossible
         lp_left = jnp.where(query & (p_left < prune), neg, lp_left)        # prune = 0: never
         lp_right = jnp.where(query & (1 - p_left < prune), neg, lp_right)
-        cand = jnp.concatenate([logp + lp_left, logp + lp_right])
-        new_logp, idx = jax.lax.top_k(cand, beam)
+        new_logp, idx = jax.lax.top_k(jnp.concatenate([logp + lp_left, logp + lp_right]), beam)
         parent = idx % beam
         took_left = idx < beam
         chosen = jnp.where(took_left, la[parent], rb[parent])
-        new_a = a[parent] + took_left.astype(a.dtype)
         new_out = out[parent].at[:, t].set(chosen)
-        # record the distinct queries of this step: paths with the same a ask the same pair
-        same = (a[:, None] == a[None, :]) & query[None, :] & (jnp.arange(beam)[None, :] < jnp.arange(beam)[:, None])
-        first = query & ~jnp.any(same, axis=1)
-        rec_i, rec_j, rec_p, rec_w = rec
-        rec_i = rec_i.at[t, :, 0].set(la)
-        rec_j = rec_j.at[t, :, 0].set(rb)
-        rec_p = rec_p.at[t, :, 0].set(jnp.where(query, p_ab, 0.5))
-        rec_w = rec_w.at[t, :, 0].set(first)
-        if symmetric:
-            rec_i = rec_i.at[t, :, 1].set(rb)
-            rec_j = rec_j.at[t, :, 1].set(la)
-            rec_p = rec_p.at[t, :, 1].set(jnp.where(query, p_ba, 0.5))
-            rec_w = rec_w.at[t, :, 1].set(first)
-        return new_a, new_logp, new_out, (rec_i, rec_j, rec_p, rec_w)
+        # the distinct queries of this step: paths with the same a ask the same pair
+        first = query & ~jnp.any((a[:, None] == a[None, :]) & query[None, :] & earlier, axis=1)
+        rec = (la, rb, jnp.where(query, p_ab, 0.5), jnp.where(query, p_ba, 0.5), first)
+        return (a[parent] + took_left.astype(a.dtype), new_logp, new_out), rec
 
-    a0 = jnp.zeros(beam, jnp.int32)
-    logp0 = jnp.full(beam, neg).at[0].set(0.0)
-    out0 = jnp.zeros((beam, 2 * w), left.dtype)
-    shape = (2 * w, beam, nrec)
-    rec0 = (jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32), jnp.full(shape, 0.5, dt),
-            jnp.zeros(shape, bool))
-    _, logp, out, rec = jax.lax.fori_loop(0, 2 * w, body, (a0, logp0, out0, rec0))
+    init = (jnp.zeros(beam, jnp.int32), jnp.full(beam, neg).at[0].set(0.0), jnp.zeros((beam, 2 * w), left.dtype))
+    (_, logp, out), (ri, rj, pab, pba, first) = jax.lax.scan(step, init, jnp.arange(2 * w))
+    if symmetric:
+        rec = (jnp.stack([ri, rj], -1), jnp.stack([rj, ri], -1), jnp.stack([pab, pba], -1),
+               jnp.stack([first, first], -1))
+    else:
+        rec = (ri, rj, pab, first)
     return out[0], logp[0], rec
 
 
