@@ -1,0 +1,472 @@
+"""Pointwise LLM judges: G-Eval and the prompt-scoring baseline (METHODS.md §1).
+
+* :class:`GEvalJudge` (g-eval §2, eq. 1): the prompt holds the task, the
+  criteria, evaluation steps written once by the LLM itself (auto
+  chain-of-thought), the source text and the candidate, and ends with the
+  form field (``- Coherence:``). The score is the probability-weighted mean
+
+  ``score = sum_s P(s) * s``,  ``P(s) = exp(l_s) / sum_s' exp(l_s')``
+
+  over the score tokens ``"1" .. "5"`` (``l_s`` their next-token logits at the
+  last real position, so the probabilities are renormalised over those tokens
+  only). Decoders share the context: everything before the candidate
+  (chat header, task, criteria, steps, source text) is encoded once per
+  context into a key/value cache, and each candidate runs only its own tokens.
+* :class:`PromptScoringJudge` (llm-comparative-assessment §4.3.2): ask for a
+  1-10 score, generate up to 5 tokens (temperature 1.0 in the paper; greedy
+  with ``temperature=0``) and parse the first number in 1..10
+  (:func:`parse_score`).
+* :func:`pointwise_comparisons`: ``p = sigmoid(scale * (s_i - s_j))``, so
+  pointwise scores feed the comparison / aggregation core.
+
+Prompts longer than the model window keep the candidate and the instructions
+whole and cut the context (the source text) from its end, with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank.judges.pairwise import Judgement
+from jaxrank.judges.prompts import PointwiseTemplate
+from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
+
+__all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "parse_score",
+           "scoring_prompt", "FALLBACK_SCORE"]
+
+_CTX, _CAND = "\ue010", "\ue011"
+_GENERATIVE = ("llama", "mistral", "qwen2", "t5")
+FALLBACK_SCORE = 5.5
+"""Score given to an answer with no number in 1..10: the middle of the scale."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PointwiseResult:
+    """Per-candidate scores of one context.
+
+    Attributes:
+        scores: ``[N]`` the scores (G-Eval: in ``[min score, max score]``).
+        probs: ``[N, S]`` G-Eval's renormalised score-token probabilities
+            (``None`` for prompt scoring).
+        truncated: whether the context was shortened to fit the model.
+        failures: prompt scoring: samples with no parsable score (given the fallback).
+        texts: prompt scoring: the generated answers, ``[N][K]``.
+    """
+
+    scores: np.ndarray
+    probs: np.ndarray | None
+    truncated: bool
+    failures: int = 0
+    texts: tuple[tuple[str, ...], ...] | None = None
+
+
+def pointwise_comparisons(scores, i, j, *, scale: float = 1.0) -> np.ndarray:
+    """Pairwise probabilities from pointwise scores: ``p_k = sigmoid(scale * (s_{i_k} - s_{j_k}))``.
+
+    This is the Bradley-Terry reading of a score (PoE eq. 1), so pointwise
+    judges can feed every aggregator of the comparison core; ``p`` is exactly
+    antisymmetric (``p(i, j) = 1 - p(j, i)``) and, over all pairs, the average
+    probability ranks candidates as the scores do. ``scale`` sets how sure a
+    score gap makes the judge: on G-Eval's 1-5 scale, ``scale=1`` maps a
+    one-point gap to ``p = 0.73``.
+
+    Args:
+        scores: ``[N]`` scores (or a :class:`PointwiseResult`).
+        i, j: ``[R]`` indices of the candidates in positions A and B.
+        scale: the inverse temperature (> 0).
+
+    Returns:
+        ``[R]`` float32 ``P(A better)``.
+    """
+    s = np.asarray(scores.scores if isinstance(scores, PointwiseResult) else scores, np.float64).reshape(-1)
+    i = np.asarray(i, np.int64).reshape(-1)
+    j = np.asarray(j, np.int64).reshape(-1)
+    if i.shape != j.shape:
+        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    if i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= s.size):
+        raise ValueError(f"indices outside [0, {s.size})")
+    d = scale * (s[i] - s[j])
+    return (0.5 * (1.0 + np.tanh(0.5 * d))).astype(np.float32)     # stable sigmoid
+
+
+# ----------------------------------------------------------------------------- parsing
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+          "nine": 9, "ten": 10}
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?|\b(?:" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+
+
+def parse_score(text: str, low: float = 1, high: float = 10) -> float | None:
+    """The first number in ``[low, high]`` of a generated answer, else ``None``.
+
+    Numbers are written digits (``"7"``, ``"7.5"``, ``"-3"``) or the English
+    words one..ten; numbers outside the range are skipped, so
+    ``"Score: 8/10"`` gives 8, ``"10"`` gives 10, ``"ten"`` gives 10, ``"11"``,
+    ``"0"`` and ``""`` give ``None`` (the judge then uses its fallback, counted
+    as a failure), ``"11, I mean 9"`` gives 9.
+    """
+    for m in _NUMBER.finditer(text or ""):
+        tok = m.group(0).lower()
+        v = float(_WORDS[tok]) if tok in _WORDS else float(tok)
+        if low <= v <= high:
+            return v
+    return None
+
+
+class _PointwiseBase:
+    """Model checks, prompt rendering, tokenisation and truncation shared by the pointwise judges."""
+
+    _extra_tokens = 1          # tokens the prompt must leave free (1: the scored next token)
+
+    def __init__(self, model, *, chat, system, batch_size, max_length):
+        lm = as_loaded(model)
+        if lm.tokenizer is None:
+            raise ValueError(f"model {lm.name} has no tokenizer; a prompt judge needs one")
+        if lm.architecture not in _GENERATIVE:
+            raise ValueError(f"{lm.architecture} models are not generative; use SimilarityJudge for encoders")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.lm = lm
+        self.decoder = lm.architecture != "t5"
+        self.chat = bool(lm.chat_template) if chat is None else bool(chat)
+        if self.chat and not lm.chat_template:
+            raise ValueError(f"model {lm.name} has no chat template; use chat=False")
+        self.system = system
+        self.batch_size = int(batch_size)
+        default_len = getattr(lm.config, "max_position_embeddings", None) or 512
+        self.max_length = int(max_length or default_len)
+        self._warned = False
+        self._cache_key = None
+        self._cache_val = None
+
+    @property
+    def name(self) -> str:
+        """Judge id: the model name (plus ``-nochat`` when a chat model is used raw)."""
+        return self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
+
+    def _wrap(self, message: str, answer_prefix: str = "") -> str:
+        """The user message in the chat template (or raw, followed by a blank line), then ``answer_prefix``."""
+        if self.chat:
+            msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
+                [{"role": "user", "content": message}]
+            full = self.lm.tokenizer.apply_chat_template(msgs, chat_template=self.lm.chat_template,
+                                                         add_generation_prompt=True, tokenize=False)
+        else:
+            full = (self.system + "\n\n" if self.system else "") + message + ("\n\n" if answer_prefix else "")
+        return full + answer_prefix
+
+    def _split(self, full: str) -> tuple[str, str, str]:
+        """``(before_context, between_context_and_candidate, rest)``; ``rest`` starts at the candidate."""
+        if _CTX in full:
+            before, rest = full.split(_CTX)
+        else:
+            before, rest = "", full
+        between, rest = rest.split(_CAND, 1)
+        if _CTX not in full:
+            before, between = between, ""
+        return before, between, _CAND + rest
+
+    def _encode(self, text: str, first: bool) -> list[int]:
+        special = first and self.decoder and not self.chat
+        return list(self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]) if text else []
+
+    def token_ids(self, context: str, candidate: str, *, max_context_tokens: int | None = None):
+        """``(prefix_ids, suffix_ids)``: the prefix (up to the candidate) is the same for a whole context."""
+        before, between, rest = self._frame
+        ctx = self._encode(context, False) if _CTX in self._full else []
+        if max_context_tokens is not None:
+            ctx = ctx[:max(0, max_context_tokens)]
+        prefix = self._encode(before, True) + ctx + self._encode(between, False)
+        suffix = self._encode(rest.replace(_CAND, candidate), False) + self._suffix_extra
+        return prefix, suffix
+
+    def prompt_text(self, context: str, candidate: str) -> str:
+        """The exact text the model reads for one candidate (for inspection)."""
+        return self._full.replace(_CTX, context).replace(_CAND, candidate) + \
+            (self.lm.tokenizer.decode(self._suffix_extra) if self._suffix_extra else "")
+
+    def _pairs(self, context: str, candidates: Sequence[str]):
+        """Token rows for every candidate, the context cut (with a warning) if a prompt is too long."""
+        empty = [k for k, c in enumerate(candidates) if not str(c).strip()]
+        if empty:
+            raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+        pairs = [self.token_ids(context, c) for c in candidates]
+        longest = max(len(p) + len(s) for p, s in pairs)
+        need = longest + self._extra_tokens
+        if need <= self.max_length:
+            return pairs, False
+        excess = need - self.max_length
+        ctx_len = len(self._encode(context, False)) if _CTX in self._full else 0
+        if excess > ctx_len:
+            raise ValueError(f"a prompt needs {need - ctx_len} tokens without the context's share; the model "
+                             f"allows {self.max_length}: the candidate and instructions alone do not fit")
+        if not self._warned:
+            warnings.warn(f"prompt longer than the model's {self.max_length} tokens: the context was cut by "
+                          f"{excess} tokens (candidate and instructions kept whole)", stacklevel=3)
+            self._warned = True
+        return [self.token_ids(context, c, max_context_tokens=ctx_len - excess) for c in candidates], True
+
+    def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:  # pragma: no cover
+        raise NotImplementedError
+
+    def compare(self, context: str, candidates: Sequence[str], i, j, *, scale: float = 1.0) -> Judgement:
+        """Pairwise view of the scores: ``p = sigmoid(scale * (s_i - s_j))`` (:func:`pointwise_comparisons`).
+
+        Every candidate is scored once per context (the last context's scores are
+        kept, so repeated calls for one context cost nothing). ``logits`` holds
+        ``scale * (s_i, s_j)``, whose softmax is ``p``.
+        """
+        i = np.asarray(i, np.int64).reshape(-1)
+        j = np.asarray(j, np.int64).reshape(-1)
+        n = len(candidates)
+        for nm, idx in (("i", i), ("j", j)):
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise ValueError(f"{nm} has indices outside [0, {n})")
+        key = (context, tuple(candidates))
+        if self._cache_key != key:
+            self._cache_val, self._cache_key = self.score(context, candidates), key
+        res = self._cache_val
+        p = pointwise_comparisons(res.scores, i, j, scale=scale)
+        logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
+        return Judgement(p, res.truncated, logits)
+
+
+# ------------------------------------------------------------------------------ G-Eval
+class GEvalJudge(_PointwiseBase):
+    """G-Eval (g-eval §2): probability-weighted form-filling score with auto chain-of-thought.
+
+    ``score = sum_s P(s) s`` (g-eval eq. 1) over the template's score tokens,
+    ``P`` the next-token probabilities renormalised over those tokens, read at
+    the last real position only (``logits_at`` with just those vocabulary
+    rows). The evaluation steps are generated once, greedily, from
+    ``template.steps_request`` the first time they are needed, kept in
+    :attr:`steps` and pasted into every scoring prompt. Small models may write
+    poor steps (SmolLM2-135M repeats the criteria): read :attr:`steps`, and
+    pass ``steps=`` (e.g. the G-Eval paper's) where they are useless.
+
+    Args:
+        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path for ``load_model``.
+        template: a :class:`~jaxrank.judges.prompts.PointwiseTemplate` (``pointwise_template(aspect)``).
+        chat: wrap prompts in the model's chat template (default: when it has one).
+        system: optional system message.
+        batch_size: candidates per forward pass.
+        steps: evaluation steps to use instead of generating them.
+        max_step_tokens: length limit of the generated steps.
+        max_length: context window (default: the model's ``max_position_embeddings``; 512 for T5).
+
+    Raises:
+        ValueError: no tokenizer, an encoder-only model, or score tokens that are
+            not single distinct tokens.
+    """
+
+    def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
+                 batch_size: int = 8, steps: str | None = None, max_step_tokens: int = 128,
+                 max_length: int | None = None):
+        super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
+        self.template = template
+        self.max_step_tokens = int(max_step_tokens)
+        self._steps = steps
+        self.step_generations = 0
+        self.score_values = np.asarray(template.scores, np.float64)
+        self._score_common, self.score_token_ids = self._score_tokens()
+
+    def _score_tokens(self):
+        tok = self.lm.tokenizer
+        last = self._wrap(self.template.text, "")[-1:]            # the character the answer follows
+        lead = " " if (self.decoder and not last.isspace()) else ""
+        eos = set(self.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
+        ids = [[t for t in tok(lead + str(s), add_special_tokens=False)["input_ids"] if t not in eos]
+               for s in self.template.scores]
+        d = 0
+        while d < min(map(len, ids)) and len({x[d] for x in ids}) == 1:
+            d += 1
+        firsts = [x[d] if d < len(x) else None for x in ids]
+        if None in firsts or len(set(firsts)) != len(firsts):
+            raise ValueError(f"scores {self.template.scores} do not tokenise to distinct single tokens "
+                             f"({ids}); G-Eval reads one token per score")
+        if d and not self.decoder:
+            raise ValueError("score tokens share leading tokens; a t5 judge reads only the first decoder token")
+        return ids[0][:d], np.asarray(firsts, np.int32)
+
+    @property
+    def steps(self) -> str:
+        """The evaluation steps (generated by the model on first use, then reused)."""
+        if self._steps is None:
+            self._steps = self.generate_steps()
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: str) -> None:
+        self._steps = value
+        self.__dict__.pop("_frame_cache", None)
+
+    def generate_steps(self) -> str:
+        """Ask the model for the evaluation steps (greedy, ``max_step_tokens``); does not cache them."""
+        ids = self._encode(self._wrap(self.template.steps_request, ""), True)
+        self.step_generations += 1
+        text = generate_texts(self.lm, [ids], batch_rows=1, max_new_tokens=self.max_step_tokens,
+                              temperature=0.0, top_p=1.0, key=jax.random.PRNGKey(0))[0].strip()
+        if not text:
+            warnings.warn("the model wrote empty evaluation steps", stacklevel=2)
+        return text
+
+    @property
+    def _full(self) -> str:
+        cached = self.__dict__.get("_frame_cache")
+        if cached is None or cached[0] != self._steps:
+            t = self.template
+            msg = t.text.replace("{context}", _CTX).replace("{candidate}", _CAND)
+            msg = msg.replace("{criteria}", t.criteria).replace("{steps}", self.steps)
+            full = self._wrap(msg, "")
+            cached = (self._steps, full, self._split(full))
+            self.__dict__["_frame_cache"] = cached
+        return cached[1]
+
+    @property
+    def _frame(self):
+        self._full
+        return self.__dict__["_frame_cache"][2]
+
+    @property
+    def _suffix_extra(self) -> list[int]:
+        return list(self._score_common)
+
+    def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:
+        """G-Eval scores of every candidate of one context.
+
+        Returns:
+            :class:`PointwiseResult` with ``scores [N]`` in ``[min, max]`` of the
+            score scale and ``probs [N, S]``.
+
+        Raises:
+            ValueError: an empty candidate, or a prompt that cannot fit even
+                without the context.
+        """
+        if len(candidates) == 0:
+            s = len(self.score_values)
+            return PointwiseResult(np.zeros(0, np.float64), np.zeros((0, s), np.float64), False)
+        pairs, truncated = self._pairs(context, candidates)
+        logits = self._logits_decoder(pairs) if self.decoder else self._logits_t5(pairs)
+        logits = logits.astype(np.float64)
+        z = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = z / z.sum(-1, keepdims=True)
+        return PointwiseResult(probs @ self.score_values, probs, truncated)
+
+    def _logits_decoder(self, pairs) -> np.ndarray:
+        model = self.lm.model
+        prefix = pairs[0][0]
+        pid, pmask = pad_rows([prefix], 1, self.lm.pad_token_id, left=False)
+        cache = model.prefill(pid, pmask)                      # the context, once
+        tokens = jnp.asarray(self.score_token_ids)
+        out, bs = [], self.batch_size
+        suffixes = [s for _, s in pairs]
+        for start in range(0, len(suffixes), bs):
+            chunk = suffixes[start:start + bs]
+            ids, mask = pad_rows(chunk, bs, self.lm.pad_token_id, left=False)
+            last = model.extend(cache, ids, mask).last_hidden
+            out.append(np.asarray(model.logits_at(last, token_ids=tokens))[:len(chunk)])
+        return np.concatenate(out)
+
+    def _logits_t5(self, pairs) -> np.ndarray:
+        model = self.lm.model
+        tokens = jnp.asarray(self.score_token_ids)
+        eos = self.lm.tokenizer.eos_token_id
+        rows = [p + s + ([eos] if eos is not None else []) for p, s in pairs]
+        out, bs = [], self.batch_size
+        for start in range(0, len(rows), bs):
+            chunk = rows[start:start + bs]
+            ids, mask = pad_rows(chunk, bs, self.lm.pad_token_id, left=False)
+            enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
+            out.append(np.asarray(model.decoder_logits_first_step(enc, jnp.asarray(mask), token_ids=tokens))
+                       [:len(chunk)])
+        return np.concatenate(out)
+
+
+# ------------------------------------------------------------------------ prompt scoring
+def scoring_prompt(aspect: str, *, kind: str = "summary", source: str = "article") -> str:
+    """A simple 1-10 scoring prompt (llm-comparative-assessment §4.3.2 style): ``{context}``, ``{candidate}``."""
+    return (f"{source.capitalize()}: {{context}}\n\n{kind.capitalize()}: {{candidate}}\n\n"
+            f"Score the {aspect} of the {kind} on a scale from 1 to 10, where 1 is the worst and 10 is "
+            "the best. Answer with the score only.")
+
+
+class PromptScoringJudge(_PointwiseBase):
+    """The prompt-scoring baseline: ask for a 1-10 score, generate, parse (llm-comparative-assessment §4.3.2).
+
+    Each candidate gets ``num_samples`` answers of at most ``max_new_tokens``
+    tokens (the paper: 5 tokens, temperature 1.0); each is parsed with
+    ``parser`` (default :func:`parse_score`, the first number in 1..10), an
+    unparsable answer counting ``fallback`` (default 5.5, the middle of the
+    scale) and one ``failure``; the score is the mean over the samples. Sampling
+    is deterministic given ``seed`` (the key also folds in the context text).
+
+    Args:
+        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path.
+        aspect: the quality asked about (``"coherence"``).
+        text: the user message with ``{context}`` and ``{candidate}`` (default :func:`scoring_prompt`).
+        kind, source: words used by the default prompt ("summary", "article").
+        chat, system: chat template use and system message.
+        temperature: 0 for greedy decoding (T5 supports only 0).
+        top_p: nucleus mass.
+        max_new_tokens: answer length limit.
+        num_samples: answers per candidate.
+        batch_size: prompts per :func:`generate` call.
+        seed: PRNG seed.
+        fallback: the score of an unparsable answer.
+        parser: ``str -> float | None``.
+        answer_prefix: text after the prompt (default ``"Score:"`` without a chat template, else none).
+        max_length: context window.
+    """
+
+    def __init__(self, model, *, aspect: str, text: str | None = None, kind: str = "summary",
+                 source: str = "article", chat: bool | None = None, system: str | None = None,
+                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 5, num_samples: int = 1,
+                 batch_size: int = 8, seed: int = 0, fallback: float = FALLBACK_SCORE,
+                 parser: Callable[[str], float | None] | None = None, answer_prefix: str | None = None,
+                 max_length: int | None = None):
+        super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if not self.decoder and temperature > 0:
+            raise NotImplementedError("t5 generation is greedy only: PromptScoringJudge with a t5 model "
+                                      "needs temperature=0")
+        self.aspect = aspect
+        self.text = text or scoring_prompt(aspect, kind=kind, source=source)
+        if "{candidate}" not in self.text:
+            raise ValueError("the scoring prompt must contain {candidate}")
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self.max_new_tokens, self.num_samples = int(max_new_tokens), int(num_samples)
+        self.seed, self.fallback = int(seed), float(fallback)
+        self.parser = parser or parse_score
+        prefix = ("" if self.chat else "Score:") if answer_prefix is None else answer_prefix
+        self._full = self._wrap(self.text.replace("{context}", _CTX).replace("{candidate}", _CAND), prefix)
+        self._frame = self._split(self._full)
+        self._suffix_extra = []
+        self._extra_tokens = self.max_new_tokens
+
+    def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:
+        """Mean parsed score of ``num_samples`` answers per candidate (``failures`` counts the fallbacks)."""
+        if len(candidates) == 0:
+            return PointwiseResult(np.zeros(0, np.float64), None, False, 0, ())
+        pairs, truncated = self._pairs(context, candidates)
+        k = self.num_samples
+        rows = [p + s for p, s in pairs for _ in range(k)]
+        texts = generate_texts(self.lm, rows, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
+                              temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
+        vals, failures = [], 0
+        for t in texts:
+            v = self.parser(t)
+            if v is None:
+                v, failures = self.fallback, failures + 1
+            vals.append(float(v))
+        scores = np.asarray(vals, np.float64).reshape(len(candidates), k).mean(1)
+        grouped = tuple(tuple(texts[r * k:(r + 1) * k]) for r in range(len(candidates)))
+        return PointwiseResult(scores, None, truncated, failures, grouped)

@@ -1,0 +1,320 @@
+"""Text-only pairwise judges: sampled decisions and any Python callable (METHODS.md §1, eq. 4-5).
+
+When a judge returns text rather than label probabilities, the probability
+that A is better is estimated from ``K`` sampled answers
+(llm-comparative-assessment eq. 4-5):
+
+``p = (1/K) sum_k f(text_k)``,  ``f = 1`` for an answer naming A, ``0`` for B, ``1/2`` for neither.
+
+* :class:`SamplingJudge` samples the ``K`` answers from a local decoder with
+  :func:`~jaxrank.judges.models.llama.generate` (temperature / nucleus
+  sampling), rendering prompts exactly as :class:`~jaxrank.judges.pairwise.PromptJudge`
+  does; the ``K`` samples of a batch of comparisons go through one ``generate``
+  call (left-padded prompts, rows padded to a static batch).
+* :class:`CallableJudge` wraps any function from prompts to probabilities or
+  to texts (an API client, a cache file): prompts come from
+  :meth:`PairwiseTemplate.render`, no tokenizer needed.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxrank.judges.pairwise import Judgement, PromptJudge
+from jaxrank.judges.prompts import PairwiseTemplate
+from jaxrank.judges.textgen import generate_texts, sample_key
+
+__all__ = ["SamplingJudge", "CallableJudge", "label_parser", "GENERIC_TEMPLATE"]
+
+GENERIC_TEMPLATE = PairwiseTemplate(
+    "Context: {context}\n\nCandidate A: {a}\n\nCandidate B: {b}\n\nWhich candidate is better, A or B? "
+    "Answer with A or B only.", name="generic")
+"""Default prompt of :class:`CallableJudge`."""
+
+
+def label_parser(labels: Sequence[str] = ("A", "B")) -> Callable[[str], float | None]:
+    """A parser ``text -> 1.0 (A) | 0.0 (B) | None (neither)`` for two label words.
+
+    The decision is the label that occurs first as a whole word (case-sensitive:
+    ``"A"`` must not match the article ``"a"``). When neither label occurs and
+    they are several words that differ in their last word (``"Summary A"`` /
+    ``"Summary B"``), the last words are searched the same way.
+    """
+    la, lb = (str(x) for x in labels)
+    if la == lb:
+        raise ValueError(f"labels must differ, got {labels!r}")
+
+    def pattern(w):
+        return re.compile(r"(?<!\w)" + re.escape(w) + r"(?!\w)")
+
+    stages = [(pattern(la), pattern(lb))]
+    ta, tb = la.split()[-1:], lb.split()[-1:]
+    if ta and tb and ta != tb and (ta[0], tb[0]) != (la, lb):
+        stages.append((pattern(ta[0]), pattern(tb[0])))
+
+    def parse(text: str) -> float | None:
+        for pa, pb in stages:
+            ma, mb = pa.search(text or ""), pb.search(text or "")
+            if ma or mb:
+                if ma and (not mb or ma.start() <= mb.start()):
+                    return 1.0
+                return 0.0
+        return None
+
+    return parse
+
+
+def _indices(candidates, i, j):
+    i = np.asarray(i, np.int64).reshape(-1)
+    j = np.asarray(j, np.int64).reshape(-1)
+    if i.shape != j.shape:
+        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
+    n = len(candidates)
+    for name, idx in (("i", i), ("j", j)):
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"{name} has indices outside [0, {n})")
+    empty = sorted(k for k in set(i.tolist()) | set(j.tolist()) if not str(candidates[k]).strip())
+    if empty:
+        raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+    return i, j
+
+
+def _decide(texts: Sequence[Sequence[str]], parser) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(p [R], counts [R, 2], undecided)`` from ``R`` lists of answers (eq. 4-5)."""
+    counts = np.zeros((len(texts), 2), np.float64)
+    p = np.zeros(len(texts), np.float64)
+    undecided = 0
+    for r, answers in enumerate(texts):
+        if len(answers) == 0:
+            raise ValueError(f"comparison {r} has no answers")
+        total = 0.0
+        for t in answers:
+            v = parser(t)
+            if v is None:
+                undecided += 1
+                v = 0.5
+            else:
+                v = float(v)
+                if not 0.0 <= v <= 1.0:
+                    raise ValueError(f"the parser returned {v} for {t!r}; expected 1 (A), 0 (B) or None")
+                counts[r] += (v, 1.0 - v)
+            total += v
+        p[r] = total / len(answers)
+    return p.astype(np.float32), counts.astype(np.float32), undecided
+
+
+class SamplingJudge:
+    """Text-only pairwise judge: ``p`` = fraction of ``K`` sampled answers that choose A (eq. 4-5).
+
+    Prompts are :class:`~jaxrank.judges.pairwise.PromptJudge`'s (chat template,
+    context truncation), without the label words' shared leading tokens: the
+    model answers freely and ``parser`` reads the answer (default
+    :func:`label_parser` of the template's labels). Answers naming neither label
+    count 1/2 and are counted in :attr:`undecided`. Each comparison's ``K``
+    prompts are consecutive rows; ``batch_size`` comparisons (``batch_size * K``
+    rows) go through one :func:`generate` call. Samples are deterministic given
+    ``seed`` and the inputs (the key folds in the context and the batch number).
+
+    ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B.
+
+    Args:
+        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path (a decoder).
+        template: the comparative prompt.
+        num_samples: ``K``.
+        temperature, top_p: sampling settings (``temperature=0``: greedy, ``K`` identical answers).
+        max_new_tokens: answer length limit.
+        seed: PRNG seed.
+        parser: ``str -> 1.0 | 0.0 | None`` (or any value in [0, 1]).
+        chat, system, batch_size, max_length: as for ``PromptJudge``.
+
+    Raises:
+        NotImplementedError: a T5 model with ``temperature > 0`` (T5 decodes greedily only).
+    """
+
+    def __init__(self, model, template: PairwiseTemplate, *, num_samples: int = 10, temperature: float = 1.0,
+                 top_p: float = 1.0, max_new_tokens: int = 8, seed: int = 0,
+                 parser: Callable[[str], float | None] | None = None, chat: bool | None = None,
+                 system: str | None = None, batch_size: int = 4, max_length: int | None = None):
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.prompt = PromptJudge(model, template, chat=chat, system=system, batch_size=batch_size,
+                                  max_length=max_length)
+        self.lm = self.prompt.lm
+        if not self.prompt.decoder and temperature > 0:
+            raise NotImplementedError("t5 generation is greedy only: SamplingJudge with a t5 model needs "
+                                      "temperature=0")
+        self.template = template
+        self.num_samples, self.max_new_tokens = int(num_samples), int(max_new_tokens)
+        self.temperature, self.top_p, self.seed = float(temperature), float(top_p), int(seed)
+        self.batch_size = int(batch_size)
+        self.parser = parser or label_parser(template.labels)
+        self.undecided = 0
+        self._warned = False
+
+    @property
+    def name(self) -> str:
+        """Judge id: the model name, ``-sampled``, ``K`` and the temperature."""
+        return f"{self.prompt.name}-sampled-k{self.num_samples}-t{self.temperature:g}"
+
+    def token_rows(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[int]], bool]:
+        """One prompt (token ids) per comparison, and whether the context had to be cut."""
+        pj = self.prompt
+        i, j = _indices(candidates, i, j)
+        nc = len(pj._common)
+
+        def build(max_ctx):
+            out = []
+            for a, b in zip(i, j):
+                ids = [t for part in pj.token_ids(context, candidates[a], candidates[b], max_context_tokens=max_ctx)
+                       for t in part]                  # prefix + the rest (however PromptJudge splits it)
+                out.append(ids[:len(ids) - nc] if nc else ids)
+            return out
+
+        rows = build(None)
+        if not rows:
+            return rows, False
+        need = max(map(len, rows)) + self.max_new_tokens
+        if need <= pj.max_length:
+            return rows, False
+        excess = need - pj.max_length
+        ctx_len = len(pj._encode(context, False)) if pj.has_context else 0
+        if excess > ctx_len:
+            raise ValueError(f"a prompt needs {need - ctx_len} tokens (answer included) without the context's "
+                             f"share; the model allows {pj.max_length}")
+        if not self._warned:
+            warnings.warn(f"prompt longer than the model's {pj.max_length} tokens: the context was cut by "
+                          f"{excess} tokens (candidates and question kept whole)", stacklevel=3)
+            self._warned = True
+        return build(ctx_len - excess), True
+
+    def sample_texts(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[str]], bool]:
+        """The ``K`` answers ``[R][K]`` of every comparison, and whether the context was cut."""
+        rows, truncated = self.token_rows(context, candidates, i, j)
+        if not rows:
+            return [], truncated
+        k = self.num_samples
+        flat = [r for r in rows for _ in range(k)]
+        texts = generate_texts(self.lm, flat, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
+                               temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
+        return [texts[r * k:(r + 1) * k] for r in range(len(rows))], truncated
+
+    def compare(self, context: str, candidates: Sequence[str], i, j) -> Judgement:
+        """``p = P(candidates[i] better)`` as the fraction of sampled answers for A.
+
+        Returns:
+            :class:`Judgement` with ``p [R]`` and ``logits`` = answer counts ``[R, 2]`` (A, B).
+
+        Raises:
+            ValueError: an index out of range or an empty candidate text.
+        """
+        texts, truncated = self.sample_texts(context, candidates, i, j)
+        if not texts:
+            return Judgement(np.zeros(0, np.float32), truncated, np.zeros((0, 2), np.float32))
+        p, counts, und = _decide(texts, self.parser)
+        self.undecided += und
+        return Judgement(p, truncated, counts)
+
+
+class CallableJudge:
+    """Any Python callable as a pairwise judge.
+
+    ``fn`` receives the rendered prompts of one call (``template.render(context,
+    a, b)``, plus ``"\\n\\n" + answer_prefix`` when the template has one) and
+    returns, for ``kind="probability"``, one ``P(A better)`` per prompt; for
+    ``kind="text"``, one answer per prompt (called ``num_samples`` times) or a
+    list of answers per prompt (called once), parsed to A / B / neither
+    (eq. 4-5: ``p`` = the mean of 1 for A, 0 for B, 1/2 for neither; neither is
+    counted in :attr:`undecided`).
+
+    ``Judgement.logits``: ``(log p, log(1 - p))`` (clipped at ``1e-12``) for
+    probabilities, the answer counts ``[R, 2]`` for texts.
+
+    Args:
+        fn: ``list[str] -> list[float]`` or ``-> list[str] | list[list[str]]``.
+        template: the comparative prompt (default :data:`GENERIC_TEMPLATE`).
+        name: the judge id (stored with the judgements).
+        kind: ``"probability"`` or ``"text"``.
+        parser: text parser (default :func:`label_parser` of the template's labels).
+        num_samples: calls per comparison set when ``fn`` returns one text per prompt.
+        batch_size: prompts per call (default: all comparisons of a ``compare`` call at once).
+
+    Raises:
+        ValueError: (on ``compare``) a result of the wrong length, a probability
+            that is NaN or outside [0, 1], or an answer that is not a string;
+            the message names the prompt index and the value.
+    """
+
+    def __init__(self, fn: Callable, template: PairwiseTemplate | None = None, *, name: str,
+                 kind: str = "probability", parser: Callable[[str], float | None] | None = None,
+                 num_samples: int = 1, batch_size: int | None = None):
+        if kind not in ("probability", "text"):
+            raise ValueError(f"kind must be 'probability' or 'text', got {kind!r}")
+        if not callable(fn):
+            raise TypeError("fn must be callable")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.fn, self.kind, self.name = fn, kind, str(name)
+        self.template = template or GENERIC_TEMPLATE
+        self.parser = parser or label_parser(self.template.labels)
+        self.num_samples, self.batch_size = int(num_samples), batch_size
+        self.undecided = 0
+
+    def prompts(self, context: str, candidates: Sequence[str], i, j) -> list[str]:
+        """The prompt text of every comparison."""
+        i, j = _indices(candidates, i, j)
+        t = self.template
+        tail = "\n\n" + t.answer_prefix if t.answer_prefix else ""
+        return [t.render(context, candidates[a], candidates[b]) + tail for a, b in zip(i, j)]
+
+    def _call(self, prompts: list[str]) -> list:
+        bs = self.batch_size or max(len(prompts), 1)
+        out: list = []
+        for start in range(0, len(prompts), bs):
+            chunk = prompts[start:start + bs]
+            res = list(self.fn(chunk))
+            if len(res) != len(chunk):
+                raise ValueError(f"judge {self.name!r} returned {len(res)} results for {len(chunk)} prompts")
+            out.extend(res)
+        return out
+
+    def compare(self, context: str, candidates: Sequence[str], i, j) -> Judgement:
+        """``p = P(candidates[i] better)`` for every comparison, from ``fn``."""
+        prompts = self.prompts(context, candidates, i, j)
+        if not prompts:
+            return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
+        if self.kind == "probability":
+            raw = self._call(prompts)
+            p = np.zeros(len(raw), np.float64)
+            for r, v in enumerate(raw):
+                try:
+                    x = float(v)
+                except (TypeError, ValueError):
+                    raise ValueError(f"judge {self.name!r}: result {r} is {v!r}, not a probability") from None
+                if not np.isfinite(x) or not 0.0 <= x <= 1.0:
+                    raise ValueError(f"judge {self.name!r}: result {r} is {v!r}; probabilities must be in [0, 1]")
+                p[r] = x
+            q = np.clip(np.stack([p, 1 - p], -1), 1e-12, 1.0)
+            return Judgement(p.astype(np.float32), False, np.log(q).astype(np.float32))
+        first = self._call(prompts)
+        if all(isinstance(x, (list, tuple)) for x in first):
+            texts = [list(x) for x in first]
+        else:
+            texts = [[x] for x in first]
+            for _ in range(self.num_samples - 1):
+                for r, x in enumerate(self._call(prompts)):
+                    texts[r].append(x)
+        for r, answers in enumerate(texts):
+            for x in answers:
+                if not isinstance(x, str):
+                    raise ValueError(f"judge {self.name!r}: answer for prompt {r} is {x!r}, not a string")
+        p, counts, und = _decide(texts, self.parser)
+        self.undecided += und
+        return Judgement(p, False, counts)

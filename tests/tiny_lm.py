@@ -1,0 +1,41 @@
+"""A tiny random-weight Llama judge with a byte-level tokenizer, for fast logic tests of the judges."""
+
+from pathlib import Path
+
+from flax import nnx
+
+from jaxrank.judges.loading import LoadedModel
+from jaxrank.judges.models.llama import LlamaConfig, LlamaModel
+
+PAD, BOS, EOS, OFFSET = 0, 1, 2, 3
+CHAT_TEMPLATE = "fake: <user>...</user><assistant>"
+
+
+class ByteTokenizer:
+    """Bytes shifted by 3 (0 pad, 1 bos, 2 eos); a minimal chat template."""
+
+    eos_token_id, pad_token_id, bos_token_id = EOS, PAD, BOS
+
+    def __call__(self, text, add_special_tokens=True, **_):
+        ids = [b + OFFSET for b in text.encode("utf-8")]
+        return {"input_ids": ([BOS] if add_special_tokens else []) + ids}
+
+    def encode(self, text, add_special_tokens=False):
+        return self(text, add_special_tokens)["input_ids"]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return bytes(int(i) - OFFSET for i in ids if int(i) >= OFFSET).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, msgs, chat_template=None, add_generation_prompt=True, tokenize=False):
+        text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>\n" for m in msgs)
+        return text + ("<assistant>" if add_generation_prompt else "")
+
+
+def tiny_lm(*, chat=False, seed=0, layers=2, hidden=32, max_len=4096) -> LoadedModel:
+    cfg = LlamaConfig(vocab_size=256 + OFFSET, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=hidden // 4, rope_theta=1000.0, tie_word_embeddings=False,
+                      max_position_embeddings=max_len)
+    model = LlamaModel(cfg, rngs=nnx.Rngs(seed))
+    return LoadedModel(model, cfg, ByteTokenizer(), CHAT_TEMPLATE if chat else None, "tiny", "llama",
+                       Path("."), (EOS,), PAD)
