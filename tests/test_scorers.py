@@ -126,3 +126,22 @@ def test_weight_two_equals_duplicate_comparison():
     c_d = jr.Comparisons.from_pairs(np.r_[i, i[0]], np.r_[j, j[0]], np.r_[p, p[0]], num_items=n)
     for name in ["average_probability", "poe_gaussian", "poe_bradley_terry", "bradley_terry"]:
         np.testing.assert_allclose(jr.SCORERS[name](c_w), jr.SCORERS[name](c_d), atol=1e-4, err_msg=name)
+
+
+def test_soft_bt_on_saturated_bootstrap_like_data_converges_to_the_optimum():
+    """Regression: p in {0, .25, .5, .75, 1} with integer multinomial weights (a bootstrap
+    resample) once stopped after a failed line search while reporting convergence."""
+    rng = np.random.default_rng(7)
+    a, b = np.nonzero(~np.eye(16, dtype=bool))
+    for _ in range(6):
+        p = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=240).astype(np.float32)
+        w = (4.0 * rng.multinomial(60, np.full(240, 1 / 240))).astype(np.float32)
+        c = jr.Comparisons.from_pairs(a, b, p, num_items=16, weight=w)
+        sol = jr.fit_poe_bradley_terry(c)
+        live = np.bincount(a, w, 16) + np.bincount(b, w, 16) > 0
+        expected, _ = ref.soft_bt(a, b, np.clip(p, 1e-6, 1 - 1e-6), w, 16)
+        assert bool(sol.converged) and np.all(np.isfinite(sol.scores))
+        if c.is_connected():
+            got = np.asarray(sol.scores)[live]
+            want = expected[live]
+            np.testing.assert_allclose(got - got.mean(), want - want.mean(), atol=2e-3, rtol=1e-3)

@@ -131,7 +131,7 @@ def _grad_p(x, pr, mode, gamma_prior, score_prior):
     return gs
 
 
-def _hessian_p(x, pr, mode, gamma_prior, score_prior, proj):
+def _hessian_p(x, pr, mode, gamma_prior, score_prior, proj, floor=1e-12):
     """Exact Hessian plus the per-component anchor ``P`` on the score block.
 
     ``P`` acts only on per-component constants, along which the gradient is
@@ -140,7 +140,7 @@ def _hessian_p(x, pr, mode, gamma_prior, score_prior, proj):
     """
     s, g = _split(x, pr, mode)
     q = jax.nn.sigmoid(_graph.incidence(pr.e, s) - g)
-    h = pr.w * jnp.maximum(q * (1 - q), 1e-12)
+    h = pr.w * jnp.maximum(q * (1 - q), floor)
     hss = _graph.laplacian(pr.e, h) + proj + score_prior * jnp.eye(pr.e.num_items, dtype=h.dtype)
     if mode != "learn":
         return hss
@@ -173,8 +173,18 @@ def _newton_step(ops, state, mode, gamma_prior, score_prior, tol):
     dt = x.dtype
     fun = functools.partial(_nll_p, pr=pr, mode=mode, gamma_prior=gamma_prior, score_prior=score_prior)
     g = _grad_p(x, pr, mode, gamma_prior, score_prior)
-    delta = -_graph.psd_solve(_hessian_p(x, pr, mode, gamma_prior, score_prior, proj), g)
+    # A floor on q(1 - q) keeps the Newton system well conditioned when a comparison
+    # saturates (it only damps such steps; the fixed point is unchanged).
+    floor = 1e-6 if dt == jnp.float32 else 1e-12
+    hess = _hessian_p(x, pr, mode, gamma_prior, score_prior, proj, floor)
+    delta = -_graph.psd_solve(hess, g)
     slope = jnp.dot(g, delta)
+    # Fall back to a diagonally scaled gradient step if the Newton direction is not a
+    # finite descent direction (rounding in a nearly singular system).
+    bad = ~(jnp.all(jnp.isfinite(delta)) & (slope < 0))
+    safe = -g / (jnp.abs(jnp.diagonal(hess)) + 1.0)
+    delta = jnp.where(bad, safe, delta)
+    slope = jnp.where(bad, jnp.dot(g, safe), slope)
     rounding = 16 * jnp.finfo(dt).eps
     bound = lambda t: f + 1e-4 * t * slope + rounding * jnp.abs(f)
 
@@ -194,7 +204,9 @@ def _newton_step(ops, state, mode, gamma_prior, score_prior, tol):
     t = jnp.where(ok, t, 0.0)
     games = _graph.item_sums(pr.e, pr.w, pr.w)
     gtol = 64 * jnp.finfo(dt).eps * jnp.maximum(1.0, jnp.max(games))
-    converged = (jnp.max(jnp.abs(t * delta)) < tol) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
+    # A step counts towards convergence only if the line search accepted it; a failed
+    # search stops the loop unconverged (reported), never as converged.
+    converged = (ok & (jnp.max(jnp.abs(t * delta)) < tol)) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
     return x + t * delta, jnp.where(ok, ft, f), it + 1, converged | ~ok, converged
 
 
