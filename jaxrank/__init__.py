@@ -25,9 +25,9 @@ from jaxrank.scoring.ml_ranking import max_likelihood_ranking
 from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
                                  ranking_confidence, score_intervals)
 from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_intervals, resample_comparisons
-from jaxrank.selection import (active_assess, gather_comparisons, greedy_comparisons, laplace_comparisons,
-                               pairs_rank, random_comparisons)
-from jaxrank.simulate import calibrate_judge, simulate_judge
+from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons, greedy_comparisons,
+                               laplace_comparisons, pairs_rank, random_comparisons)
+from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
 
 SCORERS = {
     "win_ratio": win_ratio,
@@ -50,7 +50,8 @@ __all__ = [
     "score_intervals", "posterior_samples", "rank_intervals", "RankIntervals", "ranking_confidence",
     "bootstrap", "bootstrap_intervals", "percentile_intervals", "resample_comparisons",
     "random_comparisons", "gather_comparisons", "greedy_comparisons", "laplace_comparisons", "pairs_rank",
-    "active_assess", "calibrate_judge", "simulate_judge",
+    "PairSResult", "active_assess", "ActiveResult",
+    "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
 __version__ = "0.1.0"

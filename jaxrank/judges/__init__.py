@@ -10,6 +10,10 @@ reports agreement with human scores.
 
 from jaxrank.judges.loading import LoadedModel, load_model
 from jaxrank.judges.pairwise import Judgement, PromptJudge
+from jaxrank.judges.pointwise import (GEvalJudge, PointwiseResult, PromptScoringJudge, parse_score,
+                                      pointwise_comparisons)
+from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser
+from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, PairwiseTemplate, PointwiseTemplate,
                                     pairwise_template, pointwise_template)
 from jaxrank.judges.registry import MODELS, list_models
@@ -19,7 +23,8 @@ from jaxrank.judges.store import JudgementStore, StoredComparisons
 
 __all__ = [
     "LoadedModel", "load_model", "MODELS", "list_models",
-    "PromptJudge", "Judgement",
+    "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "SimilarityJudge",
+    "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template",
     "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "plan_pairs",
