@@ -234,6 +234,17 @@ def test_interrupted_run_resumes_without_redoing_or_losing(tmp_path):
     assert done  # the crashed run had made progress
 
 
+def test_judge_comparisons_returns_the_core_structure():
+    from jaxrank.judges.run import judge_comparisons
+    c = judge_comparisons(_FakeJudge(), "ctx", ["a", "bbb", "cc"])
+    assert isinstance(c, jr.Comparisons) and c.num_items == 3 and c.p.shape == (6,)
+    d = np.array([len(x) for x in ["a", "bbb", "cc"]], float)
+    np.testing.assert_allclose(np.asarray(c.p), 1 / (1 + np.exp(-(d[np.asarray(c.i)] - d[np.asarray(c.j)]) / 5)),
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="both i and j"):
+        judge_comparisons(_FakeJudge(), "ctx", ["a", "b"], i=[0])
+
+
 def test_plan_pairs_budget_is_reproducible_and_connected():
     i, j = plan_pairs(6, budget=8, seed=3, context_index=2)
     i2, j2 = plan_pairs(6, budget=8, seed=3, context_index=2)

@@ -18,7 +18,7 @@ from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, Pairw
                                     pairwise_template, pointwise_template)
 from jaxrank.judges.registry import MODELS, list_models
 from jaxrank.judges.report import Assessment, assess_comparisons
-from jaxrank.judges.run import ContextSet, contexts_of, judge_contexts, plan_pairs
+from jaxrank.judges.run import ContextSet, contexts_of, judge_comparisons, judge_contexts, plan_pairs
 from jaxrank.judges.store import JudgementStore, StoredComparisons
 
 __all__ = [
@@ -27,6 +27,6 @@ __all__ = [
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template",
-    "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "plan_pairs",
+    "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "judge_comparisons", "plan_pairs",
     "Assessment", "assess_comparisons",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxrank.judges.store import JudgementStore, StoredComparisons
 
-__all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts"]
+__all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +116,25 @@ def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "r
     i, j = random_comparisons(key, num_items, budget, symmetric=selection == "symmetric",
                               no_repeat=selection == "no_repeat")
     return np.asarray(i, np.int32), np.asarray(j, np.int32)
+
+
+def judge_comparisons(judge, context: str, candidates: Sequence[str], i=None, j=None):
+    """Judge one context and return the aggregation core's :class:`~jaxrank.Comparisons` directly.
+
+    Args:
+        judge: any judge with ``compare(context, candidates, i, j)``.
+        context, candidates: the texts.
+        i, j: positions A and B of each comparison; default all ``N(N-1)`` ordered pairs.
+    """
+    from jaxrank.comparisons import Comparisons
+
+    n = len(candidates)
+    if i is None and j is None:
+        i, j = plan_pairs(n)
+    elif i is None or j is None:
+        raise ValueError("give both i and j, or neither (all ordered pairs)")
+    res = judge.compare(context, candidates, i, j)
+    return Comparisons.from_pairs(np.asarray(i), np.asarray(j), np.asarray(res.p, np.float32), num_items=n)
 
 
 def _template_key(judge) -> str:
