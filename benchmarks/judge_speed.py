@@ -19,7 +19,7 @@ PoE paper (Table 4) in the model's chat template.
 Reports comparisons per second of both, their ratio, and the largest
 difference between the two sides' ``p``. Writes ``benchmarks/results/judge_speed.md``.
 
-    python benchmarks/judge_speed.py [--candidates 16] [--article 0] [--batch-size 16]
+    python benchmarks/judge_speed.py [--candidates 16] [--article 0] [--batch-size 8]
                                      [--baseline-comparisons N] [--smoke]
 """
 
@@ -58,7 +58,7 @@ def main(argv=None):
     ap.add_argument("--judge", default="smollm2-135m")
     ap.add_argument("--article", type=int, default=0, help="SummEval article (position)")
     ap.add_argument("--candidates", type=int, default=16)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--baseline-comparisons", type=int, default=None,
                     help="comparisons the PyTorch loop runs (default all; it is the slow side)")
     ap.add_argument("--smoke", action="store_true", help="4 candidates, baseline on 4 comparisons")

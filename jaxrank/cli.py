@@ -65,7 +65,7 @@ def _parser():
         j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default="random")
         j.add_argument("--seed", type=int, default=0)
         j.add_argument("--template", choices=("poe", "zepo"), default="poe", help="prompt style")
-        j.add_argument("--batch-size", type=int, default=16)
+        j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
         if name == "assess":

@@ -78,7 +78,7 @@ def test_template_errors():
 
 
 def test_bucket():
-    assert bucket(1) == 16 and bucket(17) == 24 and bucket(100) == 128 and bucket(40000) == 2 * 32768
+    assert bucket(1) == 16 and bucket(17) == 24 and bucket(100) == 112 and bucket(40000) == 2 * 32768
 
 
 # --------------------------------------------------------------- prompt judge
