@@ -352,7 +352,8 @@ def _need(dist):
     try:
         metadata.distribution(dist)
     except metadata.PackageNotFoundError:
-        pytest.skip(f"{dist} not installed ({registry.MODELS['smollm2-135m'].install_command()})")
+        spec = next(m for m in registry.MODELS.values() if any(d == dist for d, _, _ in m.parts))
+        pytest.skip(f"{dist} not installed ({spec.install_command()})")
 
 
 @pytest.fixture(scope="module")
