@@ -145,3 +145,15 @@ def test_soft_bt_on_saturated_bootstrap_like_data_converges_to_the_optimum():
             got = np.asarray(sol.scores)[live]
             want = expected[live]
             np.testing.assert_allclose(got - got.mean(), want - want.mean(), atol=2e-3, rtol=1e-3)
+
+
+def test_soft_bt_with_eps_zero_and_all_win_pairs_stays_finite():
+    """eps=0 (no clipping) with p exactly 0 or 1 on some pairs: finite scores, never a silent NaN."""
+    i = np.array([0, 1, 2, 0, 1, 2, 1, 0])
+    j = np.array([1, 2, 0, 2, 0, 1, 2, 1])
+    p = np.array([1.0, 0.0, 0.5, 0.75, 0.25, 0.5, 1.0, 0.5], np.float32)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=3)
+    sol = jr.fit_poe_bradley_terry(c, eps=0.0)
+    assert np.all(np.isfinite(np.asarray(sol.scores))) and bool(sol.converged)
+    expected, _ = ref.soft_bt(i, j, p, np.ones(8), 3)
+    np.testing.assert_allclose(sol.scores, expected, atol=1e-4)

@@ -216,7 +216,7 @@ def _start(pr, mode, proj):
     The soft-BT optimum matches the edges' mean logits wherever the graph lets it;
     starting there saves Newton steps when probabilities are far from 1/2.
     """
-    pbar = pr.wp / jnp.where(pr.w > 0, pr.w, 1)
+    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 1e-6, 1 - 1e-6)   # finite even with eps = 0
     z = jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
     s = _graph.psd_solve(_graph.laplacian(pr.e, pr.w) + proj, _graph.incidence_t(pr.e, pr.w * z))
     if mode == "learn":
