@@ -48,6 +48,27 @@ def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
     return -(-n // top) * top
 
 
+def check_pairs(candidates: Sequence[str], i, j) -> tuple[np.ndarray, np.ndarray]:
+    """``(i, j)`` as int arrays after checking them against ``candidates`` (shared by every judge).
+
+    Raises:
+        ValueError: ``i`` and ``j`` of different lengths, an index out of range,
+            or an empty candidate text among those compared.
+    """
+    i = np.asarray(i, np.int64).reshape(-1)
+    j = np.asarray(j, np.int64).reshape(-1)
+    if i.shape != j.shape:
+        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
+    n = len(candidates)
+    for name, idx in (("i", i), ("j", j)):
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"{name} has indices outside [0, {n})")
+    empty = sorted(k for k in set(i.tolist()) | set(j.tolist()) if not str(candidates[k]).strip())
+    if empty:
+        raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+    return i, j
+
+
 @dataclasses.dataclass(frozen=True)
 class Judgement:
     """Probabilities for a list of comparisons of one context.
@@ -203,18 +224,7 @@ class PromptJudge:
         Raises:
             ValueError: an index out of range, or an empty candidate text.
         """
-        i = np.asarray(i, np.int64).reshape(-1)
-        j = np.asarray(j, np.int64).reshape(-1)
-        if i.shape != j.shape:
-            raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
-        n = len(candidates)
-        for name, idx in (("i", i), ("j", j)):
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                raise ValueError(f"{name} has indices outside [0, {n})")
-        used = set(i.tolist()) | set(j.tolist())
-        empty = [k for k in used if not str(candidates[k]).strip()]
-        if empty:
-            raise ValueError(f"candidates {sorted(empty)} are empty; an empty text cannot be judged")
+        i, j = check_pairs(candidates, i, j)
         if i.size == 0:
             return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
         pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges.pairwise import Judgement
+from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
 
@@ -224,12 +224,7 @@ class _PointwiseBase:
         kept, so repeated calls for one context cost nothing). ``logits`` holds
         ``scale * (s_i, s_j)``, whose softmax is ``p``.
         """
-        i = np.asarray(i, np.int64).reshape(-1)
-        j = np.asarray(j, np.int64).reshape(-1)
-        n = len(candidates)
-        for nm, idx in (("i", i), ("j", j)):
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                raise ValueError(f"{nm} has indices outside [0, {n})")
+        i, j = check_pairs(candidates, i, j)
         key = (context, tuple(candidates))
         if self._cache_key != key:
             self._cache_val, self._cache_key = self.score(context, candidates), key

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxrank.judges.pairwise import Judgement, PromptJudge
+from jaxrank.judges.pairwise import Judgement, PromptJudge, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.textgen import generate_texts, sample_key
 
@@ -66,21 +66,6 @@ def label_parser(labels: Sequence[str] = ("A", "B")) -> Callable[[str], float | 
         return None
 
     return parse
-
-
-def _indices(candidates, i, j):
-    i = np.asarray(i, np.int64).reshape(-1)
-    j = np.asarray(j, np.int64).reshape(-1)
-    if i.shape != j.shape:
-        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
-    n = len(candidates)
-    for name, idx in (("i", i), ("j", j)):
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ValueError(f"{name} has indices outside [0, {n})")
-    empty = sorted(k for k in set(i.tolist()) | set(j.tolist()) if not str(candidates[k]).strip())
-    if empty:
-        raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
-    return i, j
 
 
 def _decide(texts: Sequence[Sequence[str]], parser) -> tuple[np.ndarray, np.ndarray, int]:
@@ -165,7 +150,7 @@ class SamplingJudge:
     def token_rows(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[int]], bool]:
         """One prompt (token ids) per comparison, and whether the context had to be cut."""
         pj = self.prompt
-        i, j = _indices(candidates, i, j)
+        i, j = check_pairs(candidates, i, j)
         nc = len(pj._common)
 
         def build(max_ctx):
@@ -269,7 +254,7 @@ class CallableJudge:
 
     def prompts(self, context: str, candidates: Sequence[str], i, j) -> list[str]:
         """The prompt text of every comparison."""
-        i, j = _indices(candidates, i, j)
+        i, j = check_pairs(candidates, i, j)
         t = self.template
         tail = "\n\n" + t.answer_prefix if t.answer_prefix else ""
         return [t.render(context, candidates[a], candidates[b]) + tail for a, b in zip(i, j)]

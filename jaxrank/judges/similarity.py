@@ -30,7 +30,7 @@ from typing import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges.pairwise import Judgement, bucket
+from jaxrank.judges.pairwise import Judgement, bucket, check_pairs
 
 __all__ = ["SimilarityJudge"]
 
@@ -147,17 +147,7 @@ class SimilarityJudge:
         Raises:
             ValueError: an index out of range or an empty candidate text.
         """
-        i = np.asarray(i, np.int64).reshape(-1)
-        j = np.asarray(j, np.int64).reshape(-1)
-        if i.shape != j.shape:
-            raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
-        n = len(candidates)
-        for nm, idx in (("i", i), ("j", j)):
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                raise ValueError(f"{nm} has indices outside [0, {n})")
-        empty = sorted(x for x in set(i.tolist()) | set(j.tolist()) if not str(candidates[x]).strip())
-        if empty:
-            raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+        i, j = check_pairs(candidates, i, j)
         if i.size == 0:
             return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
         c = self.scores(context, candidates)
