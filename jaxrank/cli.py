@@ -4,11 +4,17 @@
     jaxrank judge  --data summeval --aspect coherence --judge smollm2-135m [--contexts 0:5]
                    [--candidates N] [--budget 48 --selection random] [--store FILE]
     jaxrank assess (the same options) [--methods ...] [--debias ...] [--output DIR]
+    jaxrank assess --active [--budget B] [--active-batch K] [--rank-confidence 0.9]
+                   [--stop-rule spearman|adjacent] (the other assess options)
 
 ``judge`` writes every judgement to a resumable store as it is produced;
 ``assess`` = judge + aggregate with every scorer + report (Spearman with the
 human scores, positional bias P(A)). Without options, ``assess`` runs the
 embedded default: 3 SummEval articles x 6 summaries, coherence, SmolLM2 judge.
+``assess --active`` asks the judge, per context, only for the most informative
+comparisons in batches (:func:`jaxrank.judges.active_judge_contexts`) until the
+budget is spent or the Laplace posterior is confident enough of the ranking,
+through the same resumable store, and reports the comparisons used.
 
 Without INPUT, ranks the embedded default: the international football results
 of the shared data folder (49k real matches, 337 teams), with the home side in
@@ -62,7 +68,8 @@ def _parser():
         j.add_argument("--candidates", type=int, default=None,
                        help="only the first N candidates of each context (default all; 6 for the default run)")
         j.add_argument("--budget", type=int, default=None, help="comparisons per context (default all N(N-1))")
-        j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default="random")
+        j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default=None,
+                       help="how a --budget subset is drawn (default random)")
         j.add_argument("--seed", type=int, default=0)
         j.add_argument("--template", choices=("poe", "zepo"), default="poe", help="prompt style")
         j.add_argument("--batch-size", type=int, default=8)
@@ -73,7 +80,27 @@ def _parser():
                            help="comma-separated scorers (default: all but max_likelihood_ranking)")
             j.add_argument("--debias", choices=("none", "permutation", "threshold"), default="none")
             j.add_argument("--output", "-o", default="results", help="folder for the report and scores")
+            j.add_argument("--active", action="store_true",
+                           help="active assessment: ask for the most informative comparisons in batches until "
+                                "--budget (default N(N-1)) or --rank-confidence is reached")
+            j.add_argument("--active-batch", type=int, default=None,
+                           help="--active: comparisons asked per round (default 4)")
+            j.add_argument("--rank-confidence", type=_confidence, default=None,
+                           help="--active: stop a context when the posterior's confidence in its ranking reaches "
+                                "this, in (-1, 1) (default 0.9; 'none': run to the budget)")
+            j.add_argument("--stop-rule", choices=("spearman", "adjacent"), default=None,
+                           help="--active: confidence = expected Spearman under the Laplace posterior (default), "
+                                "or mean P(correct order) of adjacent items")
     return ap
+
+
+def _confidence(text):
+    if text.strip().lower() in ("none", "off"):
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'none': {text!r}") from None
 
 
 def _report_methods():
@@ -97,9 +124,9 @@ def _make_judge(args):
     return PromptJudge(lm, template, batch_size=args.batch_size)
 
 
-def _judge(args):
+def _contexts(args):
     from jaxrank.data import load_dataset
-    from jaxrank.judges.run import contexts_of, judge_contexts
+    from jaxrank.judges.run import contexts_of
 
     if args.command == "assess" and args.candidates is None and args.data == "summeval" and \
             args.judge == "smollm2-135m" and args.contexts == "0:3":
@@ -113,21 +140,78 @@ def _judge(args):
         raise SystemExit(f"jaxrank: {e}")
     if args.budget is not None and args.budget < 1:
         raise SystemExit("jaxrank: --budget must be >= 1")
+    return cs
+
+
+def _store_path(args, judge):
+    return args.store or f"results/judgements/{args.data}-{args.aspect}-{judge.name}.jsonl"
+
+
+def _judge(args):
+    from jaxrank.judges.run import judge_contexts
+
+    cs = _contexts(args)
     judge = _make_judge(args)
-    store = args.store or f"results/judgements/{args.data}-{args.aspect}-{judge.name}.jsonl"
+    store = _store_path(args, judge)
     t0 = time.perf_counter()
-    sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection, seed=args.seed,
-                         progress=not args.no_progress)
+    sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
+                         seed=args.seed, progress=not args.no_progress)
     n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
     print(f"{n} judgements of {len(cs.ids)} contexts in {store} ({time.perf_counter() - t0:.1f} s)")
     return cs, sel
+
+
+def _active_options(args):
+    """Check the --active options before loading data or model; fill in their defaults."""
+    given = [f"--{n.replace('_', '-')}" for n in ("active_batch", "rank_confidence", "stop_rule")
+             if getattr(args, n) is not None]
+    if not args.active:
+        if given:
+            raise SystemExit(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --active only")
+        return
+    if args.selection is not None:
+        raise SystemExit(f"jaxrank: --selection {args.selection} cannot be combined with --active, which "
+                         "chooses the comparisons itself")
+    args.active_batch = 4 if args.active_batch is None else args.active_batch
+    if args.active_batch < 1:
+        raise SystemExit(f"jaxrank: --active-batch must be >= 1, got {args.active_batch}")
+    conf = 0.9 if args.rank_confidence is None else args.rank_confidence
+    args.rank_confidence = None if conf == "none" else conf
+    if args.rank_confidence is not None and not -1 < args.rank_confidence < 1:
+        raise SystemExit(f"jaxrank: --rank-confidence must lie in (-1, 1) (or be 'none' to run to the budget), "
+                         f"got {args.rank_confidence:g}")
+    args.stop_rule = args.stop_rule or "spearman"
+
+
+def _judge_active(args):
+    from jaxrank.judges.active import active_judge_contexts, check_active
+
+    cs = _contexts(args)
+    settings = dict(budget=args.budget, batch_size=args.active_batch, rank_confidence=args.rank_confidence,
+                    stop_rule=args.stop_rule)
+    try:
+        check_active(cs, **settings)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: --active: {e}")
+    judge = _make_judge(args)
+    store = _store_path(args, judge)
+    t0 = time.perf_counter()
+    run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
+    print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} contexts ({run.judged} judged now, "
+          f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
+    return cs, run.selection, run
 
 
 def _assess(args):
     from jaxrank.judges.report import assess_comparisons
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
-    cs, sel = _judge(args)
+    _active_options(args)
+    run = None
+    if args.active:
+        cs, sel, run = _judge_active(args)
+    else:
+        cs, sel = _judge(args)
     pos = {c: k for k, c in enumerate(cs.ids)}
     labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
     for r, ctx in enumerate(sel.contexts):
@@ -143,23 +227,28 @@ def _assess(args):
     lines = [f"# {args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts", "",
              f"Positional bias P(A) = {rep.overall_positional_bias:.3f} (0.5 = unbiased); "
              f"comparisons per context: {int(rep.num_comparisons.min())}-{int(rep.num_comparisons.max())}; "
-             f"debias: {args.debias}.", "", rep.table(), "",
-             "| context | P(A) | " + " | ".join(methods) + " |", "|---|---:|" + "---:|" * len(methods)]
+             f"debias: {args.debias}.", ""] + ([run.summary(), ""] if run else []) + [rep.table(), ""]
+    extra = ("comparisons", "stopped", "confidence") if run else ()
+    lines += ["| context | P(A) | " + " | ".join(extra + methods) + " |",
+              "|---|---:|" + "---:|" * (len(extra) + len(methods))]
     for r, ctx in enumerate(rep.contexts):
-        lines.append(f"| {ctx} | {rep.positional_bias[r]:.2f} | " +
+        act = (f"{run.num_comparisons[r]} / {run.full[r]} | {run.stopped[r]} | {run.confidence[r]:.3f} | "
+               if run else "")
+        lines.append(f"| {ctx} | {rep.positional_bias[r]:.2f} | {act}" +
                      " | ".join(f"{rep.spearman[m][r]:.3f}" for m in methods) + " |")
     text = "\n".join(lines)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}"
+    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}" + ("-active" if run else "")
     (out / f"{stem}.md").write_text(text + "\n")
     with (out / f"{stem}-scores.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["context", "candidate", "human"] + list(methods))
+        w.writerow(["context", "candidate", "human"] + list(methods) + list(extra))
         for r, ctx in enumerate(sel.contexts):
+            act = [int(run.num_comparisons[r]), run.stopped[r], float(run.confidence[r])] if run else []
             for n, cid in enumerate(sel.candidates[r]):
-                w.writerow([ctx, cid, float(labels[r, n])] + [float(rep.scores[m][r, n]) for m in methods])
+                w.writerow([ctx, cid, float(labels[r, n])] + [float(rep.scores[m][r, n]) for m in methods] + act)
     print(f"\nwrote {out / (stem + '.md')} and {out / (stem + '-scores.csv')}")
 
 

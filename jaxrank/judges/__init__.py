@@ -5,7 +5,9 @@ file) -> a judge (:class:`PromptJudge` for pairwise label-word probabilities)
 -> :func:`judge_contexts` writes every judgement to a :class:`JudgementStore`
 as it is produced -> :meth:`JudgementStore.comparisons` gives the
 :class:`~jaxrank.Comparisons` the scorers take -> :func:`assess_comparisons`
-reports agreement with human scores.
+reports agreement with human scores. :func:`active_judge_contexts` asks the
+judge only for the most informative comparisons (active assessment), through
+the same store.
 """
 
 from jaxrank.judges.loading import LoadedModel, load_model
@@ -20,6 +22,7 @@ from jaxrank.judges.registry import MODELS, list_models
 from jaxrank.judges.report import Assessment, assess_comparisons
 from jaxrank.judges.run import ContextSet, contexts_of, judge_comparisons, judge_contexts, plan_pairs
 from jaxrank.judges.store import JudgementStore, StoredComparisons
+from jaxrank.judges.active import ActiveRun, StoreJudgeFn, active_judge_contexts, check_active
 
 __all__ = [
     "LoadedModel", "load_model", "MODELS", "list_models",
@@ -29,4 +32,5 @@ __all__ = [
     "pairwise_template", "pointwise_template",
     "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "judge_comparisons", "plan_pairs",
     "Assessment", "assess_comparisons",
+    "active_judge_contexts", "ActiveRun", "StoreJudgeFn", "check_active",
 ]

@@ -144,6 +144,22 @@ def _template_key(judge) -> str:
     return str(key or "none")
 
 
+def _judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: str, text: str,
+                 candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray) -> list[dict]:
+    """Judge ``pairs`` ``[K, 2]`` of one context in one ``compare`` call and append them to ``store``."""
+    res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1])
+    logits = np.asarray(getattr(res, "logits", np.zeros((len(pairs), 2))), np.float64)
+    recs = []
+    for r, (a, b) in enumerate(pairs.tolist()):
+        rec = {"judge": name, "template": tkey, "context": context_id, "a": candidate_ids[a],
+               "b": candidate_ids[b], "i": a, "j": b, "p": float(res.p[r]), "truncated": bool(res.truncated)}
+        if logits.ndim == 2 and logits.shape[0] == len(pairs):
+            rec["logits"] = [float(x) for x in logits[r]]
+        recs.append(rec)
+    store.append(recs)
+    return recs
+
+
 def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget: int | None = None,
                    selection: str = "random", seed: int = 0, chunk: int | None = None,
                    progress: bool = True) -> StoredComparisons:
@@ -166,7 +182,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
     name, tkey = judge.name, _template_key(judge)
-    chunk = int(chunk or 4 * getattr(judge, "batch_size", 8))
+    chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
     todo = []
     for k, ctx in enumerate(cs.ids):
         i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_index=k)
@@ -186,16 +202,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             ca = cs.candidate_ids[k]
             for start in range(0, len(pairs), chunk):
                 part = pairs[start:start + chunk]
-                res = judge.compare(cs.texts[k], cs.candidates[k], part[:, 0], part[:, 1])
-                logits = np.asarray(getattr(res, "logits", np.zeros((len(part), 2))), np.float64)
-                recs = []
-                for r, (a, b) in enumerate(part.tolist()):
-                    rec = {"judge": name, "template": tkey, "context": cs.ids[k], "a": ca[a], "b": ca[b],
-                           "i": a, "j": b, "p": float(res.p[r]), "truncated": bool(res.truncated)}
-                    if logits.ndim == 2 and logits.shape[0] == len(part):
-                        rec["logits"] = [float(x) for x in logits[r]]
-                    recs.append(rec)
-                store.append(recs)
+                _judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part)
                 if bar is not None:
                     bar.update(len(part))
     finally:
