@@ -34,7 +34,8 @@ def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     n = c.num_items
     proj = _graph.component_projector(_graph.components(c), c.p.dtype)
     x = sol.scores if mode != "learn" else jnp.concatenate([sol.scores, sol.gamma[None]])
-    h = soft_bt._hessian(x, c, mode, eps, gamma_prior, score_prior, proj)
+    st = soft_bt._traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
+    h = soft_bt._hessian(x, c, mode, st, proj)
     if mode == "learn":
         hsg, hgg = h[:n, n], h[n, n]
         h = h[:n, :n] - jnp.outer(hsg, hsg) / hgg

@@ -83,7 +83,7 @@ def test_learnt_gamma_recovers_planted_bias():
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("method", ["newman", "zermelo"])
+@pytest.mark.parametrize("method", ["newton", "newman", "zermelo"])
 def test_bradley_terry_matches_scipy_maximum_likelihood(seed, method):
     args, c = _case(seed, n=8, r=40, weights=False)
     expect = ref.bradley_terry(*args, prior=1 / (args[4] - 1))
@@ -98,6 +98,23 @@ def test_newman_needs_fewer_iterations_than_zermelo():
     zermelo = jr.fit_bradley_terry(c, method="zermelo", tol=1e-6, max_iter=100_000)
     assert int(newman.iterations) * 3 < int(zermelo.iterations)
     np.testing.assert_allclose(newman.scores, zermelo.scores, atol=1e-3)
+    newton = jr.fit_bradley_terry(c, tol=1e-6)
+    assert int(newton.iterations) * 3 < int(newman.iterations)
+    np.testing.assert_allclose(newton.scores, newman.scores, atol=1e-4)
+
+
+def test_newton_bradley_terry_shares_the_soft_bt_program():
+    """Hard BT (default method) runs soft BT's compiled solver: after soft BT it compiles nothing big."""
+    import jax
+
+    _, c = _case(4, n=9, r=30, weights=False)
+    jr.fit_poe_bradley_terry(c, tol=1e-4)
+    compiled = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, dur, **kw: compiled.append(dur) if name == "/jax/core/compile/backend_compile_duration" else None)
+    jr.fit_bradley_terry(c, prior=0.3)
+    jr.fit_bradley_terry(c)
+    assert len(compiled) <= 2       # only the small smoothing transform (once per prior kind)
 
 
 @pytest.mark.parametrize("name", ["win_ratio", "average_probability", "bradley_terry", "poe_gaussian",

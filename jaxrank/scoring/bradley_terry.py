@@ -16,7 +16,13 @@ With ``a_k = w_k (y_k + prior)`` the wins of ``i_k`` over ``j_k`` and
   ``r_n <- [sum_k won_{n,k} r_other / (r_i + r_j)] / [sum_k lost_{n,k} / (r_i + r_j)]``
 
 Both share the maximum-likelihood fixed point; Newman's converges in far fewer
-iterations. An item whose log-step changes sign between iterations takes half
+iterations. The default, ``method="newton"``, reaches the same fixed point in
+a handful of Newton steps: with the prior, the hard-decision likelihood
+``sum_k a_k log sigmoid(d_k) + b_k log sigmoid(-d_k)`` is exactly the soft
+Bradley-Terry likelihood (PoE eq. 3) of the smoothed probabilities
+``p'_k = (y_k + prior) / (1 + 2 prior)`` with weights ``w_k (1 + 2 prior)``,
+so it runs :func:`jaxrank.fit_poe_bradley_terry`'s compiled solver (one
+program for both scorers: the second one never compiles). An item whose log-step changes sign between iterations takes half
 a step (this breaks the period-2 cycles Newman's update can fall into on tiny,
 nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric mean (log-scores centred)
 per connected component after each step; the loop stops when
@@ -45,8 +51,10 @@ class BradleyTerrySolution(NamedTuple):
 
     Attributes:
         scores: ``[..., N]`` log-strengths, centred per connected component.
-        iterations: ``[...]`` iterations used per context.
-        converged: ``[...]`` whether ``max |r - r_old| < tol`` was reached.
+        iterations: ``[...]`` iterations used per context (Newton: likelihood
+            evaluations after the least-squares start).
+        converged: ``[...]`` whether the stopping rule was met (Newman/Zermelo:
+            ``max |r - r_old| / max(1, r) < tol``; Newton: a step below ``tol``).
     """
 
     scores: jax.Array
@@ -119,9 +127,38 @@ def _fit_flat(c: Comparisons, prior, method, tol, max_iter):
     return BradleyTerrySolution(s - jnp.einsum("bnm,bm->bn", pr.proj, s), it, done)
 
 
+def _live_items(c):
+    """``[..., N]``: items in at least one comparison of non-zero weight (no scatter)."""
+    n = c.num_items
+    k = jnp.arange(n, dtype=c.i.dtype)
+    touch = ((c.i[..., :, None] == k) | (c.j[..., :, None] == k)) & (c.weight > 0)[..., :, None]
+    return jnp.any(touch, axis=-2)
+
+
+@jax.jit
+def _smoothed(c, prior):
+    """The soft-BT problem whose optimum is hard BT's fixed point (module docstring)."""
+    dt = c.p.dtype
+    if prior is None:
+        n_real = jnp.sum(_live_items(c) & c.item_mask, axis=-1)
+        pr = (1.0 / jnp.maximum(n_real - 1, 1).astype(dt))[..., None]
+    else:
+        pr = jnp.asarray(prior, dt)
+    y = decisions(c.p)
+    return Comparisons(i=c.i, j=c.j, p=(y + pr) / (1 + 2 * pr), weight=c.weight * (1 + 2 * pr),
+                       item_mask=c.item_mask, num_items=c.num_items)
+
+
+def _fit_newton(c, prior, tol, max_iter):
+    from jaxrank.scoring import soft_bt
+
+    sol = soft_bt._solve(_smoothed(c, prior), "off", 0.0, 1e-6, 0.0, tol, max_iter)
+    return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
+
+
 def _check(prior, method, tol, max_iter):
-    if method not in ("newman", "zermelo"):
-        raise ValueError(f"method must be 'newman' or 'zermelo', got {method!r}")
+    if method not in ("newton", "newman", "zermelo"):
+        raise ValueError(f"method must be 'newton', 'newman' or 'zermelo', got {method!r}")
     if prior is not None and not (isinstance(prior, (int, float)) and prior > 0):
         raise ValueError(f"prior must be a positive number (or None for 1/(N-1)), got {prior!r}")
     if not tol > 0:
@@ -136,25 +173,34 @@ def _fit(c, prior, method, tol, max_iter):
     return _graph.unflatten_batch(_fit_flat(flat, prior, method, tol, max_iter), shape)
 
 
-def fit_bradley_terry(c: Comparisons, *, prior=None, method="newman", tol=1e-3,
-                      max_iter=10_000) -> BradleyTerrySolution:
+def fit_bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3,
+                      max_iter=None) -> BradleyTerrySolution:
     """Fit hard-decision Bradley-Terry and report convergence.
 
     Args:
         c: comparisons, any batch shape (decisions ``1[p > 0.5]``).
         prior: virtual wins per item per comparison (default ``1/(N-1)``, PoE §4).
-        method: ``"newman"`` (default) or ``"zermelo"``.
-        tol: stop at ``max |r - r_old| / max(1, r) < tol`` (papers: 1e-3).
-        max_iter: iteration cap.
+        method: ``"newton"`` (default; the soft-BT solver on smoothed decisions),
+            ``"newman"`` or ``"zermelo"`` (the papers' MM iteration); all three
+            share the fixed point.
+        tol: Newman/Zermelo stop at ``max |r - r_old| / max(1, r) < tol``
+            (papers: 1e-3); Newton stops when its step's max-norm in log-strength
+            is below ``tol`` (quadratic convergence: then the error is about
+            ``tol^2``).
+        max_iter: iteration cap (default 100 Newton steps, 10,000 MM iterations).
 
     Returns:
         :class:`BradleyTerrySolution`.
     """
+    if max_iter is None:
+        max_iter = 100 if method == "newton" else 10_000
     _check(prior, method, tol, max_iter)
+    if method == "newton":
+        return _fit_newton(c, None if prior is None else float(prior), float(tol), int(max_iter))
     return _fit(c, prior, method, float(tol), int(max_iter))
 
 
-def bradley_terry(c: Comparisons, *, prior=None, method="newman", tol=1e-3, max_iter=10_000) -> jax.Array:
+def bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3, max_iter=None) -> jax.Array:
     """Bradley-Terry log-strengths from hard decisions (PoE eq. 1-2); see :func:`fit_bradley_terry`.
 
     Returns:

@@ -20,14 +20,21 @@ def decisions(p, threshold=0.5):
 
 def _ratio(c: Comparisons, x):
     """``[sum_{k: i_k = n} w x + sum_{k: j_k = n} w (1 - x)] / sum_{k touching n} w``."""
-    wx = c.weight * x
-    won = _graph.item_sums(c, wx, c.weight - wx)
-    games = _graph.item_sums(c, c.weight, c.weight)
+    e = _graph.edges(c)
+    w, wx = _graph.reduce(e, c.weight, c.weight * x)
+    won = _graph.item_sums(e, wx, w - wx)
+    games = _graph.item_sums(e, w, w)
     ratio = won / jnp.where(games > 0, games, 1)
     return jnp.where((games > 0) & c.item_mask, ratio, 0.5)
 
 
-@functools.partial(jax.jit, static_argnames=())
+@jax.jit
+def _counting(c, threshold, hard):
+    # ``hard`` is traced: win ratio and average probability share one compiled program.
+    one = lambda cc, t: _ratio(cc, jnp.where(hard, decisions(cc.p, t), cc.p))
+    return _graph.batched(one, c, jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape))
+
+
 def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
     """Fraction of games won (PoE eq. 6; llm-comparative-assessment §3.3).
 
@@ -43,11 +50,9 @@ def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
         ``[..., N]`` win ratios in ``[0, 1]``; items in no comparison and padded
         items get the neutral 0.5.
     """
-    threshold = jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape)
-    return _graph.batched(lambda cc, t: _ratio(cc, decisions(cc.p, t)), c, threshold)
+    return _counting(c, threshold, True)
 
 
-@jax.jit
 def average_probability(c: Comparisons) -> jax.Array:
     """Average probability of winning (METHODS.md §2, "avg-prob").
 
@@ -56,4 +61,4 @@ def average_probability(c: Comparisons) -> jax.Array:
     Returns:
         ``[..., N]`` in ``[0, 1]``; items in no comparison and padded items get 0.5.
     """
-    return _graph.batched(lambda cc: _ratio(cc, cc.p), c)
+    return _counting(c, 0.5, False)

@@ -52,12 +52,10 @@ class GaussianPosterior(NamedTuple):
 
 
 def _targets(c: Comparisons, debias, hard):
-    x = decisions(c.p) if hard else c.p
-    if debias:
-        beta = jnp.sum(c.weight * x) / jnp.maximum(jnp.sum(c.weight), 1e-30)
-    else:
-        beta = jnp.asarray(0.5, x.dtype)
-    return x - beta
+    # ``debias`` and ``hard`` are traced booleans: every variant runs one compiled program.
+    x = jnp.where(hard, decisions(c.p), c.p)
+    mean = jnp.sum(c.weight * x) / jnp.maximum(jnp.sum(c.weight), 1e-30)
+    return x - jnp.where(debias, mean, 0.5).astype(x.dtype)
 
 
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
@@ -82,7 +80,11 @@ def _check_debias(debias):
     return bool(debias)
 
 
-@functools.partial(jax.jit, static_argnames=("debias", "hard"))
+@functools.partial(jax.jit, static_argnames=("with_cov",))
+def _solve(c, debias, hard, alpha, with_cov):
+    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=with_cov)
+
+
 def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.Array:
     """PoE with Gaussian experts (PoE-g), closed form (PoE eq. 11).
 
@@ -101,15 +103,12 @@ def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.
         ``[..., N]`` scores, centred per connected component; items in no
         comparison and padded items get 0.
     """
-    debias = _check_debias(debias)
-    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=False)
+    return _solve(c, _check_debias(debias), bool(hard), alpha, False)
 
 
-@functools.partial(jax.jit, static_argnames=("debias", "hard"))
 def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> GaussianPosterior:
     """The full Gaussian posterior of PoE-g: mean (PoE eq. 7) and covariance (PoE eq. 8).
 
     The covariance is in units of the experts' variance ``sigma^2`` (taken as 1).
     """
-    debias = _check_debias(debias)
-    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=True)
+    return _solve(c, _check_debias(debias), bool(hard), alpha, True)

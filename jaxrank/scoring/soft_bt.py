@@ -39,13 +39,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
 
-_STEPS = 30  # at most 30 halvings of the Newton step (Armijo backtracking)
+_STEPS = 30  # a step halved 30 times without sufficient decrease ends the solve, unconverged
 
 
 class SoftBTSolution(NamedTuple):
@@ -54,9 +55,11 @@ class SoftBTSolution(NamedTuple):
     Attributes:
         scores: ``[..., N]`` scores, centred per connected component.
         gamma: ``[...]`` positional-bias parameter used or learnt.
-        iterations: ``[...]`` Newton iterations per context.
-        converged: ``[...]`` whether the last Newton step was below ``tol`` or the
-            gradient reached float rounding level (``64 eps max_n games_n``).
+        iterations: ``[...]`` likelihood evaluations after the least-squares
+            start (Newton steps, plus any line-search halvings).
+        converged: ``[...]`` whether the last accepted Newton step was below
+            ``tol`` or the gradient reached float rounding level
+            (``64 eps max_n games_n``).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
     """
 
@@ -67,6 +70,21 @@ class SoftBTSolution(NamedTuple):
     grad_norm: jax.Array
 
 
+class _Settings(NamedTuple):
+    """Solver settings as traced scalars, so changing one never recompiles."""
+
+    eps: jax.Array
+    gamma_prior: jax.Array
+    score_prior: jax.Array
+    tol: jax.Array
+    max_iter: jax.Array
+
+
+def _traced(dtype, eps, gamma_prior, score_prior, tol, max_iter) -> _Settings:
+    f = lambda v: jnp.asarray(v, dtype)
+    return _Settings(f(eps), f(gamma_prior), f(score_prior), f(tol), jnp.asarray(max_iter, jnp.int32))
+
+
 def _mode(debias):
     if debias is False or debias is None or debias == "off":
         return "off"
@@ -75,10 +93,6 @@ def _mode(debias):
     if debias == "learn":
         return "learn"
     raise ValueError(f"debias must be False, True, 'mean' or 'learn'; got {debias!r}")
-
-
-def _clipped_p(c, eps):
-    return jnp.clip(c.p, eps, 1 - eps)
 
 
 def _fixed_gamma(c, mode, eps):
@@ -100,7 +114,7 @@ class _Problem(NamedTuple):
 
 def _problem(c, mode, eps):
     e = _graph.edges(c)
-    w, wp = _graph.reduce(e, c.weight, c.weight * _clipped_p(c, eps))
+    w, wp = _graph.reduce(e, c.weight, c.weight * jnp.clip(c.p, eps, 1 - eps))
     return _Problem(e, w, wp, _fixed_gamma(c, mode, eps))
 
 
@@ -111,185 +125,202 @@ def _split(x, pr, mode):
     return x, pr.gamma
 
 
-def _nll_p(x, pr, mode, gamma_prior, score_prior):
-    # sum_k w [p log sig(d) + (1 - p) log sig(-d)] = sum_k [w log sig(d) - (w - w p) d]
+def _nll_d(x, d, pr, mode, st):
+    """The objective at ``x`` given its edge differences ``d = s_i - s_j - gamma``."""
     s, g = _split(x, pr, mode)
-    d = _graph.incidence(pr.e, s) - g
-    f = -jnp.sum(pr.w * jax.nn.log_sigmoid(d) - (pr.w - pr.wp) * d)
-    f = f + 0.5 * score_prior * jnp.sum(s**2)
+    # sum_k w [p log sig(d) + (1 - p) log sig(-d)] = sum_k [w log sig(d) - (w - w p) d]
+    f = -jnp.sum(pr.w * jax.nn.log_sigmoid(d) - (pr.w - pr.wp) * d) + 0.5 * st.score_prior * jnp.sum(s**2)
     if mode == "learn":
-        f = f + 0.5 * gamma_prior * g**2
+        f = f + 0.5 * st.gamma_prior * g**2
     return f
 
 
-def _grad_p(x, pr, mode, gamma_prior, score_prior):
+def _diffs(x, pr, mode):
     s, g = _split(x, pr, mode)
-    r = pr.w * jax.nn.sigmoid(_graph.incidence(pr.e, s) - g) - pr.wp
-    gs = _graph.incidence_t(pr.e, r) + score_prior * s
+    return _graph.incidence(pr.e, s) - g
+
+
+def _nll_p(x, pr, mode, st):
+    return _nll_d(x, _diffs(x, pr, mode), pr, mode, st)
+
+
+def _grad_r(x, r, pr, mode, st):
+    """Gradient from the edge residuals ``r = w q - w p``: ``[W^T r + lambda s, -1^T r + lambda_g gamma]``."""
+    s, g = _split(x, pr, mode)
+    gs = _graph.incidence_t(pr.e, r) + st.score_prior * s
     if mode == "learn":
-        return jnp.concatenate([gs, (-jnp.sum(r) + gamma_prior * g)[None]])
+        return jnp.concatenate([gs, (-jnp.sum(r) + st.gamma_prior * g)[None]])
     return gs
 
 
-def _hessian_p(x, pr, mode, gamma_prior, score_prior, proj, floor=1e-12):
-    """Exact Hessian plus the per-component anchor ``P`` on the score block.
+def _grad_p(x, pr, mode, st):
+    return _grad_r(x, pr.w * jax.nn.sigmoid(_diffs(x, pr, mode)) - pr.wp, pr, mode, st)
 
-    ``P`` acts only on per-component constants, along which the gradient is
-    always 0 (and the scores stay centred), so it never changes a Newton step
-    or the implicit derivative; it only makes the system definite.
+
+def _hessian_h(h, pr, mode, st, proj):
+    """``[[L(h) + lambda I + P, -W^T h], [-h^T W, 1^T h + lambda_g]]`` (the last row/column if learnt).
+
+    ``P`` (the per-component projector) acts only on per-component constants,
+    along which the gradient is always 0 (and the scores stay centred), so it
+    never changes a Newton step or the implicit derivative; it only makes the
+    system definite.
     """
-    s, g = _split(x, pr, mode)
-    q = jax.nn.sigmoid(_graph.incidence(pr.e, s) - g)
-    h = pr.w * jnp.maximum(q * (1 - q), floor)
-    hss = _graph.laplacian(pr.e, h) + proj + score_prior * jnp.eye(pr.e.num_items, dtype=h.dtype)
+    n = pr.e.num_items
+    hss = _graph.laplacian(pr.e, h) + proj + st.score_prior * jnp.eye(n, dtype=h.dtype)
     if mode != "learn":
         return hss
     hsg = -_graph.incidence_t(pr.e, h)
-    hgg = jnp.sum(h) + gamma_prior
+    hgg = jnp.sum(h) + st.gamma_prior
     top = jnp.concatenate([hss, hsg[:, None]], axis=1)
     bottom = jnp.concatenate([hsg, hgg[None]])[None, :]
     return jnp.concatenate([top, bottom], axis=0)
 
 
-def _nll(x, c, mode, eps, gamma_prior, score_prior):
+def _hessian_p(x, pr, mode, st, proj, floor=1e-12):
+    q = jax.nn.sigmoid(_diffs(x, pr, mode))
+    return _hessian_h(pr.w * jnp.maximum(q * (1 - q), floor), pr, mode, st, proj)
+
+
+def _nll(x, c, mode, st):
     """Negative log-likelihood (PoE eq. 3) of ``x = s`` or ``x = [s, gamma]`` for one context."""
-    return _nll_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior)
+    return _nll_p(x, _problem(c, mode, st.eps), mode, st)
 
 
-def _grad(x, c, mode, eps, gamma_prior, score_prior):
+def _grad(x, c, mode, st):
     """Gradient of :func:`_nll` in ``x``."""
-    return _grad_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior)
+    return _grad_p(x, _problem(c, mode, st.eps), mode, st)
 
 
-def _hessian(x, c, mode, eps, gamma_prior, score_prior, proj):
+def _hessian(x, c, mode, st, proj):
     """Hessian of :func:`_nll` in ``x`` plus ``proj`` on the score block."""
-    return _hessian_p(x, _problem(c, mode, eps), mode, gamma_prior, score_prior, proj)
+    return _hessian_p(x, _problem(c, mode, st.eps), mode, st, proj)
 
 
-def _newton_step(ops, state, mode, gamma_prior, score_prior, tol):
-    """One damped Newton step for one context; ``state = (x, f, it, stop, converged)``."""
-    pr, proj = ops
-    x, f, it, _, _ = state
-    dt = x.dtype
-    fun = functools.partial(_nll_p, pr=pr, mode=mode, gamma_prior=gamma_prior, score_prior=score_prior)
-    g = _grad_p(x, pr, mode, gamma_prior, score_prior)
-    # A floor on q(1 - q) keeps the Newton system well conditioned when a comparison
-    # saturates (it only damps such steps; the fixed point is unchanged).
-    floor = 1e-6 if dt == jnp.float32 else 1e-12
-    hess = _hessian_p(x, pr, mode, gamma_prior, score_prior, proj, floor)
-    delta = -_graph.psd_solve(hess, g)
-    slope = jnp.dot(g, delta)
-    # Fall back to a diagonally scaled gradient step if the Newton direction is not a
-    # finite descent direction (rounding in a nearly singular system).
-    bad = ~(jnp.all(jnp.isfinite(delta)) & (slope < 0))
-    safe = -g / (jnp.abs(jnp.diagonal(hess)) + 1.0)
-    delta = jnp.where(bad, safe, delta)
-    slope = jnp.where(bad, jnp.dot(g, safe), slope)
+class _State(NamedTuple):
+    x: jax.Array          # the current (accepted) point
+    f: jax.Array          # objective at x (+inf before the start is accepted)
+    delta: jax.Array      # search direction from x
+    slope: jax.Array      # directional derivative along delta
+    t: jax.Array          # step length to try next
+    it: jax.Array         # loop passes so far
+    stop: jax.Array
+    converged: jax.Array
+
+
+def _solve_one(pr, proj, mode, st):
+    """Newton's method with backtracking for one context, as ONE flat ``while_loop``.
+
+    Every pass evaluates the trial point ``y = x + t delta`` once: the
+    objective (Armijo test), and from the same ``sigmoid(d)`` the gradient and
+    Hessian, hence the Newton direction from ``y`` (used only if ``y`` is
+    accepted; a rejected ``y`` halves ``t``). Pass 0 is the start: with the
+    Hessian weights ``w`` and residuals ``-w logit(p)`` the same linear solve
+    gives the least-squares fit of ``s_i - s_j - gamma`` to the edges' mean
+    logits (one Laplacian solve; soft BT matches those logits wherever the
+    graph lets it), which pass 1 accepts unconditionally. No nested loop, one
+    copy of the likelihood code: the compiled program stays small.
+    """
+    dt = pr.w.dtype
+    floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
     rounding = 16 * jnp.finfo(dt).eps
-    bound = lambda t: f + 1e-4 * t * slope + rounding * jnp.abs(f)
-
-    # Backtracking (Armijo): the full step is tried first and nearly always
-    # accepted, so this usually costs one evaluation of the likelihood.
-    def ls_cond(ls):
-        t, ft, k = ls
-        return ~(ft <= bound(t)) & (k < _STEPS)
-
-    def ls_body(ls):
-        t, _, k = ls
-        t = 0.5 * t
-        return t, fun(x + t * delta), k + 1
-
-    t, ft, _ = jax.lax.while_loop(ls_cond, ls_body, (jnp.ones((), dt), fun(x + delta), jnp.int32(1)))
-    ok = ft <= bound(t)
-    t = jnp.where(ok, t, 0.0)
     games = _graph.item_sums(pr.e, pr.w, pr.w)
     gtol = 64 * jnp.finfo(dt).eps * jnp.maximum(1.0, jnp.max(games))
-    # A step counts towards convergence only if the line search accepted it; a failed
-    # search stops the loop unconverged (reported), never as converged.
-    converged = (ok & (jnp.max(jnp.abs(t * delta)) < tol)) | (jnp.max(jnp.abs(g), initial=0.0) <= gtol)
-    return x + t * delta, jnp.where(ok, ft, f), it + 1, converged | ~ok, converged
-
-
-def _start(pr, mode, proj):
-    """Least-squares fit of ``s_i - s_j - gamma`` to ``logit(p)`` (one Laplacian solve).
-
-    The soft-BT optimum matches the edges' mean logits wherever the graph lets it;
-    starting there saves Newton steps when probabilities are far from 1/2.
-    """
     pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 1e-6, 1 - 1e-6)   # finite even with eps = 0
-    z = jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
-    s = _graph.psd_solve(_graph.laplacian(pr.e, pr.w) + proj, _graph.incidence_t(pr.e, pr.w * z))
-    if mode == "learn":
-        return jnp.concatenate([s, pr.gamma[None]])
-    return s
+    r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+
+    def body(state: _State) -> _State:
+        x, f, delta, slope, t, it = state[:6]
+        start = it == 0
+        y = x + t * delta
+        d = _diffs(y, pr, mode)
+        fy = _nll_d(y, d, pr, mode, st)
+        ok = (fy <= f + 1e-4 * t * slope + rounding * jnp.abs(f)) | (it <= 1)
+        q = jax.nn.sigmoid(d)
+        g = _grad_r(y, jnp.where(start, r_start, pr.w * q - pr.wp), pr, mode, st)
+        hess = _hessian_h(jnp.where(start, pr.w, pr.w * jnp.maximum(q * (1 - q), floor)), pr, mode, st, proj)
+        new = -_graph.psd_solve(hess, g)
+        new_slope = jnp.dot(g, new)
+        # Fall back to a diagonally scaled gradient step if the Newton direction is not a
+        # finite descent direction (rounding in a nearly singular system).
+        bad = ~(jnp.all(jnp.isfinite(new)) & (new_slope < 0)) & ~start
+        safe = -g / (jnp.abs(jnp.diagonal(hess)) + 1.0)
+        new = jnp.where(bad, safe, new)
+        new_slope = jnp.where(bad, jnp.dot(g, safe), new_slope)
+        # Converged: y accepted after a step below tol, or the gradient at y at rounding level.
+        converged = ok & (((it >= 2) & (jnp.max(jnp.abs(t * delta)) < st.tol)) |
+                          ((it >= 1) & (jnp.max(jnp.abs(g), initial=0.0) <= gtol)))
+        t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
+        failed = ~ok & (t_next < 0.5**_STEPS)   # reported unconverged, never as converged
+        return _State(jnp.where(ok, y, x), jnp.where(start, jnp.inf, jnp.where(ok, fy, f)),
+                      jnp.where(ok, new, delta), jnp.where(ok, new_slope, slope), t_next, it + 1,
+                      converged | failed, converged)
+
+    dim = pr.e.num_items + (mode == "learn")
+    z = jnp.zeros(dim, dt)
+    init = _State(z, jnp.asarray(jnp.inf, dt), z, jnp.zeros((), dt), jnp.ones((), dt), jnp.int32(0),
+                  jnp.bool_(False), jnp.bool_(False))
+    out = jax.lax.while_loop(lambda s: ~s.stop & (s.it < st.max_iter + 2), body, init)
+    return out.x, jnp.maximum(out.it - 2, 0), out.converged
 
 
-def _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    """Newton's method on a batch ``[B]`` of contexts (``_graph.while_per_context``)."""
-    pr = jax.vmap(functools.partial(_problem, mode=mode, eps=eps))(c)
-
-    def init(pr1, proj1):
-        x0 = _start(pr1, mode, proj1)
-        f0 = _nll_p(x0, pr1, mode, gamma_prior, score_prior)
-        return x0, f0, jnp.int32(0), jnp.bool_(False), jnp.bool_(False)
-
-    state = jax.vmap(init)(pr, proj)
-    cont = lambda st: (~st[3]) & (st[2] < max_iter)
-    step = functools.partial(_newton_step, mode=mode, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol)
-    x, _, it, _, done = _graph.while_per_context(cont, step, (pr, proj), state)
-    return x, it, done
+def _newton(c, proj, mode, st):
+    """Newton's method on a batch ``[B]`` of contexts (one vmapped flat loop)."""
+    pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
+    return jax.vmap(functools.partial(_solve_one, mode=mode, st=st))(pr, proj)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6, 7))
-def _argmin(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    return _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _argmin(c, proj, st, mode):
+    return _newton(c, proj, mode, st)
 
 
-def _argmin_fwd(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    out = _newton(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
-    return out, (c, proj, out[0])
+def _argmin_fwd(c, proj, st, mode):
+    out = _newton(c, proj, mode, st)
+    return out, (c, proj, st, out[0])
 
 
-def _argmin_bwd(mode, eps, gamma_prior, score_prior, tol, max_iter, res, ct):
+def _argmin_bwd(mode, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
     def one(c, proj, x, ctx):
-        u = _graph.psd_solve(_hessian(x, c, mode, eps, gamma_prior, score_prior, proj), ctx)
-        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, eps, gamma_prior, score_prior), c)
+        u = _graph.psd_solve(_hessian(x, c, mode, st, proj), ctx)
+        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, st), c)
         return vjp(-u)[0]
 
-    c, proj, x = res
-    return jax.vmap(one)(c, proj, x, ct[0]), jnp.zeros_like(proj)
+    c, proj, st, x = res
+    zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
+                      else np.zeros(a.shape, jax.dtypes.float0))
+    return jax.vmap(one)(c, proj, x, ct[0]), jnp.zeros_like(proj), jax.tree.map(zero, st)
 
 
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 
-def _finish(c, labels, x, it, done, mode, eps, gamma_prior, score_prior):
+def _finish(c, labels, x, it, done, mode, st):
     n = c.num_items
-    s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, eps))
+    s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, st.eps))
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
-    gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, eps, gamma_prior, score_prior)))
+    gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, st)))
     return SoftBTSolution(s, g, it, done, gn)
 
 
-def _fit_flat(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+def _fit_flat(c, mode, st):
     labels = jax.vmap(_graph.components)(c)
     proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
-    x, it, done = _argmin(c, proj, mode, eps, gamma_prior, score_prior, tol, max_iter)
-    fin = functools.partial(_finish, mode=mode, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior)
-    return jax.vmap(fin)(c, labels, x, it, done)
+    x, it, done = _argmin(c, proj, st, mode)
+    return jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done)
 
 
 def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     """:class:`SoftBTSolution` of one context (unbatched ``c``)."""
+    st = _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
     flat = jax.tree.map(lambda x: x[None], c)
-    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, eps, gamma_prior, score_prior, tol, max_iter))
+    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, st))
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
-def _fit(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
+@functools.partial(jax.jit, static_argnames=("mode",))
+def _fit(c, st, mode):
     flat, shape = _graph.flatten_batch(c)
-    return _graph.unflatten_batch(_fit_flat(flat, mode, eps, gamma_prior, score_prior, tol, max_iter), shape)
+    return _graph.unflatten_batch(_fit_flat(flat, mode, st), shape)
 
 
 def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
@@ -302,7 +333,16 @@ def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
         raise ValueError(f"gamma_prior must be > 0, got {gamma_prior!r}")
     if tol is None:
         tol = 1e-10 if c.p.dtype == jnp.float64 else 1e-5
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
+        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
     return mode, float(eps), float(gamma_prior), float(score_prior), float(tol), int(max_iter)
+
+
+def _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter) -> SoftBTSolution:
+    """The shared compiled solver (also used by hard Bradley-Terry): settings are traced."""
+    return _fit(c, _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter), mode)
 
 
 def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
@@ -325,7 +365,7 @@ def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
     Returns:
         :class:`SoftBTSolution`.
     """
-    return _fit(c, *_settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
+    return _solve(c, *_settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
 
 
 def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, score_prior=0.0, tol=None,
