@@ -34,9 +34,6 @@ import jax.numpy as jnp
 DENSE_RATIO = 1.5
 """Use the dense edge space when ``N * N <= DENSE_RATIO * R`` (``inf``: always; 0: never)."""
 
-ONEHOT_MAX_ITEMS = 32
-"""Otherwise, the one-hot edge space up to this many items, the sparse one above."""
-
 
 def batched(fn, c, *args, **kwargs):
     """Apply single-context ``fn(c, *args, **kwargs)`` over ``c``'s leading batch axes.
@@ -53,64 +50,32 @@ def batched(fn, c, *args, **kwargs):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Edges:
-    """The edge space of one context (see the module docstring).
-
-    ``kind`` is ``"sparse"`` (per comparison, gathers and scatter-adds),
-    ``"onehot"`` (per comparison, with the ``[R, N]`` one-hot matrices ``a``
-    and ``b`` of the items in positions A and B, so products with the incidence
-    matrix are small dense contractions) or ``"dense"`` (``[N, N]``, all
-    ordered pairs).
-    """
+    """The edge space of one context: its comparisons (sparse) or all ordered pairs (dense)."""
 
     i: jax.Array
     j: jax.Array
-    a: jax.Array | None
-    b: jax.Array | None
     num_items: int = dataclasses.field(metadata=dict(static=True))
-    kind: str = dataclasses.field(metadata=dict(static=True))
-
-    @property
-    def dense(self) -> bool:
-        return self.kind == "dense"
-
-
-def edge_kind(num_items: int, num_comparisons: int) -> str:
-    """The edge space :func:`edges` picks for these (static) sizes."""
-    if num_items * num_items <= DENSE_RATIO * max(num_comparisons, 1):
-        return "dense"
-    if num_items <= ONEHOT_MAX_ITEMS:
-        return "onehot"
-    return "sparse"
+    dense: bool = dataclasses.field(metadata=dict(static=True))
 
 
 def use_dense(num_items: int, num_comparisons: int) -> bool:
     """Whether :func:`edges` picks the dense space for these (static) sizes."""
-    return edge_kind(num_items, num_comparisons) == "dense"
+    return num_items * num_items <= DENSE_RATIO * max(num_comparisons, 1)
 
 
-def edges(c, *, kind: str | None = None) -> Edges:
-    """The edge space for ``c`` (one context); ``kind=None`` chooses by :func:`edge_kind`."""
-    if kind is None:
-        kind = edge_kind(c.num_items, c.i.shape[-1])
-    if kind not in ("sparse", "onehot", "dense"):
-        raise ValueError(f"kind must be 'sparse', 'onehot' or 'dense', got {kind!r}")
-    a = b = None
-    if kind == "onehot":
-        dt = c.p.dtype if jnp.issubdtype(c.p.dtype, jnp.floating) else jnp.float32
-        a, b = jax.nn.one_hot(c.i, c.num_items, dtype=dt), jax.nn.one_hot(c.j, c.num_items, dtype=dt)
-    return Edges(c.i, c.j, a, b, c.num_items, kind)
-
-
-def _kind(e) -> str:
-    return getattr(e, "kind", "sparse")
+def edges(c, *, dense: bool | None = None) -> Edges:
+    """The edge space for ``c`` (one context); ``dense=None`` chooses by :func:`use_dense`."""
+    if dense is None:
+        dense = use_dense(c.num_items, c.i.shape[-1])
+    return Edges(c.i, c.j, c.num_items, bool(dense))
 
 
 def _is_dense(e) -> bool:
-    return _kind(e) == "dense"
+    return getattr(e, "dense", False)
 
 
 def reduce(e, *xs):
-    """Per-comparison values ``[R]`` to edge values (``[R]`` per comparison, ``[N, N]`` dense).
+    """Per-comparison values ``[R]`` to edge values (``[R]`` sparse, ``[N, N]`` dense).
 
     Several arrays share one scatter-add in the dense space.
     """
@@ -125,34 +90,23 @@ def reduce(e, *xs):
 
 def head(e, s):
     """``s_i`` in edge space (``[N, 1]`` broadcastable when dense)."""
-    k = _kind(e)
-    if k == "dense":
-        return s[:, None]
-    return e.a @ s if k == "onehot" else s[e.i]
+    return s[:, None] if _is_dense(e) else s[e.i]
 
 
 def tail(e, s):
     """``s_j`` in edge space (``[1, N]`` broadcastable when dense)."""
-    k = _kind(e)
-    if k == "dense":
-        return s[None, :]
-    return e.b @ s if k == "onehot" else s[e.j]
+    return s[None, :] if _is_dense(e) else s[e.j]
 
 
 def incidence(e, s):
     """``W s``: the score difference ``s_i - s_j`` of every edge."""
-    if _kind(e) == "onehot":
-        return (e.a - e.b) @ s
     return head(e, s) - tail(e, s)
 
 
 def item_sums(e, x_a, x_b):
     """``out[n] = sum_k x_a[k] [i_k = n] + x_b[k] [j_k = n]`` over the edges."""
-    k = _kind(e)
-    if k == "dense":
+    if _is_dense(e):
         return jnp.sum(x_a, axis=1) + jnp.sum(x_b, axis=0)
-    if k == "onehot":
-        return x_a @ e.a + x_b @ e.b
     n = e.num_items
     return (jax.ops.segment_sum(x_a, e.i, n, indices_are_sorted=False)
             + jax.ops.segment_sum(x_b, e.j, n, indices_are_sorted=False))
@@ -160,8 +114,6 @@ def item_sums(e, x_a, x_b):
 
 def incidence_t(e, x):
     """``W^T x`` with ``W`` the incidence matrix (row k = e_i - e_j)."""
-    if _kind(e) == "onehot":
-        return x @ (e.a - e.b)
     return item_sums(e, x, -x)
 
 
@@ -171,9 +123,6 @@ def laplacian(e, w):
     if _is_dense(e):
         ws = w + w.T
         return jnp.diag(jnp.sum(ws, axis=1)) - ws
-    if _kind(e) == "onehot":
-        inc = e.a - e.b
-        return (inc.T * w) @ inc
     idx = jnp.concatenate([e.i * (n + 1), e.j * (n + 1), e.i * n + e.j, e.j * n + e.i])
     return jax.ops.segment_sum(jnp.concatenate([w, w, -w, -w]), idx, n * n).reshape(n, n)
 
@@ -182,8 +131,6 @@ def adjacency(e, w):
     """Bool ``[N, N]``: items joined by an edge of non-zero weight ``w`` (in ``e``'s space)."""
     if _is_dense(e):
         a = w != 0
-    elif _kind(e) == "onehot":
-        a = ((e.a.T * (w != 0).astype(e.a.dtype)) @ e.b) > 0
     else:
         n = e.num_items
         a = jax.ops.segment_sum((w != 0).astype(jnp.float32), e.i * n + e.j, n * n).reshape(n, n) > 0

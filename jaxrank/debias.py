@@ -96,7 +96,7 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
 
 def _permutation_average_one(c):
     w = c.weight
-    wsum, psum = _graph.reduce(_graph.edges(c, kind="dense"), w, w * c.p)
+    wsum, psum = _graph.reduce(_graph.edges(c, dense=True), w, w * c.p)
     rev_w = wsum[c.j, c.i]
     rev_p = psum[c.j, c.i] / jnp.where(rev_w > 0, rev_w, 1)
     return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)

@@ -29,7 +29,7 @@ __all__ = ["max_likelihood_ranking"]
 
 def _gain_matrix(c, eps):
     p = jnp.clip(c.p, eps, 1 - eps)
-    la, lb = _graph.reduce(_graph.edges(c, kind="dense"), c.weight * jnp.log(p), c.weight * jnp.log1p(-p))
+    la, lb = _graph.reduce(_graph.edges(c, dense=True), c.weight * jnp.log(p), c.weight * jnp.log1p(-p))
     return la + lb.T
 
 
