@@ -224,7 +224,7 @@ TAIL_FRACTION = 32
 """:func:`while_per_context` moves the last ``B // TAIL_FRACTION`` running contexts to a small batch."""
 
 
-def while_per_context(cont, step, operands, state):
+def while_per_context(cont, step, operands, state, *, compact: bool = True):
     """Iterate ``state <- step(operands, state)`` per context while ``cont(state)``, over a batch ``[B]``.
 
     The same result as ``jax.vmap`` of a ``lax.while_loop`` (every context stops
@@ -240,6 +240,9 @@ def while_per_context(cont, step, operands, state):
         step: ``(operands, state) -> state`` for one context.
         operands: pytree with leading axis ``B``, fixed during the loop.
         state: pytree with leading axis ``B``.
+        compact: finish the last ``K`` running contexts in a small batch (a second
+            compiled loop: faster steady state, longer compilation); False is
+            ``jax.vmap`` of one ``while_loop``.
 
     Returns:
         The final state, leading axis ``B``.
@@ -257,7 +260,7 @@ def while_per_context(cont, step, operands, state):
 
     b = jax.tree.leaves(state)[0].shape[0]
     k = b // TAIL_FRACTION
-    if k < 1:
+    if k < 1 or not compact:
         return loop(operands, state, 0)
     state = loop(operands, state, k)
     _, idx = jax.lax.top_k(vcont(state).astype(jnp.int32), k)
