@@ -28,6 +28,7 @@ from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_interva
 from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons, greedy_comparisons,
                                laplace_comparisons, pairs_rank, random_comparisons)
 from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
+from jaxrank.sharding import shard_contexts
 
 SCORERS = {
     "win_ratio": win_ratio,
@@ -52,6 +53,7 @@ __all__ = [
     "random_comparisons", "gather_comparisons", "greedy_comparisons", "laplace_comparisons", "pairs_rank",
     "PairSResult", "active_assess", "ActiveResult",
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
+    "shard_contexts",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
 __version__ = "0.1.0"
