@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import platform
 import time
@@ -150,6 +151,54 @@ def tie_merged_spearman(name, c, gold, contexts):
     s = np.round(s / scale / ROUND) * ROUND
     rho = metrics.spearman(s.astype(np.float32), gold)
     return float(jnp.mean(metrics.context_mean(rho.reshape(-1, contexts), axis=-1)))
+
+
+def run_jaxrank(i_all, j_all, p_all, gold_all, n, contexts):
+    """Every scorer's pipeline timed twice (first call, then steady state); metrics compile timed first."""
+    jnp.zeros(1).block_until_ready()                       # backend start-up, not counted
+    # The metrics (spearman) compile once for all scorers: timed on their own.
+    t_metrics, _ = timed(lambda: jax.block_until_ready(
+        metrics.context_mean(metrics.spearman(jnp.asarray(gold_all) + 0.0, gold_all).reshape(-1, contexts),
+                             axis=-1)))
+    res = {}
+    for name in SCORERS:
+        t_first, _ = timed(lambda: jax_pipeline(name, i_all, j_all, p_all, gold_all, n, contexts))
+        t_second, (mean, rho) = timed(lambda: jax_pipeline(name, i_all, j_all, p_all, gold_all, n, contexts))
+        rho = np.asarray(rho, np.float64)
+        res[name] = dict(jax_mean=float(mean), jax_rho=rho, t_first=t_first, t_second=t_second,
+                         jax_std=float(np.std(np.nanmean(rho.reshape(-1, contexts), axis=1))))
+    return t_metrics, res
+
+
+def argv_common(args):
+    return ["--repeats", str(args.repeats), "--budget", str(args.budget), "--aspect", args.aspect,
+            "--seed", str(args.seed)]
+
+
+def fresh_processes(common):
+    """jaxrank's part alone in two fresh processes sharing a new persistent compilation cache.
+
+    The first finds the cache empty (a cold start: everything compiles), the
+    second loads every program from it (what ``jaxrank.enable_compilation_cache``
+    gives any later process). Returns ``{"cold": ..., "warm": ...}`` timings.
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for kind in ("cold", "warm"):
+            cmd = [sys.executable, __file__, "--jaxrank-only", "--compilation-cache", cache] + common
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            if run.returncode != 0:
+                raise SystemExit(f"fresh-process run failed:\n{run.stderr}")
+            line = [x for x in run.stdout.splitlines() if x.startswith("JSON ")][-1]
+            out[kind] = json.loads(line[5:])
+            d = out[kind]
+            print(f"  fresh process, {kind} cache: first {d['t_metrics'] + sum(d['first'].values()):.3f}s  "
+                  f"steady {sum(d['steady'].values()):.3f}s", flush=True)
+    return out
 
 
 # ======================================================================== baseline
@@ -270,8 +319,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="seed of the judge and of the subsets")
     ap.add_argument("--smoke", action="store_true", help="tiny fast run for CI (2 repeats, baseline on 1)")
     ap.add_argument("--compilation-cache", metavar="DIR", default=None,
-                    help="JAX persistent compilation cache folder: a second run of the script then loads "
-                         "the compiled scorers instead of compiling them (off by default)")
+                    help="JAX persistent compilation cache folder (jaxrank.enable_compilation_cache): a second "
+                         "run of the script then loads the compiled scorers instead of compiling them "
+                         "(off by default)")
+    ap.add_argument("--no-fresh-processes", dest="fresh_processes", action="store_false",
+                    help="skip timing jaxrank again in two fresh processes (cold, then warm compilation cache)")
+    ap.add_argument("--jaxrank-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="output stem (default benchmarks/results/poe_protocol[_smoke])")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -285,9 +338,7 @@ def main(argv=None):
         Path(__file__).parent / "results" / ("poe_protocol_smoke" if args.smoke else "poe_protocol")
     warnings.filterwarnings("ignore", category=stats.ConstantInputWarning)
     if args.compilation_cache:
-        jax.config.update("jax_compilation_cache_dir", args.compilation_cache)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        jr.enable_compilation_cache(args.compilation_cache)
 
     # ------------------------------------------------------------ data and judge
     lm = label_matrix(load_dataset("summeval"), args.aspect)
@@ -325,20 +376,15 @@ def main(argv=None):
     problems = args.repeats * contexts
 
     # ---------------------------------------------------------------- jaxrank
-    jnp.zeros(1).block_until_ready()                       # backend start-up, not counted
-    # The metrics (spearman) compile once for all scorers: timed on their own.
-    t_metrics, _ = timed(lambda: jax.block_until_ready(
-        metrics.context_mean(metrics.spearman(jnp.asarray(gold_all) + 0.0, gold_all).reshape(-1, contexts),
-                             axis=-1)))
-    res = {}
-    for name in SCORERS:
-        t_first, (m_first, _) = timed(lambda: jax_pipeline(name, i_all, j_all, p_all, gold_all, n, contexts))
-        t_second, (mean, rho) = timed(lambda: jax_pipeline(name, i_all, j_all, p_all, gold_all, n, contexts))
-        rho = np.asarray(rho, np.float64)
-        res[name] = dict(jax_mean=float(mean), jax_rho=rho, t_first=t_first, t_second=t_second,
-                         jax_std=float(np.std(np.nanmean(rho.reshape(-1, contexts), axis=1))))
-        print(f"  jaxrank {name:20s} rho={float(mean):.4f}  first {t_first:.3f}s  second {t_second:.3f}s",
-              flush=True)
+    t_metrics, res = run_jaxrank(i_all, j_all, p_all, gold_all, n, contexts)
+    if args.jaxrank_only:
+        print("JSON " + json.dumps(dict(t_metrics=t_metrics, first={k: v["t_first"] for k, v in res.items()},
+                                        steady={k: v["t_second"] for k, v in res.items()})))
+        return
+    for name, r in res.items():
+        print(f"  jaxrank {name:20s} rho={r['jax_mean']:.4f}  first {r['t_first']:.3f}s  "
+              f"second {r['t_second']:.3f}s", flush=True)
+    fresh = fresh_processes(argv_common(args)) if args.fresh_processes else None
 
     # ---------------------------------------------------------------- baseline
     i_b = i_all[:nb].astype(np.int64)
@@ -412,6 +458,16 @@ def main(argv=None):
         f"{'met' if total['ratio_first'] >= 100 else 'MISSED'} ({total['ratio_first']:.3g}x first call, "
         f"{total['ratio_steady']:.3g}x steady state; {total['us_baseline']:.0f} us/problem baseline vs "
         f"{total['us_jaxrank_first']:.1f} / {total['us_jaxrank_steady']:.1f} us/problem jaxrank).")
+    if fresh:
+        for kind, label in (("cold", "empty compilation cache (a cold start)"),
+                            ("warm", "warm persistent compilation cache (jaxrank.enable_compilation_cache, "
+                                     "any later process)")):
+            d = fresh[kind]
+            tf_k = d["t_metrics"] + sum(d["first"].values())
+            ts_k = sum(d["steady"].values())
+            say(f"Fresh process, {label}: first call {tf_k:.3f}s = {per(tb, nb) / per(tf_k, problems):.3g}x "
+                f"end to end, steady {ts_k:.3f}s = {per(tb, nb) / per(ts_k, problems):.3g}x (by scorer, first: "
+                + ", ".join(f"{k} {v:.2f}s" for k, v in d["first"].items()) + f", metrics {d['t_metrics']:.2f}s).")
     share = sorted(((res[s]["t_first"], s) for s in SCORERS), reverse=True)
     say("jaxrank first-call time by scorer (compile = first - steady): " + ", ".join(
         f"{s} {t:.2f}s ({t - res[s]['t_second']:.2f}s compile)" for t, s in share)
@@ -422,13 +478,16 @@ def main(argv=None):
     # --------------------------------------------- diagnostics (not timed)
     cb = jr.Comparisons.from_pairs(i_all, j_all, p_all, num_items=n)
     bt = jr.fit_bradley_terry(cb)
+    bt_newman = jr.fit_bradley_terry(cb, method="newman")
     sbt = jr.fit_poe_bradley_terry(cb)
     conn = np.asarray(cb.is_connected())
     zit = [np_bradley_terry(i_b[k], j_b[k], p_b[k], n)[1] for k in range(min(nb, 300))]
     bit = [np_poe_bradley_terry(i_b[k], j_b[k], p_b[k], n)[1] for k in range(min(nb, 300))]
     say(f"Diagnostics: {100 * (1 - conn.mean()):.1f}% of subsets leave the comparison graph disconnected; "
-        f"jaxrank BT (Newman) iterations mean {float(bt.iterations.mean()):.1f} max {int(bt.iterations.max())}, "
-        f"converged {100 * float(bt.converged.mean()):.1f}%; baseline Zermelo iterations mean {np.mean(zit):.1f} "
+        f"jaxrank BT Newton iterations mean {float(bt.iterations.mean()):.1f} max {int(bt.iterations.max())}, "
+        f"converged {100 * float(bt.converged.mean()):.1f}% (Newman's iteration: mean "
+        f"{float(bt_newman.iterations.mean()):.1f} max {int(bt_newman.iterations.max())}, max score difference "
+        f"{float(jnp.max(jnp.abs(bt.scores - bt_newman.scores))):.1e}); baseline Zermelo iterations mean {np.mean(zit):.1f} "
         f"max {np.max(zit)}; jaxrank PoE-BT Newton iterations mean {float(sbt.iterations.mean()):.1f} "
         f"max {int(sbt.iterations.max())}, converged {100 * float(sbt.converged.mean()):.1f}%; "
         f"SciPy BFGS iterations mean {np.mean(bit):.1f} max {np.max(bit)} (first {min(nb, 300)} problems).")

@@ -24,6 +24,7 @@ from jaxrank.scoring import (
 from jaxrank.scoring.ml_ranking import max_likelihood_ranking
 from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
                                  ranking_confidence, score_intervals)
+from jaxrank.compilation import enable_compilation_cache
 from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_intervals, resample_comparisons
 from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons, greedy_comparisons,
                                laplace_comparisons, pairs_rank, random_comparisons)
@@ -54,6 +55,7 @@ __all__ = [
     "PairSResult", "active_assess", "ActiveResult",
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
     "shard_contexts",
+    "enable_compilation_cache",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
 __version__ = "0.1.0"

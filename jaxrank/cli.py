@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,13 @@ METHODS = ("poe_bradley_terry", "poe_gaussian", "poe_gaussian_hard", "bradley_te
 DEBIAS = ("none", "mean", "learn", "threshold", "permutation")
 
 
+def _cache_option(p):
+    p.add_argument("--no-compilation-cache", dest="compilation_cache", action="store_false",
+                   help="do not keep compiled programs on disk (default: kept in ~/.cache/jaxrank/xla, or "
+                        "$JAXRANK_CACHE/xla, so a later run skips XLA compilation; "
+                        "JAXRANK_COMPILATION_CACHE=0 also turns it off)")
+
+
 def _parser():
     ap = argparse.ArgumentParser(prog="jaxrank", description="LLM comparative assessment in JAX.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -44,6 +52,7 @@ def _parser():
                        description="Rank items from a CSV/JSONL file of pairwise comparisons. "
                                    "Without INPUT: the international football results (home team in position A).")
     r.add_argument("input", nargs="?", help="CSV or JSONL file; default: the football results")
+    _cache_option(r)
     r.add_argument("--method", choices=METHODS, default="poe_bradley_terry")
     r.add_argument("--debias", choices=DEBIAS, default="none",
                    help="mean/learn: PoE bias terms (beta or gamma); threshold: eq. 9-10 reweighting; "
@@ -59,6 +68,7 @@ def _parser():
     for name, helptext in (("judge", "judge comparisons of a data set with an LLM into a resumable store"),
                            ("assess", "judge + aggregate + report agreement with human scores")):
         j = sub.add_parser(name, help=helptext, description=helptext)
+        _cache_option(j)
         j.add_argument("--data", default="summeval", help="data set name (default summeval)")
         j.add_argument("--aspect", default="coherence", help="human aspect / prompt attribute (default coherence)")
         j.add_argument("--judge", default="smollm2-135m",
@@ -350,6 +360,9 @@ def _rank(args):
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    if args.compilation_cache and os.environ.get("JAXRANK_COMPILATION_CACHE", "1") != "0":
+        from jaxrank.compilation import enable_compilation_cache
+        enable_compilation_cache()
     if args.command == "judge":
         _judge(args)
     elif args.command == "assess":

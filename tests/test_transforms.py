@@ -45,8 +45,8 @@ def test_two_batch_axes(name):
     np.testing.assert_allclose(np.asarray(f(b2)).reshape(6, -1), f(b), atol=1e-5)
 
 
-@pytest.mark.parametrize("fit", ["bradley_terry", "poe_bradley_terry"])
-def test_mixed_difficulties_give_the_one_by_one_results(fit):
+@pytest.mark.parametrize("fit", ["bradley_terry", "poe_bradley_terry", "poe_bradley_terry_chunks"])
+def test_mixed_difficulties_give_the_one_by_one_results(fit, monkeypatch):
     """Contexts of one batch converge independently (per-context loop state).
 
     Mixed difficulties (near-separable contexts need many more iterations) must
@@ -62,8 +62,12 @@ def test_mixed_difficulties_give_the_one_by_one_results(fit):
             p = np.where(p > 0.5, 0.999, 0.001).astype(np.float32)   # nearly separable: slow
         ctxs.append(jr.Comparisons.from_pairs(i, j, p, num_items=n))
     batch = jr.stack_contexts(ctxs, num_items=10, num_comparisons=30)
+    if fit == "poe_bradley_terry_chunks":          # 70 contexts in chunks of 16 (the last one padded)
+        from jaxrank.scoring import soft_bt
+        monkeypatch.setattr(soft_bt, "CHUNK", 16)
+        jax.clear_caches()
     solve = {"bradley_terry": lambda c: jr.fit_bradley_terry(c, method="newman"),
-             "poe_bradley_terry": jr.fit_poe_bradley_terry}[fit]
+             "poe_bradley_terry": jr.fit_poe_bradley_terry, "poe_bradley_terry_chunks": jr.fit_poe_bradley_terry}[fit]
     out = solve(batch)
     its = np.asarray(out.iterations)
     assert its.max() > np.median(its)                    # the tail path is really exercised
@@ -191,3 +195,20 @@ def test_grad_wrt_weights_poe_gaussian_and_soft_bt():
         eps = 1e-3
         dw = jnp.zeros_like(c.weight).at[4].set(eps)
         np.testing.assert_allclose(g[4], (loss(c.weight + dw) - loss(c.weight - dw)) / (2 * eps), atol=2e-3, rtol=1e-2)
+
+
+def test_grad_through_chunked_soft_bt_equals_unchunked(monkeypatch):
+    """Batches larger than soft_bt.CHUNK run in a lax.map over chunks: values and gradients unchanged."""
+    from jaxrank.scoring import soft_bt
+
+    ctxs = _contexts([(6, 14)] * 10, seed=8)
+    b = jr.stack_contexts(ctxs)
+    f = lambda p: jnp.sum(jr.poe_bradley_terry(b.with_p(p), debias="learn")[:, :3] ** 2)
+    monkeypatch.setattr(soft_bt, "CHUNK", 1000)
+    jax.clear_caches()
+    v1, g1 = jax.value_and_grad(f)(b.p)
+    monkeypatch.setattr(soft_bt, "CHUNK", 4)           # 3 chunks, the last one padded
+    jax.clear_caches()
+    v2, g2 = jax.value_and_grad(f)(b.p)
+    np.testing.assert_allclose(v2, v1, rtol=1e-5)
+    np.testing.assert_allclose(g2, g1, atol=1e-5)

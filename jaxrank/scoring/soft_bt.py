@@ -58,10 +58,10 @@ class SoftBTSolution(NamedTuple):
     Attributes:
         scores: ``[..., N]`` scores, centred per connected component.
         gamma: ``[...]`` positional-bias parameter used or learnt.
-        iterations: ``[...]`` likelihood evaluations after the least-squares
-            start (Newton steps, plus any line-search halvings).
-        converged: ``[...]`` whether the last accepted Newton step was below
-            ``tol`` or the gradient reached float rounding level
+        iterations: ``[...]`` Newton steps from the least-squares start (plus
+            any line-search halvings).
+        converged: ``[...]`` whether the last Newton step was below ``tol``
+            (max-norm) or the gradient reached float rounding level
             (``64 eps max_n games_n``).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
     """
@@ -147,20 +147,17 @@ def _nll_p(x, pr, mode, st):
     return _nll_d(x, _diffs(x, pr, mode), pr, mode, st)
 
 
-def _grad_r(x, r, pr, mode, st):
-    """Gradient from the edge residuals ``r = w q - w p``: ``[W^T r + lambda s, -1^T r + lambda_g gamma]``."""
-    s, g = _split(x, pr, mode)
-    gs = _graph.incidence_t(pr.e, r) + st.score_prior * s
+def _grad_from(x, wt_r, sum_r, mode, st):
+    """Gradient from ``W^T r`` and ``1^T r`` of the edge residuals ``r = w q - w p``:
+    ``[W^T r + lambda s, -1^T r + lambda_g gamma]``."""
+    n = wt_r.shape[0]
+    gs = wt_r + st.score_prior * x[:n]
     if mode == "learn":
-        return jnp.concatenate([gs, (-jnp.sum(r) + st.gamma_prior * g)[None]])
+        return jnp.concatenate([gs, (-sum_r + st.gamma_prior * x[n])[None]])
     return gs
 
 
-def _grad_p(x, pr, mode, st):
-    return _grad_r(x, pr.w * jax.nn.sigmoid(_diffs(x, pr, mode)) - pr.wp, pr, mode, st)
-
-
-def _hessian_h(h, pr, mode, st, proj):
+def _hessian_from(lap, wt_h, sum_h, mode, st, proj):
     """``[[L(h) + lambda I + P, -W^T h], [-h^T W, 1^T h + lambda_g]]`` (the last row/column if learnt).
 
     ``P`` (the per-component projector) acts only on per-component constants,
@@ -168,15 +165,28 @@ def _hessian_h(h, pr, mode, st, proj):
     never changes a Newton step or the implicit derivative; it only makes the
     system definite.
     """
-    n = pr.e.num_items
-    hss = _graph.laplacian(pr.e, h) + proj + st.score_prior * jnp.eye(n, dtype=h.dtype)
+    n = lap.shape[0]
+    hss = lap + proj + st.score_prior * jnp.eye(n, dtype=lap.dtype)
     if mode != "learn":
         return hss
-    hsg = -_graph.incidence_t(pr.e, h)
-    hgg = jnp.sum(h) + st.gamma_prior
+    hsg = -wt_h
+    hgg = sum_h + st.gamma_prior
     top = jnp.concatenate([hss, hsg[:, None]], axis=1)
     bottom = jnp.concatenate([hsg, hgg[None]])[None, :]
     return jnp.concatenate([top, bottom], axis=0)
+
+
+def _grad_r(x, r, pr, mode, st):
+    return _grad_from(x, _graph.incidence_t(pr.e, r), jnp.sum(r), mode, st)
+
+
+def _grad_p(x, pr, mode, st):
+    return _grad_r(x, pr.w * jax.nn.sigmoid(_diffs(x, pr, mode)) - pr.wp, pr, mode, st)
+
+
+def _hessian_h(h, pr, mode, st, proj):
+    wt_h = _graph.incidence_t(pr.e, h) if mode == "learn" else None
+    return _hessian_from(_graph.laplacian(pr.e, h), wt_h, jnp.sum(h), mode, st, proj)
 
 
 def _hessian_p(x, pr, mode, st, proj, floor=1e-12):
@@ -222,8 +232,11 @@ def _pass(ops, state: _State, mode, st) -> _State:
     fy = _nll_d(y, d, pr, mode, st)
     ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
     q = jax.nn.sigmoid(d)
-    g = _grad_r(y, jnp.where(start, r_start, pr.w * q - pr.wp), pr, mode, st)
-    hess = _hessian_h(jnp.where(start, pr.w, pr.w * jnp.maximum(q * (1 - q), floor)), pr, mode, st, proj)
+    r = jnp.where(start, r_start, pr.w * q - pr.wp)
+    h = jnp.where(start, pr.w, pr.w * jnp.maximum(q * (1 - q), floor))
+    lap, wt_h, wt_r = _graph.laplacian_and_incidence_t(pr.e, h, r)   # one scatter-add for small N
+    g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
+    hess = _hessian_from(lap, wt_h, jnp.sum(h), mode, st, proj)
     new = -_graph.psd_solve(hess, g)
     new_slope = jnp.dot(g, new)
     # Fall back to a diagonally scaled gradient step if the Newton direction is not a
@@ -232,9 +245,12 @@ def _pass(ops, state: _State, mode, st) -> _State:
     safe = -g / (jnp.abs(jnp.diagonal(hess)) + 1.0)
     new = jnp.where(bad, safe, new)
     new_slope = jnp.where(bad, jnp.dot(g, safe), new_slope)
-    # Converged: y accepted after a step below tol, or the gradient at y at rounding level.
-    converged = ok & (((it >= 2) & (jnp.max(jnp.abs(t * delta)) < st.tol)) |
-                      ((it >= 1) & (jnp.max(jnp.abs(g), initial=0.0) <= gtol)))
+    # Converged at an accepted y when the Newton step from y is below tol (taken without
+    # a line search: Newton converges quadratically, so y + step is closer still) or the
+    # gradient at y is at rounding level.
+    small = jnp.max(jnp.abs(new), initial=0.0) < st.tol
+    converged = ok & (it >= 1) & (small | (jnp.max(jnp.abs(g), initial=0.0) <= gtol))
+    y = y + jnp.where(converged & small & ~bad, new, 0)
     t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
     failed = ~ok & (t_next < 0.5**_STEPS)   # reported unconverged, never as converged
     return _State(jnp.where(ok, y, x), jnp.where(start, jnp.inf, jnp.where(ok, fy, f)),
@@ -275,10 +291,10 @@ def _newton(c, proj, mode, st):
     zb = jnp.zeros(b, dt)
     init = _State(z, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
                   jnp.zeros(b, bool), jnp.zeros(b, bool))
-    cont = lambda s: ~s.stop & (s.it < st.max_iter + 2)
+    cont = lambda s: ~s.stop & (s.it <= st.max_iter)
     out = _graph.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
                                    compact=COMPACT)
-    return out.x, jnp.maximum(out.it - 2, 0), out.converged
+    return out.x, jnp.maximum(out.it - 1, 0), out.converged
 
 
 COMPACT = False
@@ -337,10 +353,17 @@ def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, st))
 
 
+CHUNK = 128
+"""Contexts are solved in chunks of this many, one after another (``_graph.map_chunks``): a
+chunk iterates only as long as its own slowest context needs and stays in cache (measured
+1.4x faster than one batch of 10,000 contexts of 16 items)."""
+
+
 @functools.partial(jax.jit, static_argnames=("mode",))
 def _fit(c, st, mode):
     flat, shape = _graph.flatten_batch(c)
-    return _graph.unflatten_batch(_fit_flat(flat, mode, st), shape)
+    sol = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st), flat, CHUNK)
+    return _graph.unflatten_batch(sol, shape)
 
 
 def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
