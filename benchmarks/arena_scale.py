@@ -1,34 +1,95 @@
-"""Bradley-Terry at Arena scale: jaxrank vs evalica and choix, side by side in one process.
+"""Bradley-Terry at Arena scale: jaxrank against evalica, choix and arena-rank.
 
-Synthetic Arena-like data: 129 items with strengths ``s ~ N(0, 1)``, ``M``
-random ordered pairs (default 10 million), the first item winning with
+Three parts, each ending in a table of seconds and of the largest difference of
+centred scores against jaxrank (goal: the same scores to 1e-4, and jaxrank faster
+than every peer, count aggregation included).
+
+**1. Synthetic Arena-scale set.** 129 items with strengths ``s ~ N(0, 1)``,
+``M`` random ordered pairs (default 10 million), the first item winning with
 probability ``sigmoid(s_a - s_b)``. Every method computes the maximum-likelihood
 Bradley-Terry scores of the raw outcomes (no prior):
 
-* jaxrank: outcomes aggregated into ``[129, 129]`` win and game counts (one
-  ``np.bincount``, timed), then :func:`jaxrank.fit_poe_bradley_terry` with
-  ``p = wins / games`` and ``weight = games`` on the 16,512 ordered pairs, which
-  is exactly the likelihood of the raw outcomes;
-* ``evalica.bradley_terry`` (Rust solver) on the raw outcome arrays;
-* ``choix.ilsr_pairwise`` on the list of (winner, loser) pairs.
+* jaxrank: outcomes aggregated into ``[N, N]`` win and game counts (``np.bincount``,
+  timed), then :func:`jaxrank.fit_poe_bradley_terry` (``eps=0``) with
+  ``p = wins / games`` and ``weight = games`` on the observed ordered pairs,
+  which is exactly the likelihood of the raw outcomes;
+* ``evalica.bradley_terry`` (Rust) on the raw outcome arrays (with ``index=``, so
+  it does not build its own index from 20M Python objects), and a second row
+  with the same ``np.bincount`` aggregation as jaxrank (timed) and the counts
+  passed as evalica ``weights=`` (its fastest use);
+* ``choix.ilsr_pairwise`` on the list of (winner, loser) pairs (choix has no weights);
+* arena-rank's ``BradleyTerry`` (L-BFGS in JAX, float64) in its own process
+  (``benchmarks/arena_worker.py``, run with the Python given by ``--arena-python``;
+  skipped with a note without it): importing arena-rank turns on
+  ``jax_enable_x64`` for the whole process. Timed inside that process: its own
+  aggregation ``PairDataset.from_pandas`` plus ``fit`` (interpreter start-up,
+  imports and building the DataFrame are not). Its default stopping rule
+  (``ftol = gtol = 1e-9``) stops 1.7e-2 away from the optimum on football, so it
+  runs with ``ftol=0, gtol=1e-10`` (``--arena-ftol``, ``--arena-gtol``).
 
-Inputs are converted to each library's format before its clock starts.
-Scores are compared after centring (goal: the same to 1e-4). arena-rank is not
-run here: importing it turns on ``jax_enable_x64`` for the whole process, so it
-needs its own process and environment.
+Conversions into each library's input format (Python lists, ``Winner`` enums,
+tuples) are done before its clock starts; the aggregation steps named above are
+timed. jaxrank's steady time is the best of 3 calls (its first call, with
+compilation, is reported too); evalica's the best of 2; choix runs once;
+arena-rank reports its first call (with compilation) and a second call.
 
-    python benchmarks/arena_scale.py [--comparisons 10000000] [--items 129] [--smoke]
+**2. International football**: the real men's results of ``shared/data``
+(49,520 matches, 337 teams), read with :func:`jaxrank.io.read_comparisons`, home
+team in position A (plain BT, no home advantage, since the peers have none).
+Draws are half a win each way for every library, so all maximise the same
+likelihood: jaxrank aggregates ``p = (wins + draws / 2) / games``; evalica takes
+``Winner.Draw`` with ``tie_weight=0.5`` (its default), on the raw rows and on
+aggregated ``weights=``; arena-rank takes outcome ``0.5``; choix has no ties, so
+it gets the multiset in which every decisive match appears twice and every draw
+once each way: its log-likelihood is exactly twice the others', with the same
+maximiser. Maximum-likelihood BT does not exist on the whole set (some teams
+never lost, or never won, against the rest), so every library gets the largest
+strongly connected set of teams (edge loser -> winner, a draw both ways; the ML
+scores are finite exactly when that graph is strongly connected: 316 teams) and
+the matches among them; no prior or regulariser.
+
+**3. Bootstrap** of the Arena-scale fit: ``B`` replicates (default 1000) of the
+raw comparisons. The resampling unit is the raw match: a replicate draws ``M``
+matches with replacement, i.e. the counts of the categories ``(ordered pair,
+winner)`` are ``Multinomial(M, n_c / M)``. :func:`raw_match_bootstrap` is the one
+call: exact multinomial counts from NumPy (JAX's random samplers are several
+times slower on this CPU), fitted by jaxrank in batches of ``[B / chunks, R]``
+cells, each batch dispatched asynchronously while NumPy draws the next.
+(``jaxrank.bootstrap`` on the aggregated cells resamples whole cells: a cluster
+bootstrap over ordered pairs, not over matches; it is run too, for comparison.)
+The peer is a Python loop of evalica, the fastest peer, in its fastest use: the
+same NumPy multinomial per replicate and the counts as ``weights=``; it is timed
+on ``--peer-replicates`` replicates and extrapolated to ``B`` (and likewise a loop
+that resamples the raw rows). evalica on jaxrank's own replicates checks that
+the per-replicate scores agree; the replicates' standard deviations are compared
+with the float64 asymptotic standard errors.
+
+    python benchmarks/arena_scale.py [--comparisons 10000000] [--items 129] [--replicates 1000]
+        [--arena-python /work/arena-venv/bin/python] [--skip synthetic,football,bootstrap]
+        [--smoke] [--out FILE]
+
+``--smoke`` (100,000 comparisons, 50 replicates, arena-rank on the synthetic set
+only) writes ``results/arena_scale_smoke.md``; the full run ``results/arena_scale.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+HERE = Path(__file__).resolve().parent
 
+
+# ====================================================================== data
 def simulate(n_items, m, seed):
     rng = np.random.default_rng(seed)
     s = rng.standard_normal(n_items)
@@ -38,17 +99,153 @@ def simulate(n_items, m, seed):
     return s, a.astype(np.int32), b.astype(np.int32), y
 
 
-def jaxrank_fit(a, b, y, n):
+def football():
+    """The football results: ``a`` home, ``b`` away, outcome 1 / 0.5 / 0, team names; all teams."""
+    from jaxrank.data import data_dir
+    from jaxrank.io import read_comparisons
+
+    t = read_comparisons(str(data_dir() / "international_football" / "results.csv"), item_a="home_team",
+                         item_b="away_team", score_a="home_score", score_b="away_score")
+    c = t.comparisons
+    assert np.all(np.asarray(c.weight) == 1)
+    return (np.asarray(c.i[0], np.int32), np.asarray(c.j[0], np.int32), np.asarray(c.p[0], np.float64),
+            list(t.items[0]))
+
+
+def strongly_connected(a, b, outcome, n):
+    """Largest strongly connected set of items (edge loser -> winner; a draw both ways).
+
+    Returns the matches among its items, re-indexed ``0..n'-1``, and the kept item indices.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    src = np.concatenate([b[outcome > 0], a[outcome < 1]])      # loser (or drawer) -> winner
+    dst = np.concatenate([a[outcome > 0], b[outcome < 1]])
+    g = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
+    _, lab = connected_components(g, directed=True, connection="strong")
+    big = np.bincount(lab).argmax()
+    keep = np.nonzero(lab == big)[0]
+    new = np.full(n, -1)
+    new[keep] = np.arange(len(keep))
+    m = (new[a] >= 0) & (new[b] >= 0)
+    return new[a[m]].astype(np.int32), new[b[m]].astype(np.int32), outcome[m], keep
+
+
+# ====================================================================== fits
+def aggregate(a, b, outcome, n):
+    """Raw outcomes -> observed ordered-pair cells: flat cell index, games, wins of ``a`` (draw = 1/2)."""
+    flat = a.astype(np.int64) * n + b
+    games = np.bincount(flat, minlength=n * n)
+    wins = np.bincount(flat, weights=outcome, minlength=n * n)
+    idx = np.nonzero(games)[0]
+    return idx, games[idx].astype(np.float64), wins[idx]
+
+
+def jaxrank_fit(a, b, outcome, n):
+    """Aggregate, then ML soft BT (``eps=0``): the same likelihood as the raw outcomes."""
     import jaxrank as jr
 
-    flat = a.astype(np.int64) * n + b
-    games = np.bincount(flat, minlength=n * n).astype(np.float32)
-    wins = np.bincount(flat, weights=y, minlength=n * n).astype(np.float32)
-    keep = games > 0
-    idx = np.nonzero(keep)[0]
-    c = jr.Comparisons.from_pairs(idx // n, idx % n, wins[keep] / games[keep], num_items=n, weight=games[keep])
+    idx, games, wins = aggregate(a, b, outcome, n)
+    c = jr.Comparisons.from_pairs(idx // n, idx % n, (wins / games).astype(np.float32), num_items=n,
+                                  weight=games.astype(np.float32))
     sol = jr.fit_poe_bradley_terry(c, eps=0.0)
-    return np.asarray(sol.scores, np.float64), bool(sol.converged)
+    return np.asarray(sol.scores, np.float64), bool(sol.converged), int(sol.iterations)
+
+
+def evalica_prepare(a, b, outcome, n):
+    import evalica
+    import pandas as pd
+
+    w = np.full(len(a), evalica.Winner.Draw, dtype=object)
+    w[outcome == 1] = evalica.Winner.X
+    w[outcome == 0] = evalica.Winner.Y
+    return a.astype(np.int64), b.astype(np.int64), w.tolist(), pd.Index(range(n))
+
+
+def evalica_fit(xs, ys, winners, index, weights=None):
+    import evalica
+
+    r = evalica.bradley_terry(xs, ys, winners, index=index, weights=weights, tolerance=1e-10, limit=100_000)
+    sc = r.scores.reindex(index).to_numpy(np.float64)
+    return np.log(sc), r.iterations < 100_000, int(r.iterations)
+
+
+def evalica_aggregated(a, b, outcome, n, index, draws):
+    """The same ``np.bincount`` aggregation as jaxrank, then evalica with ``weights=`` (timed together)."""
+    import evalica
+
+    flat = a.astype(np.int64) * n + b
+    games = np.bincount(flat, minlength=n * n)
+    won = np.bincount(flat, weights=outcome == 1, minlength=n * n)
+    drawn = np.bincount(flat, weights=outcome == 0.5, minlength=n * n) if draws else np.zeros(n * n)
+    idx = np.nonzero(games)[0]
+    cats = [(evalica.Winner.X, won[idx]), (evalica.Winner.Y, games[idx] - won[idx] - drawn[idx])]
+    if draws:
+        cats.append((evalica.Winner.Draw, drawn[idx]))
+    xs = np.tile(idx // n, len(cats))
+    ys = np.tile(idx % n, len(cats))
+    winners = [w for w, v in cats for _ in range(len(v))]
+    weights = np.concatenate([v for _, v in cats])
+    return evalica_fit(xs, ys, winners, index, weights)
+
+
+def choix_prepare(a, b, outcome):
+    """(winner, loser) multiset: decisive matches twice, draws once each way (see the docstring)."""
+    dec = outcome != 0.5
+    win = np.where(outcome == 1, a, b)[dec]
+    lose = np.where(outcome == 1, b, a)[dec]
+    dr = ~dec
+    if dr.any():
+        win = np.concatenate([win, win, a[dr], b[dr]])
+        lose = np.concatenate([lose, lose, b[dr], a[dr]])
+    return list(zip(win.tolist(), lose.tolist()))
+
+
+def choix_fit(data, n):
+    import choix
+
+    return choix.ilsr_pairwise(n, data, alpha=0.0, tol=1e-10, max_iter=100_000), True, -1
+
+
+def arena_run(python, a, b, outcome, n, repeats, ftol, gtol, say):
+    """arena-rank's BradleyTerry in its own process; ``None`` (with a note) when unavailable."""
+    if not python:
+        say("arena-rank skipped: pass --arena-python PATH, a Python with `pip install arena-rank` "
+            "(its own environment: it turns on jax_enable_x64 when imported).")
+        say()
+        return None
+    with tempfile.TemporaryDirectory() as d:
+        data, out = os.path.join(d, "data.npz"), os.path.join(d, "out.json")
+        np.savez(data, a=a, b=b, outcome=outcome.astype(np.float64), n_items=n, ftol=ftol, gtol=gtol,
+                 max_iter=100_000, repeats=repeats)
+        t0 = time.perf_counter()
+        p = subprocess.run([python, str(HERE / "arena_worker.py"), data, out], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if p.returncode != 0:
+            say(f"arena-rank skipped: the worker failed with {python}: {p.stderr.strip().splitlines()[-1:]}")
+            say()
+            return None
+        res = json.loads(Path(out).read_text())
+    res["wall_s"] = wall
+    return res
+
+
+def jaxrank_source():
+    """Where jaxrank was imported from, with the commit and whether its files differ from it."""
+    import jaxrank
+
+    pkg = Path(jaxrank.__file__).resolve().parent
+    try:
+        root = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--show-toplevel"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", str(pkg)], capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return f"jaxrank from {pkg} (commit {head}{', with uncommitted changes' if dirty else ''})"
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return f"jaxrank from {pkg}"
 
 
 def centre(x):
@@ -56,62 +253,347 @@ def centre(x):
     return x - x.mean()
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--comparisons", type=int, default=10_000_000)
-    ap.add_argument("--items", type=int, default=129)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--smoke", action="store_true", help="100,000 comparisons")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    if args.smoke:
-        args.comparisons = 100_000
-    n, m = args.items, args.comparisons
-    s, a, b, y = simulate(n, m, args.seed)
-    lines = []
-    say = lambda t="": (print(t, flush=True), lines.append(t))
-    say(f"# Bradley-Terry at Arena scale: {m:,} comparisons among {n} items")
-    say()
+def best_of(k, f, *args):
+    best, out = np.inf, None
+    for _ in range(k):
+        t0 = time.perf_counter()
+        out = f(*args)
+        best = min(best, time.perf_counter() - t0)
+    return out + (best,)
+
+
+# ====================================================================== one comparison set
+def compare(name, a, b, outcome, n, args, say, draws, arena=True):
+    """Every library on one data set; returns the rows ``name -> (scores, converged, iters, seconds)``."""
     res = {}
     t0 = time.perf_counter()
-    res["jaxrank (first call, incl. compile)"] = jaxrank_fit(a, b, y, n) + (time.perf_counter() - t0,)
-    t0 = time.perf_counter()
-    res["jaxrank (steady)"] = jaxrank_fit(a, b, y, n) + (time.perf_counter() - t0,)
+    res["jaxrank, first call (incl. compilation)"] = jaxrank_fit(a, b, outcome, n) + (time.perf_counter() - t0,)
+    res["jaxrank, steady (best of 3)"] = best_of(3, jaxrank_fit, a, b, outcome, n)
     try:
         import evalica
 
-        xs, ys = a.astype(np.int64), b.astype(np.int64)
-        winners = np.where(y, evalica.Winner.X, evalica.Winner.Y).tolist()
-        t0 = time.perf_counter()
-        r = evalica.bradley_terry(xs, ys, winners, tolerance=1e-10, limit=10_000)
-        t = time.perf_counter() - t0
-        sc = r.scores.reindex(range(n)).to_numpy(np.float64)
-        res[f"evalica {evalica.__version__} bradley_terry"] = (np.log(sc), True, t)
+        xs, ys, winners, index = evalica_prepare(a, b, outcome, n)
+        res[f"evalica {evalica.__version__} bradley_terry, raw rows (best of 2)"] = best_of(
+            2, evalica_fit, xs, ys, winners, index)
+        del xs, ys, winners
+        res[f"evalica {evalica.__version__}, np.bincount + weights= (best of 2)"] = best_of(
+            2, evalica_aggregated, a, b, outcome, n, index, draws)
     except ImportError:
         say("evalica not installed: pip install evalica")
     try:
         import choix
 
-        data = list(zip(np.where(y, a, b).tolist(), np.where(y, b, a).tolist()))
-        t0 = time.perf_counter()
-        params = choix.ilsr_pairwise(n, data, alpha=0.0, tol=1e-10, max_iter=10_000)
-        res["choix ilsr_pairwise"] = (params, True, time.perf_counter() - t0)
+        data = choix_prepare(a, b, outcome)
+        res[f"choix {getattr(choix, '__version__', '')} ilsr_pairwise"] = best_of(1, choix_fit, data, n)
         del data
     except ImportError:
         say("choix not installed: pip install choix")
-    ref = centre(res["jaxrank (steady)"][0])
-    base = res["jaxrank (steady)"][2]
-    say("| method | seconds | time / jaxrank steady | max abs diff of centred scores vs jaxrank |")
+    ar = None
+    if arena:
+        ar = arena_run(args.arena_python, a, b, outcome, n, args.arena_repeats, args.arena_ftol, args.arena_gtol,
+                       say)
+    elif args.arena_python:
+        say("arena-rank not run on this set in --smoke (it is run on the synthetic set).")
+        say()
+    if ar is not None:
+        for k, r in enumerate(ar["runs"]):
+            label = "first call (incl. compilation)" if k == 0 else "second call"
+            res[f"arena-rank {ar['arena_rank']} BradleyTerry, {label}"] = (
+                np.asarray(ar["scores"]), True, -1, r["total_s"])
+        agg = ", ".join(f"{r['aggregate_s']:.2f} + {r['fit_s']:.2f} s" for r in ar["runs"])
+    base = res["jaxrank, steady (best of 3)"][3]
+    ref = centre(res["jaxrank, steady (best of 3)"][0])
+    say(f"| {name}: method | seconds | time / jaxrank steady | max abs diff of centred scores vs jaxrank |")
     say("|---|---:|---:|---:|")
-    for name, (sc, conv, t) in res.items():
-        say(f"| {name} | {t:.3f} | {t / base:.1f}x | {np.abs(centre(sc) - ref).max():.1e} |")
-    err = np.abs(ref - centre(s)).max()
+    for label, (sc, conv, it, t) in res.items():
+        flag = "" if conv else " (NOT converged)"
+        say(f"| {label}{flag} | {t:.3f} | {t / base:.1f}x | {np.abs(centre(sc) - ref).max():.1e} |")
     say()
-    say(f"jaxrank converged: {res['jaxrank (steady)'][1]}; max |score - true strength| = {err:.3f} (sampling error).")
-    out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
-        ("arena_scale_smoke.md" if args.smoke else "arena_scale.md")
+    jr_row = res["jaxrank, steady (best of 3)"]
+    say(f"jaxrank: converged {jr_row[1]} in {jr_row[2]} Newton steps (float32). Peers' stopping rules: evalica "
+        f"tolerance 1e-10; choix tol 1e-10; arena-rank L-BFGS ftol {args.arena_ftol:g}, gtol {args.arena_gtol:g}.")
+    if ar is not None:
+        say(f"arena-rank ({ar['arena_rank']}, jax {ar['jax']}, x64 {ar['x64']}) per call, aggregation + fit: {agg}; "
+            f"{ar['runs'][0]['rows']:,} aggregated rows; the worker process took {ar['wall_s']:.1f} s in all "
+            "(with interpreter start-up and imports).")
+    return res
+
+
+# ====================================================================== bootstrap
+def raw_match_bootstrap(cell_i, cell_j, counts, n, *, num_replicates, seed, chunks=4):
+    """Bootstrap of the raw matches: resampled counts, fitted by jaxrank in batched calls.
+
+    Each replicate draws the ``M`` raw matches with replacement: the counts of the
+    ``2R`` categories (cell, winner) are ``Multinomial(M, counts / M)``, drawn
+    exactly by NumPy (C, float64; JAX's samplers are 5-10x slower on this CPU).
+    The replicates go to jaxrank in ``chunks`` equal batches: JAX dispatches a
+    batch's fit asynchronously, so NumPy draws the next batch while the previous
+    one is being fitted (one compiled program for all batches).
+
+    Args:
+        cell_i, cell_j: ``[R]`` the ordered pair (position A, position B) of each cell.
+        counts: ``[R, 2]`` raw matches per cell won by A and by B.
+        n: number of items.
+        num_replicates: ``B``.
+        seed: NumPy seed.
+        chunks: number of batches (``B`` is rounded up to a multiple; the extra
+            replicates are dropped).
+
+    Returns:
+        ``(scores [B, n], converged [B], games [B, R], wins [B, R])``, scores centred.
+    """
+    import jax
+
+    rng = np.random.default_rng(seed)
+    flat = counts.reshape(-1).astype(np.float64)
+    live = np.nonzero(flat)[0]
+    m = int(flat.sum())
+    size = -(-num_replicates // chunks)
+    ci, cj = np.asarray(cell_i, np.int32), np.asarray(cell_j, np.int32)
+    fit = _replicate_fitter(n)
+    pending, games, wins = [], [], []
+    for _ in range(chunks):
+        rep = np.zeros((size, flat.size), np.float32)
+        rep[:, live] = rng.multinomial(m, flat[live] / m, size=size)
+        rep = rep.reshape(size, -1, 2)
+        g, w = rep.sum(-1), np.ascontiguousarray(rep[..., 0])
+        pending.append(fit(ci, cj, g, w))                  # returns at once; runs while NumPy draws on
+        games.append(g)
+        wins.append(w)
+    out = jax.block_until_ready(pending)
+    scores = np.concatenate([np.asarray(o[0]) for o in out])[:num_replicates]
+    conv = np.concatenate([np.asarray(o[1]) for o in out])[:num_replicates]
+    return scores, conv, np.concatenate(games)[:num_replicates], np.concatenate(wins)[:num_replicates]
+
+
+_FITTERS = {}
+
+
+def _replicate_fitter(n):
+    if n not in _FITTERS:
+        import jax
+        import jax.numpy as jnp
+
+        import jaxrank as jr
+
+        @jax.jit
+        def fit(i, j, games, wins):
+            shape = games.shape
+            c = jr.Comparisons.from_pairs(jnp.broadcast_to(i, shape), jnp.broadcast_to(j, shape),
+                                          wins / jnp.where(games > 0, games, 1), num_items=n, weight=games)
+            sol = jr.fit_poe_bradley_terry(c, eps=0.0)
+            return sol.scores, sol.converged
+
+        _FITTERS[n] = fit
+    return _FITTERS[n]
+
+
+def fisher_stderr(ci, cj, games, wins, scores, n):
+    """Float64 NumPy standard errors of the centred ML scores: ``sqrt(diag(H^+))``, ``H`` the Fisher information."""
+    q = 1 / (1 + np.exp(-(scores[ci] - scores[cj])))
+    h = games * q * (1 - q)
+    H = np.zeros((n, n))
+    np.add.at(H, (ci, ci), h)
+    np.add.at(H, (cj, cj), h)
+    np.add.at(H, (ci, cj), -h)
+    np.add.at(H, (cj, ci), -h)
+    return np.sqrt(np.diag(np.linalg.pinv(H)))
+
+
+def bootstrap_section(a, b, y, n, args, say):
+    import jax
+
+    import jaxrank as jr
+
+    B = args.replicates
+    idx, games, wins = aggregate(a, b, y.astype(np.float64), n)
+    ci, cj = idx // n, idx % n
+    counts = np.stack([wins, games - wins], -1)
+    m = int(games.sum())
+    say(f"## 3. Bootstrap: {B} replicates of the {m:,}-comparison fit")
+    say()
+    t0 = time.perf_counter()
+    raw_match_bootstrap(ci, cj, counts, n, num_replicates=B, seed=1, chunks=args.chunks)
+    first = time.perf_counter() - t0
+    steady = np.inf
+    for rep in range(2):
+        t0 = time.perf_counter()
+        sc, conv, G, W = raw_match_bootstrap(ci, cj, counts, n, num_replicates=B, seed=2 + rep, chunks=args.chunks)
+        steady = min(steady, time.perf_counter() - t0)
+    # the two parts alone
+    rng = np.random.default_rng(9)
+    flat = counts.reshape(-1)
+    live = np.nonzero(flat)[0]
+    t0 = time.perf_counter()
+    rng.multinomial(m, flat[live] / m, size=B)
+    t_res = time.perf_counter() - t0
+    size = -(-B // args.chunks)
+    fit = _replicate_fitter(n)
+    t0 = time.perf_counter()
+    for k in range(args.chunks):                       # the compiled batch shape, one batch after another
+        r = np.arange(k * size, (k + 1) * size) % B
+        jax.block_until_ready(fit(ci.astype(np.int32), cj.astype(np.int32), G[r], W[r]))
+    t_fit = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rows = []
+    diff, peer_sd, t_draw, t_peer = float("nan"), None, float("nan"), float("nan")
+    try:
+        import evalica
+        import pandas as pd
+
+        index = pd.Index(range(n))
+        xs, ys = np.concatenate([ci, ci]), np.concatenate([cj, cj])
+        winners = [evalica.Winner.X] * len(ci) + [evalica.Winner.Y] * len(ci)
+        rng = np.random.default_rng(3)
+        k = args.peer_replicates
+        peer, t_draw = [], 0.0
+        t0 = time.perf_counter()
+        for _ in range(k):
+            t1 = time.perf_counter()
+            rep = np.zeros(flat.size)
+            rep[live] = rng.multinomial(m, flat[live] / m)
+            rep = rep.reshape(-1, 2)
+            t_draw += time.perf_counter() - t1
+            s, ok, _ = evalica_fit(xs, ys, winners, index, np.concatenate([rep[:, 0], rep[:, 1]]))
+            peer.append(s)
+        t_peer = (time.perf_counter() - t0) / k
+        t_draw /= k
+        # the same replicates as jaxrank: per-replicate agreement
+        diff = 0.0
+        for r in range(min(5, B)):
+            s, _, _ = evalica_fit(xs, ys, winners, index, np.concatenate([W[r], G[r] - W[r]]).astype(np.float64))
+            diff = max(diff, np.abs(centre(s) - centre(sc[r])).max())
+        rows.append((f"evalica loop: NumPy multinomial + `bradley_terry(..., weights=)` per replicate "
+                     f"({k} timed, x {B / k:g})", t_peer * B))
+        peer_sd = np.std(np.stack([centre(s) for s in peer]), axis=0, ddof=1)
+        if args.peer_raw_replicates:
+            t0 = time.perf_counter()
+            rr = np.random.default_rng(4)
+            for _ in range(args.peer_raw_replicates):
+                pick = rr.integers(0, len(a), len(a))
+                pr = evalica_prepare(a[pick], b[pick], y[pick].astype(np.float64), n)
+                evalica_fit(*pr)
+                del pick, pr
+            t_raw = (time.perf_counter() - t0) / args.peer_raw_replicates
+            rows.append((f"evalica loop on the raw rows: index resample, `Winner` list, `bradley_terry` "
+                         f"({args.peer_raw_replicates} timed, x {B / args.peer_raw_replicates:g})", t_raw * B))
+    except ImportError:
+        say("evalica not installed: no peer loop")
+    say("| method | seconds for all replicates | vs jaxrank steady |")
+    say("|---|---:|---:|")
+    say(f"| jaxrank `raw_match_bootstrap`, first call (incl. compilation) | {first:.2f} | {first / steady:.1f}x |")
+    say(f"| jaxrank `raw_match_bootstrap`, steady (best of 2) | {steady:.2f} | 1 |")
+    for label, t in rows:
+        say(f"| {label} | {t:.1f} | {t / steady:.1f}x |")
+    say()
+    say(f"The two parts of jaxrank's call alone: NumPy multinomial of all {B} replicates {t_res:.2f} s; batched "
+        f"jaxrank fit per batch, {args.chunks} batches of {size} ({size * len(ci):,} cells each), {t_fit:.2f} s "
+        f"in all; the call overlaps the two. The evalica loop per replicate: NumPy multinomial "
+        f"{1e3 * t_draw:.1f} ms + evalica {1e3 * (t_peer - t_draw):.1f} ms. All {B} jaxrank replicates converged: {bool(conv.all())}. evalica on "
+        f"jaxrank's first {min(5, B)} replicates: max abs diff of centred scores {diff:.1e}. Peak memory of "
+        f"this process (max RSS): {rss:.2f} GiB.")
+    # bootstrap standard deviations against the float64 Fisher information
+    c = jr.Comparisons.from_pairs(ci, cj, (wins / games).astype(np.float32), num_items=n,
+                                  weight=games.astype(np.float32))
+    est = np.asarray(jr.poe_bradley_terry(c, eps=0.0), np.float64)
+    se = fisher_stderr(ci, cj, games, wins, est, n)
+    lap = np.asarray(jr.laplace_bradley_terry(c, eps=0.0).stderr, np.float64)
+    cell = np.asarray(jr.bootstrap(jr.poe_bradley_terry, c, key=jax.random.key(0), num_replicates=B, eps=0.0))
+    sd_cell = np.std(cell - cell.mean(-1, keepdims=True), axis=0, ddof=1)
+    say()
+    say("Standard deviation of the scores over the replicates, as a ratio to the asymptotic standard error "
+        "(float64 NumPy, `sqrt(diag(H^+))` of the Fisher information at the estimate), mean [min, max] over "
+        f"items; with {B} replicates one item's ratio has a Monte Carlo error of about "
+        f"{100 / np.sqrt(2 * (B - 1)):.1f}%:")
+    say()
+    say("| | sd / asymptotic s.e. |")
+    say("|---|---|")
+    for label, sd in [("raw matches, jaxrank `raw_match_bootstrap`", np.std(sc, axis=0, ddof=1)),
+                      (f"raw matches, evalica loop ({args.peer_replicates} replicates)", peer_sd),
+                      ("aggregated cells, `jaxrank.bootstrap` on the count cells (a cluster bootstrap over "
+                       "ordered pairs)", sd_cell),
+                      ("`jaxrank.laplace_bradley_terry(...).stderr` (float32; no resampling)", lap)]:
+        if sd is not None:
+            r = sd / se
+            say(f"| {label} | {r.mean():.3f} [{r.min():.3f}, {r.max():.3f}] |")
+    say()
+
+
+# ====================================================================== main
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--comparisons", type=int, default=10_000_000)
+    ap.add_argument("--items", type=int, default=129)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates (jaxrank, one call)")
+    ap.add_argument("--peer-replicates", type=int, default=50, help="evalica loop: replicates timed")
+    ap.add_argument("--chunks", type=int, default=4, help="jaxrank bootstrap: batches overlapped with resampling")
+    ap.add_argument("--peer-raw-replicates", type=int, default=1,
+                    help="evalica loop on the raw rows: replicates timed (0: skip)")
+    ap.add_argument("--arena-python", default=None,
+                    help="a Python where `pip install arena-rank` was done (default: skip arena-rank)")
+    ap.add_argument("--arena-repeats", type=int, default=2)
+    ap.add_argument("--arena-ftol", type=float, default=0.0,
+                    help="arena-rank L-BFGS ftol (its default 1e-9 stops early: 1.7e-2 off on football)")
+    ap.add_argument("--arena-gtol", type=float, default=1e-10, help="arena-rank L-BFGS gtol (its default 1e-9)")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: synthetic,football,bootstrap")
+    ap.add_argument("--smoke", action="store_true",
+                    help="100,000 comparisons, 50 bootstrap replicates (10 in the evalica loop), "
+                         "one arena-rank call, on the synthetic set only")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.comparisons, args.replicates, args.peer_replicates, args.arena_repeats = 100_000, 50, 10, 1
+    skip = set(filter(None, args.skip.split(",")))
+    n, m = args.items, args.comparisons
+    lines = []
+
+    def say(t=""):
+        print(t, flush=True)
+        lines.append(t)
+
+    load0 = os.getloadavg()[0]
+    import jax
+    say(f"# Bradley-Terry at Arena scale: {m:,} comparisons among {n} items; football; bootstrap")
+    say()
+    say(f"{os.cpu_count()} CPU cores, jax {jax.__version__} ({jax.default_backend()}); {jaxrank_source()}. "
+        "Seconds are wall-clock in this process (arena-rank: inside its worker process). See the module "
+        "docstring for what is timed.")
+    say()
+    s, a, b, y = simulate(n, m, args.seed)
+    if "synthetic" not in skip:
+        say(f"## 1. Synthetic: {m:,} comparisons among {n} items")
+        say()
+        res = compare("synthetic", a, b, y.astype(np.float64), n, args, say, draws=False)
+        err = np.abs(centre(res["jaxrank, steady (best of 3)"][0]) - centre(s)).max()
+        say(f"max |jaxrank score - true strength| = {err:.3f} (sampling error).")
+        say()
+    if "football" not in skip:
+        fa, fb, fo, names = football()
+        n0 = len(names)
+        fa, fb, fo, keep = strongly_connected(fa, fb, fo, n0)
+        nk = len(keep)
+        say(f"## 2. International football: {len(fa):,} of 49,520 matches among the {nk} of {n0} teams "
+            "in the largest strongly connected set")
+        say()
+        say(f"Home team in position A; {int((fo == 1).sum()):,} home wins, {int((fo == 0.5).sum()):,} draws, "
+            f"{int((fo == 0).sum()):,} away wins; draws count half a win each way for every library "
+            "(choix: decisive matches twice, draws once each way).")
+        say()
+        res = compare("football", fa, fb, fo, nk, args, say, draws=True, arena=not args.smoke)
+        sc = res["jaxrank, steady (best of 3)"][0]
+        top = np.argsort(-sc)[:5]
+        say("jaxrank's top 5: " + ", ".join(f"{names[keep[t]]} {sc[t] - sc.mean():+.2f}" for t in top) + ".")
+        say()
+    if "bootstrap" not in skip:
+        bootstrap_section(a, b, y, n, args, say)
+    say(f"Load average (1 min) at the start {load0:.2f}, at the end {os.getloadavg()[0]:.2f} "
+        f"(on {os.cpu_count()} cores; other jobs on the machine slow every row).")
+    out = Path(args.out) if args.out else HERE / "results" / (
+        "arena_scale_smoke.md" if args.smoke else "arena_scale.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
