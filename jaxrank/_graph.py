@@ -157,12 +157,13 @@ def laplacian(e, w):
     return jax.ops.segment_sum(jnp.concatenate([w, w, -w, -w]), idx, n * n).reshape(n, n)
 
 
-def laplacian_and_incidence_t(e, h, x):
-    """``(W^T diag(h) W, W^T h, W^T x)`` with one scatter-add (for small ``N``)."""
+def laplacian_and_incidence_t(e, h, x, m):
+    """``(W^T diag(h) W, W^T h, W^T x, |W|^T m)`` with one scatter-add (for small ``N``)."""
     if _by_pairs(e):
-        mh, mx = pair_sums(e, h, x)
-        return _dense_laplacian(mh), _dense_incidence_t(mh), _dense_incidence_t(mx)
-    return laplacian(e, h), incidence_t(e, h), incidence_t(e, x)
+        mh, mx, mm = pair_sums(e, h, x, m)
+        return (_dense_laplacian(mh), _dense_incidence_t(mh), _dense_incidence_t(mx),
+                jnp.sum(mm, axis=1) + jnp.sum(mm, axis=0))
+    return laplacian(e, h), incidence_t(e, h), incidence_t(e, x), item_sums(e, m, m)
 
 
 def adjacency(e, w):

@@ -174,3 +174,60 @@ def test_soft_bt_with_eps_zero_and_all_win_pairs_stays_finite():
     assert np.all(np.isfinite(np.asarray(sol.scores))) and bool(sol.converged)
     expected, _ = ref.soft_bt(i, j, p, np.ones(8), 3)
     np.testing.assert_allclose(sol.scores, expected, atol=1e-4)
+
+
+def test_football_bradley_terry_matches_a_float64_newton_solve():
+    """49k real matches, 337 teams (two components): teams with a handful of games sit next to teams
+    with a thousand. A stopping rule scaled by the busiest team stopped 0.08 short on a 4-game team."""
+    from scipy.special import expit
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from jaxrank.data import data_dir
+    from jaxrank.io import read_comparisons
+
+    c = read_comparisons(data_dir() / "international_football" / "results.csv", item_a="home_team",
+                         item_b="away_team", score_a="home_score", score_b="away_score").comparisons
+    i, j = (np.asarray(x[0]) for x in (c.i, c.j))
+    p, w = (np.asarray(x[0], np.float64) for x in (c.p, c.weight))
+    n = c.num_items
+    _, lab = connected_components(coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n)), directed=False)
+    proj = (lab[:, None] == lab[None, :]).astype(float)
+    proj /= proj.sum(1, keepdims=True)
+    prior = 1 / (len(np.unique(np.r_[i, j])) - 1)
+    y = np.where(p > 0.5, 1.0, np.where(p < 0.5, 0.0, 0.5))
+    a, b = w * (y + prior), w * (1 - y + prior)
+    s = np.zeros(n)
+    for _ in range(100):                                  # float64 Newton on the dense Hessian
+        q = expit(s[i] - s[j])
+        r, h = (a + b) * q - a, (a + b) * q * (1 - q)
+        g = np.bincount(i, r, n) - np.bincount(j, r, n)
+        hess = np.zeros((n, n))
+        np.add.at(hess, (i, i), h); np.add.at(hess, (j, j), h); np.add.at(hess, (i, j), -h); np.add.at(hess, (j, i), -h)
+        d = np.linalg.solve(hess + proj, -g)
+        s += d
+        if np.abs(d).max() < 1e-12:
+            break
+    s -= proj @ s
+    sol = jr.fit_bradley_terry(c)
+    assert bool(sol.converged[0])
+    np.testing.assert_allclose(np.asarray(sol.scores)[0], s, atol=1e-3)
+
+
+def test_rarely_seen_extreme_item_is_solved_to_its_own_precision():
+    """An item with 3 lost games among items with thousands of games: hard and soft BT at the optimum."""
+    rng = np.random.default_rng(5)
+    n = 12
+    a = rng.integers(1, n, 600)
+    b = 1 + (a - 1 + rng.integers(1, n - 1, 600)) % (n - 1)       # items 1..11 among themselves
+    p = (rng.random(600) < 0.5).astype(np.float32)
+    w = np.full(600, 20.0, np.float32)                             # 20 games per pair: ~2000 per item
+    a, b, p, w = np.r_[a, 0, 0, 0], np.r_[b, 1, 2, 3], np.r_[p, 0, 0, 0], np.r_[w, 1, 1, 1]
+    c = jr.Comparisons.from_pairs(a, b, p.astype(np.float32), num_items=n, weight=w.astype(np.float32))
+    expect = ref.bradley_terry(a, b, p, w, n, prior=1 / (n - 1))
+    sol = jr.fit_bradley_terry(c)
+    assert bool(sol.converged)
+    np.testing.assert_allclose(sol.scores, expect, atol=2e-3)
+    soft = jr.fit_poe_bradley_terry(c, eps=1e-3)
+    expect_soft, _ = ref.soft_bt(a, b, np.clip(p, 1e-3, 1 - 1e-3), w, n)
+    np.testing.assert_allclose(soft.scores, expect_soft, atol=2e-3)

@@ -61,8 +61,8 @@ class SoftBTSolution(NamedTuple):
         iterations: ``[...]`` Newton steps from the least-squares start (plus
             any line-search halvings).
         converged: ``[...]`` whether the last Newton step was below ``tol``
-            (max-norm) or the gradient reached float rounding level
-            (``64 eps max_n games_n``).
+            (max-norm) or every gradient entry reached its float rounding level
+            (``64 eps`` times the sum of the magnitudes of its terms).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
     """
 
@@ -222,7 +222,7 @@ class _State(NamedTuple):
 
 def _pass(ops, state: _State, mode, st) -> _State:
     """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
-    pr, proj, r_start, gtol = ops
+    pr, proj, r_start = ops
     dt = pr.w.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
     x, f, delta, slope, t, it = state[:6]
@@ -234,7 +234,9 @@ def _pass(ops, state: _State, mode, st) -> _State:
     q = jax.nn.sigmoid(d)
     r = jnp.where(start, r_start, pr.w * q - pr.wp)
     h = jnp.where(start, pr.w, pr.w * jnp.maximum(q * (1 - q), floor))
-    lap, wt_h, wt_r = _graph.laplacian_and_incidence_t(pr.e, h, r)   # one scatter-add for small N
+    # |r| summed per item too: the scale of each gradient entry's rounding error
+    mag = pr.w * q + pr.wp
+    lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)   # one scatter-add for small N
     g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
     hess = _hessian_from(lap, wt_h, jnp.sum(h), mode, st, proj)
     new = -_graph.psd_solve(hess, g)
@@ -249,7 +251,12 @@ def _pass(ops, state: _State, mode, st) -> _State:
     # a line search: Newton converges quadratically, so y + step is closer still) or the
     # gradient at y is at rounding level.
     small = jnp.max(jnp.abs(new), initial=0.0) < st.tol
-    converged = ok & (it >= 1) & (small | (jnp.max(jnp.abs(g), initial=0.0) <= gtol))
+    sc, gm = _split(y, pr, mode)
+    scale = scale + st.score_prior * jnp.abs(sc)
+    if mode == "learn":
+        scale = jnp.concatenate([scale, (jnp.sum(mag) + st.gamma_prior * jnp.abs(gm))[None]])
+    rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)    # every entry at its rounding level
+    converged = ok & (it >= 1) & (small | rounding)
     y = y + jnp.where(converged & small & ~bad, new, 0)
     t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
     failed = ~ok & (t_next < 0.5**_STEPS)   # reported unconverged, never as converged
@@ -259,13 +266,10 @@ def _pass(ops, state: _State, mode, st) -> _State:
 
 
 def _pass_operands(pr, proj):
-    """Per-context constants of the loop: the start's residuals and the gradient tolerance."""
-    dt = pr.w.dtype
-    games = _graph.item_sums(pr.e, pr.w, pr.w)
-    gtol = 64 * jnp.finfo(dt).eps * jnp.maximum(1.0, jnp.max(games))
+    """Per-context constants of the loop: the start's residuals."""
     pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 1e-6, 1 - 1e-6)   # finite even with eps = 0
     r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
-    return pr, proj, r_start, gtol
+    return pr, proj, r_start
 
 
 def _newton(c, proj, mode, st):
