@@ -29,6 +29,11 @@ __all__ = ["laplace_bradley_terry", "posterior_samples", "score_intervals", "ran
            "ranking_confidence"]
 
 
+def _projector_scale(h, n):
+    """The mean diagonal of the precision's score block (at least 1e-30)."""
+    return jnp.maximum(jnp.trace(h[:n, :n]) / n, 1e-30)
+
+
 def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     sol = soft_bt._fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     n = c.num_items
@@ -40,9 +45,16 @@ def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
         hsg, hgg = h[:n, n], h[n, n]
         h = h[:n, :n] - jnp.outer(hsg, hsg) / hgg
     eye = jnp.eye(n, dtype=h.dtype)
-    # With a score prior (lambda > 0) the precision H + lambda I is definite and
-    # (H + lambda I + P)^{-1} - P is still the covariance restricted to centred scores.
-    cov = _graph.psd_solve(h, eye) - proj
+    # (H + lambda I + a P)^{-1} = (H + lambda I)^+ on centred scores + P / (a + lambda): the
+    # covariance of the centred scores (with or without a score prior lambda) after subtracting
+    # P / (a + lambda). a = the mean diagonal of H keeps both terms on H's scale, so the
+    # subtraction loses no float32 precision when H is large (millions of comparisons).
+    a = _projector_scale(h, n)
+    cov = _graph.psd_solve(h + (a - 1) * proj, eye) - proj / (a + score_prior)
+    # An item alone in its component (padded, or in no comparison) has a centred score of
+    # exactly 0: zero its row and column (the subtraction leaves rounding there).
+    alone = jnp.diagonal(proj) >= 1
+    cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
     return GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj)
 
 

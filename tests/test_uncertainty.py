@@ -406,3 +406,20 @@ def test_rank_intervals_padding_and_ranking_confidence():
         rank_intervals(post, key=jax.random.key(0), level=95)
     with pytest.raises(ValueError, match="GaussianPosterior"):
         rank_intervals(post.mean, key=jax.random.key(0))
+
+
+def test_laplace_stderr_keeps_float32_precision_with_millions_of_comparisons():
+    """H = 10^5-scale Laplacian: (H + P)^{-1} - P would cancel O(1/N) against O(1e-5) in float32."""
+    rng = np.random.default_rng(3)
+    n = 30
+    a, b = np.nonzero(~np.eye(n, dtype=bool))
+    s = rng.normal(size=n)
+    p = 1 / (1 + np.exp(-(s[a] - s[b])))
+    w = np.full(len(a), 2e4)                            # 17 million comparisons in all
+    post = laplace_bradley_terry(Comparisons.from_pairs(a, b, p.astype(np.float32), num_items=n,
+                                                        weight=w.astype(np.float32)))
+    h = np.zeros((n, n))                                # float64 Hessian at the exact optimum
+    q = p * (1 - p) * w                                  # every pair compared: the optimum is s itself
+    np.add.at(h, (a, a), q); np.add.at(h, (b, b), q); np.add.at(h, (a, b), -q); np.add.at(h, (b, a), -q)
+    se = np.sqrt(np.diag(np.linalg.pinv(h)))
+    np.testing.assert_allclose(post.stderr, se, rtol=2e-3)

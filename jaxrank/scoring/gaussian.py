@@ -64,13 +64,16 @@ def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     w, wy = _graph.reduce(e, c.weight, c.weight * y)
     lap = _graph.laplacian(e, w)
     proj = _graph.component_projector(_graph.components(c, e=e, w=w), lap.dtype)
-    a = lap + proj
-    cf = jax.scipy.linalg.cho_factor(a, lower=True)
+    # (L + k P)^{-1} = L^+ + P / k; k on L's scale keeps float32 precision when L is large.
+    k = jnp.maximum(jnp.trace(lap) / c.num_items, 1.0)
+    cf = jax.scipy.linalg.cho_factor(lap + k * proj, lower=True)
     s = jax.scipy.linalg.cho_solve(cf, _graph.incidence_t(e, wy)[:, None])[:, 0]
     if not with_cov:
         return s
-    eye = jnp.eye(c.num_items, dtype=a.dtype)
-    cov = jax.scipy.linalg.cho_solve(cf, eye) - proj
+    eye = jnp.eye(c.num_items, dtype=lap.dtype)
+    cov = jax.scipy.linalg.cho_solve(cf, eye) - proj / k
+    alone = jnp.diagonal(proj) >= 1                 # padded or in no comparison: centred score exactly 0
+    cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
     return GaussianPosterior(s, 0.5 * (cov + cov.T), lap)
 
 

@@ -112,13 +112,30 @@ class _Problem(NamedTuple):
     e: _graph.Edges
     w: jax.Array      # summed comparison weights per edge
     wp: jax.Array     # summed w * clip(p) per edge
+    wl: jax.Array     # summed w * (1 - clip(p)) per edge (not w - wp: exact when p is near 1)
     gamma: jax.Array  # the fixed gamma (unused when learnt)
 
 
 def _problem(c, mode, eps):
     e = _graph.edges(c)
-    w, wp = _graph.reduce(e, c.weight, c.weight * jnp.clip(c.p, eps, 1 - eps))
-    return _Problem(e, w, wp, _fixed_gamma(c, mode, eps))
+    pc = jnp.clip(c.p, eps, 1 - eps)
+    w, wp, wl = _graph.reduce(e, c.weight, c.weight * pc, c.weight * (1 - pc))
+    return _Problem(e, w, wp, wl, _fixed_gamma(c, mode, eps))
+
+
+def _residual(d, pr):
+    """Edge residuals ``r = w sigmoid(d) - w p`` and the magnitude of their two terms.
+
+    Where the edge's ``p`` is above 1/2 the residual is computed as
+    ``w (1 - p) - w sigmoid(-d)``: both terms are small near saturation, so the
+    difference keeps its digits (``w sigmoid(d) - w p`` would cancel two numbers
+    close to ``w`` and lose them in float32).
+    """
+    hi = pr.wp > pr.wl
+    qa, qb = jax.nn.sigmoid(d), jax.nn.sigmoid(-d)
+    r = jnp.where(hi, pr.wl - pr.w * qb, pr.w * qa - pr.wp)
+    mag = jnp.where(hi, pr.wl + pr.w * qb, pr.w * qa + pr.wp)
+    return r, mag, qa * qb
 
 
 def _split(x, pr, mode):
@@ -181,7 +198,7 @@ def _grad_r(x, r, pr, mode, st):
 
 
 def _grad_p(x, pr, mode, st):
-    return _grad_r(x, pr.w * jax.nn.sigmoid(_diffs(x, pr, mode)) - pr.wp, pr, mode, st)
+    return _grad_r(x, _residual(_diffs(x, pr, mode), pr)[0], pr, mode, st)
 
 
 def _hessian_h(h, pr, mode, st, proj):
@@ -231,15 +248,19 @@ def _pass(ops, state: _State, mode, st) -> _State:
     d = _diffs(y, pr, mode)
     fy = _nll_d(y, d, pr, mode, st)
     ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
-    q = jax.nn.sigmoid(d)
-    r = jnp.where(start, r_start, pr.w * q - pr.wp)
-    h = jnp.where(start, pr.w, pr.w * jnp.maximum(q * (1 - q), floor))
-    # |r| summed per item too: the scale of each gradient entry's rounding error
-    mag = pr.w * q + pr.wp
+    r, mag, qq = _residual(d, pr)
+    r = jnp.where(start, r_start, r)
+    h = jnp.where(start, pr.w, pr.w * jnp.maximum(qq, floor))
+    # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
     lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)   # one scatter-add for small N
     g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
     hess = _hessian_from(lap, wt_h, jnp.sum(h), mode, st, proj)
-    new = -_graph.psd_solve(hess, g)
+    # The gradient sums to 0 over every connected component; in float32 it does so only to
+    # the rounding of the busiest items, and that residue, solved against the flattest
+    # direction of a rarely compared item, kicks it by ~1e-3 every pass: project it out.
+    n = pr.e.num_items
+    g_c = g.at[:n].add(-(proj @ g[:n]))
+    new = -_graph.psd_solve(hess, g_c)
     new_slope = jnp.dot(g, new)
     # Fall back to a diagonally scaled gradient step if the Newton direction is not a
     # finite descent direction (rounding in a nearly singular system).
@@ -267,7 +288,10 @@ def _pass(ops, state: _State, mode, st) -> _State:
 
 def _pass_operands(pr, proj):
     """Per-context constants of the loop: the start's residuals."""
-    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 1e-6, 1 - 1e-6)   # finite even with eps = 0
+    # Each edge's mean probability smoothed by half a win each way, so that an edge of one
+    # decisive comparison starts near logit 1 (not +-14): finite with eps = 0, and the
+    # start stays in the region where Newton converges fast.
+    pbar = (pr.wp + 0.5) / (pr.w + 1)
     r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
     return pr, proj, r_start
 
