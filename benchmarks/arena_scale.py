@@ -320,15 +320,25 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
 
 
 # ====================================================================== bootstrap
+def _fit_with_counts(cc):
+    sol = jr_fit(cc)
+    return sol.scores, sol.converged, cc.weight, cc.p * cc.weight
+
+
+def jr_fit(cc):
+    import jaxrank as jr
+
+    return jr.fit_poe_bradley_terry(cc, eps=0.0)
+
+
 def raw_match_bootstrap(cell_i, cell_j, counts, n, *, num_replicates, seed, chunks=4):
-    """Bootstrap of the raw matches: resampled counts, fitted by jaxrank in batched calls.
+    """Bootstrap of the raw matches with :func:`jaxrank.bootstrap_outcomes`.
 
     Each replicate draws the ``M`` raw matches with replacement: the counts of the
     ``2R`` categories (cell, winner) are ``Multinomial(M, counts / M)``, drawn
-    exactly by NumPy (C, float64; JAX's samplers are 5-10x slower on this CPU).
-    The replicates go to jaxrank in ``chunks`` equal batches: JAX dispatches a
-    batch's fit asynchronously, so NumPy draws the next batch while the previous
-    one is being fitted (one compiled program for all batches).
+    exactly by NumPy (JAX's samplers were 5-10x slower on this CPU), and fitted
+    by jaxrank in ``chunks`` batched calls (one compiled program; NumPy draws the
+    next batch while the previous one is being fitted).
 
     Args:
         cell_i, cell_j: ``[R]`` the ordered pair (position A, position B) of each cell.
@@ -336,34 +346,18 @@ def raw_match_bootstrap(cell_i, cell_j, counts, n, *, num_replicates, seed, chun
         n: number of items.
         num_replicates: ``B``.
         seed: NumPy seed.
-        chunks: number of batches (``B`` is rounded up to a multiple; the extra
-            replicates are dropped).
+        chunks: number of batches.
 
     Returns:
         ``(scores [B, n], converged [B], games [B, R], wins [B, R])``, scores centred.
     """
-    import jax
+    import jaxrank as jr
 
-    rng = np.random.default_rng(seed)
-    flat = counts.reshape(-1).astype(np.float64)
-    live = np.nonzero(flat)[0]
-    m = int(flat.sum())
-    size = -(-num_replicates // chunks)
-    ci, cj = np.asarray(cell_i, np.int32), np.asarray(cell_j, np.int32)
-    fit = _replicate_fitter(n)
-    pending, games, wins = [], [], []
-    for _ in range(chunks):
-        rep = np.zeros((size, flat.size), np.float32)
-        rep[:, live] = rng.multinomial(m, flat[live] / m, size=size)
-        rep = rep.reshape(size, -1, 2)
-        g, w = rep.sum(-1), np.ascontiguousarray(rep[..., 0])
-        pending.append(fit(ci, cj, g, w))                  # returns at once; runs while NumPy draws on
-        games.append(g)
-        wins.append(w)
-    out = jax.block_until_ready(pending)
-    scores = np.concatenate([np.asarray(o[0]) for o in out])[:num_replicates]
-    conv = np.concatenate([np.asarray(o[1]) for o in out])[:num_replicates]
-    return scores, conv, np.concatenate(games)[:num_replicates], np.concatenate(wins)[:num_replicates]
+    games = counts.sum(-1).astype(np.float32)
+    c = jr.Comparisons.from_pairs(np.asarray(cell_i, np.int32), np.asarray(cell_j, np.int32),
+                                  (counts[:, 0] / games).astype(np.float32), num_items=n, weight=games)
+    out = jr.bootstrap_outcomes(_fit_with_counts, c, num_replicates=num_replicates, seed=seed, chunks=chunks)
+    return tuple(np.asarray(x) for x in out)
 
 
 _FITTERS = {}

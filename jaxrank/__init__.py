@@ -25,7 +25,8 @@ from jaxrank.scoring.ml_ranking import max_likelihood_ranking
 from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
                                  ranking_confidence, score_intervals)
 from jaxrank.compilation import enable_compilation_cache
-from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_intervals, resample_comparisons
+from jaxrank.bootstrap import (bootstrap, bootstrap_intervals, bootstrap_outcomes, percentile_intervals,
+                               resample_comparisons)
 from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons, greedy_comparisons,
                                laplace_comparisons, pairs_rank, random_comparisons)
 from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
@@ -50,7 +51,7 @@ __all__ = [
     "laplace_bradley_terry", "max_likelihood_ranking",
     "positional_bias", "debias_threshold", "threshold_debias", "permutation_average",
     "score_intervals", "posterior_samples", "rank_intervals", "RankIntervals", "ranking_confidence",
-    "bootstrap", "bootstrap_intervals", "percentile_intervals", "resample_comparisons",
+    "bootstrap", "bootstrap_intervals", "bootstrap_outcomes", "percentile_intervals", "resample_comparisons",
     "random_comparisons", "gather_comparisons", "greedy_comparisons", "laplace_comparisons", "pairs_rank",
     "PairSResult", "active_assess", "ActiveResult",
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",

@@ -25,6 +25,7 @@ still centred per component.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Callable
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from jaxrank.comparisons import Comparisons
 
-__all__ = ["bootstrap", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
+__all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
 
 
 def _resample_one(c: Comparisons, u) -> Comparisons:
@@ -109,6 +110,97 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
     reps = _replicates(c, key, int(num_replicates))
     f = functools.partial(scorer, **scorer_kwargs) if scorer_kwargs else scorer
     return jax.vmap(f)(reps)
+
+
+@functools.lru_cache(maxsize=32)
+def _outcome_scorer(scorer, kwargs):
+    f = functools.partial(scorer, **dict(kwargs))
+
+    @jax.jit
+    def run(c, games, wins):
+        shape = games.shape
+        reps = dataclasses.replace(
+            c, i=jnp.broadcast_to(c.i, shape), j=jnp.broadcast_to(c.j, shape),
+            p=wins / jnp.where(games > 0, games, 1), weight=games,
+            item_mask=jnp.broadcast_to(c.item_mask, shape[:1] + c.item_mask.shape))
+        return f(reps)
+
+    return run
+
+
+def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, seed: int = 0, chunks: int = 4,
+                       **scorer_kwargs):
+    """Bootstrap over the raw binary outcomes behind count-aggregated comparisons (one context).
+
+    For count data (e.g. Arena battles summed per ordered pair), comparison
+    ``k`` stands for ``w_k`` raw outcomes of which ``p_k w_k`` were won by A.
+    :func:`bootstrap` would resample the aggregated comparisons (a cluster
+    bootstrap over ordered pairs); this resamples the ``M = sum_k w_k`` raw
+    outcomes with replacement, as a bootstrap of the underlying matches does:
+    the counts of the ``2 R`` categories (comparison, winner) are
+    ``Multinomial(M, n / M)``, drawn exactly with NumPy (float64). Replicate
+    ``b`` is the comparison set with ``weight = games_b`` and
+    ``p = (A's wins)_b / games_b``, and the replicates are scored in
+    ``chunks`` batched calls of ``scorer`` (one compiled program; each call is
+    dispatched asynchronously, so NumPy draws the next chunk while the previous
+    one is being fitted).
+
+    Args:
+        scorer: a jaxrank scorer (``scorer(c, **scorer_kwargs)``), e.g.
+            :func:`jaxrank.poe_bradley_terry` with ``eps=0.0`` for maximum likelihood.
+        c: ONE context (no batch axes) whose weights count raw outcomes (whole
+            numbers) and whose ``p * weight`` count A's wins (whole numbers).
+        num_replicates: ``B``.
+        seed: NumPy seed of the resampling.
+        chunks: number of batched scorer calls (``B`` is rounded up to a
+            multiple of it; the extra replicates are dropped).
+        **scorer_kwargs: options of the scorer (hashable).
+
+    Returns:
+        ``[B, N]`` scores (the scorer's output with a leading replicate axis).
+
+    Raises:
+        ValueError: ``c`` has batch axes, weights or ``p * weight`` that are not
+            whole numbers (for soft probabilities use :func:`bootstrap`), bad
+            ``num_replicates``/``chunks``, ``scorer`` not callable.
+    """
+    if not callable(scorer):
+        raise ValueError(f"scorer must be callable, got {scorer!r}")
+    if not isinstance(c, Comparisons):
+        raise ValueError(f"c must be a Comparisons, got {type(c).__name__}")
+    if c.batch_shape:
+        raise ValueError(f"c must be one context (no batch axes), got batch shape {c.batch_shape}")
+    for name, v in (("num_replicates", num_replicates), ("chunks", chunks)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    w = np.asarray(c.weight, np.float64)
+    won = np.asarray(c.p, np.float64) * w
+    for name, x in (("weight", w), ("p * weight", won)):
+        bad = np.abs(x - np.round(x)) > 1e-3 * np.maximum(1.0, np.abs(x))
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"{name} must count raw outcomes (whole numbers); comparison {k} has {x[k]!r}. "
+                             "For soft probabilities use jaxrank.bootstrap")
+    counts = np.stack([np.round(won), np.round(w - won)], axis=-1).reshape(-1)
+    m = int(counts.sum())
+    if m < 1:
+        raise ValueError("c holds no outcomes (all weights are 0)")
+    live = np.nonzero(counts)[0]
+    size = -(-int(num_replicates) // int(chunks))
+    try:
+        run = _outcome_scorer(scorer, tuple(sorted(scorer_kwargs.items())))
+    except TypeError as err:
+        raise ValueError(f"scorer_kwargs must be hashable: {err}") from None
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(jnp.dtype(c.p.dtype).name)
+    pending = []
+    for _ in range(int(chunks)):
+        rep = np.zeros((size, counts.size), dt)
+        rep[:, live] = rng.multinomial(m, counts[live] / m, size=size)
+        rep = rep.reshape(size, -1, 2)
+        pending.append(run(c, rep.sum(-1), np.ascontiguousarray(rep[..., 0])))   # runs while NumPy draws on
+    out = jax.block_until_ready(pending)
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *out)
 
 
 def percentile_intervals(samples, *, level: float = 0.95, axis: int = 0) -> tuple[jax.Array, jax.Array]:

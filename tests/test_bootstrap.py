@@ -121,3 +121,57 @@ def test_bootstrap_arguments():
         bootstrap_intervals(np.zeros((3, 2)), method="basic")
     with pytest.raises(ValueError, match="method"):
         bootstrap_intervals(np.zeros((3, 2)), method="bca")
+
+
+def _count_data(seed=0, n=8, pairs=40, games=60):
+    rng = np.random.default_rng(seed)
+    s = rng.normal(size=n)
+    a = rng.integers(0, n, pairs)
+    b = (a + rng.integers(1, n, pairs)) % n
+    g = rng.integers(1, games, pairs).astype(np.float64)
+    won = rng.binomial(g.astype(int), 1 / (1 + np.exp(-(s[a] - s[b])))).astype(np.float64)
+    return a, b, g, won, n
+
+
+def test_bootstrap_outcomes_resamples_raw_outcomes_multinomially():
+    a, b, g, won, n = _count_data(1)
+    c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
+    cells = lambda cc: jnp.stack([cc.weight, cc.p * cc.weight], -1)      # the replicate's counts
+    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=2000, seed=3), np.float64)
+    games, wins = rep[..., 0], rep[..., 1]
+    m = g.sum()
+    np.testing.assert_allclose(games.sum(-1), m)                           # M outcomes in every replicate
+    np.testing.assert_allclose(wins, np.round(wins), atol=1e-3)            # whole wins
+    assert np.all(wins <= games + 1e-3)
+    # Multinomial(M, n/M) over (comparison, winner): means n, variances M q (1 - q), q = n / M
+    q = np.stack([won, g - won], -1).reshape(-1) / m
+    cat = np.stack([wins, games - wins], -1).reshape(len(rep), -1)
+    np.testing.assert_allclose(cat.mean(0), q * m, atol=4 * np.sqrt(m * q * (1 - q) / len(rep)).max())
+    np.testing.assert_allclose(cat.var(0, ddof=1), m * q * (1 - q), rtol=0.2)
+
+
+def test_bootstrap_outcomes_spread_matches_the_fisher_standard_error():
+    a, b, g, won, n = _count_data(2, pairs=60, games=200)
+    c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
+    reps = np.asarray(jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=600, seed=0, eps=0.0))
+    s = np.asarray(jr.poe_bradley_terry(c, eps=0.0), np.float64)
+    q = 1 / (1 + np.exp(-(s[a] - s[b])))                                   # float64 Fisher information at the MLE
+    h = g * q * (1 - q)
+    fisher = np.zeros((n, n))
+    np.add.at(fisher, (a, a), h); np.add.at(fisher, (b, b), h); np.add.at(fisher, (a, b), -h); np.add.at(fisher, (b, a), -h)
+    se = np.sqrt(np.diag(np.linalg.pinv(fisher)))
+    ratio = reps.std(0, ddof=1) / se
+    assert 0.9 < ratio.mean() < 1.1 and np.all((ratio > 0.75) & (ratio < 1.25)), ratio
+
+
+def test_bootstrap_outcomes_bad_input():
+    a, b, g, won, n = _count_data(3)
+    c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
+    with pytest.raises(ValueError, match="whole numbers"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c.with_p(jnp.full_like(c.p, 0.3)), num_replicates=4)
+    with pytest.raises(ValueError, match="one context"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, jr.stack_contexts([c, c]), num_replicates=4)
+    with pytest.raises(ValueError, match="num_replicates"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=0)
+    with pytest.raises(ValueError, match="chunks"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, chunks=0)
