@@ -9,9 +9,8 @@ them, converged at once, never NaN), places the batch on a 1-D
 ``jax.sharding.Mesh`` with a ``NamedSharding`` split along contexts, and runs
 the scorer on each device's slice under ``jax.shard_map``. Each device runs
 the ordinary batched scorer on its own contexts, so whatever a solver does
-across its batch (its while loops run until the device's own contexts have
-converged; ``_graph.while_per_context`` moves the device's own stragglers) stays
-on that device, and the compiled program holds no collective. The padding is cut off and the
+across its batch (its while loops and chunks run until the device's own contexts
+have converged) stays on that device, and the compiled program holds no collective. The padding is cut off and the
 batch shape restored; the results equal the single-device ones.
 
 The sharded program is compiled once per scorer, static options, devices and
