@@ -44,17 +44,9 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from poe_protocol import (np_average_probability, np_bradley_terry, np_poe_bradley_terry,  # noqa: E402
-                          np_poe_gaussian, np_win_ratio)
+from poe_protocol import SCORERS as _PROTOCOL_SCORERS, np_scorer  # noqa: E402
 
-BASELINES = {
-    "win_ratio": np_win_ratio,
-    "average_probability": np_average_probability,
-    "bradley_terry": lambda i, j, p, n: np_bradley_terry(i, j, p, n)[0],
-    "poe_gaussian": np_poe_gaussian,
-    "poe_gaussian_hard": lambda i, j, p, n: np_poe_gaussian(i, j, p, n, hard=True),
-    "poe_bradley_terry": lambda i, j, p, n: np_poe_bradley_terry(i, j, p, n)[0],
-}
+BASELINES = {name: np_scorer(name) for name in _PROTOCOL_SCORERS}
 SCORERS = list(BASELINES) + ["max_likelihood_ranking"]
 
 

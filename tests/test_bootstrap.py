@@ -8,7 +8,7 @@ from scipy.special import expit
 
 import jaxrank as jr
 from jaxrank.bootstrap import bootstrap, bootstrap_intervals, percentile_intervals, resample_comparisons
-from test_selection import CompileLog  # noqa: F401  (jax "Compiling" log collector)
+from compile_log import CompileLog
 
 
 def _batch(seed=0):

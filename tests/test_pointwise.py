@@ -218,18 +218,8 @@ def test_pointwise_comparisons():
         pointwise_comparisons(s, [0], [3])
 
 
-@pytest.fixture(scope="module")
-def smollm():
-    from jaxrank.judges import load_model
-
-    try:
-        return load_model("smollm2-135m")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-
-
-def test_real_smollm2_geval_smoke(smollm):
-    judge = GEvalJudge(smollm, pointwise_template("coherence"), max_step_tokens=24)
+def test_real_smollm2_geval_smoke(smollm2):
+    judge = GEvalJudge(smollm2, pointwise_template("coherence"), max_step_tokens=24)
     res = judge.score("A storm hit the coast on Monday, cutting power to 10,000 homes.",
                       ["A storm cut power to 10,000 homes.", "homes monday the storm power coast"])
     assert judge.step_generations == 1 and judge.steps

@@ -184,18 +184,8 @@ def test_callable_texts():
     assert CallableJudge(len, prefixed, name="p").prompts("c", ["a", "b"], [0], [1]) == ["c a b\n\nAnswer:"]
 
 
-@pytest.fixture(scope="module")
-def smollm():
-    from jaxrank.judges import load_model
-
-    try:
-        return load_model("smollm2-135m")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-
-
-def test_real_smollm2_sampling_smoke(smollm):
-    judge = SamplingJudge(smollm, TPL, num_samples=4, max_new_tokens=4, batch_size=2)
+def test_real_smollm2_sampling_smoke(smollm2):
+    judge = SamplingJudge(smollm2, TPL, num_samples=4, max_new_tokens=4, batch_size=2)
     jd = judge.compare("A storm hit the coast on Monday, cutting power to 10,000 homes.",
                        ["A storm cut power to 10,000 homes.", "homes monday the storm"], [0, 1], [1, 0])
     assert jd.p.shape == (2,) and np.all((jd.p >= 0) & (jd.p <= 1))

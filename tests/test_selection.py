@@ -12,7 +12,6 @@ Independent NumPy references, written from the papers' equations, live in this f
   merge paths (Liu et al. 2024).
 """
 
-import logging
 
 import jax
 import jax.numpy as jnp
@@ -21,30 +20,10 @@ import pytest
 from scipy.special import expit
 
 import jaxrank as jr
+from compile_log import CompileLog
 from jaxrank.selection import (active_assess, gather_comparisons, greedy_comparisons, laplace_comparisons,
                                pairs_rank, random_comparisons)
 from jaxrank.selection.greedy import TIE_TOL, chain_inverse
-
-
-class CompileLog:
-    """Collects jax's "Compiling ..." log records while active (as in test_transforms)."""
-
-    def __enter__(self):
-        self.records, self._ctx = [], jax.log_compiles(True)
-        outer = self
-
-        class Handler(logging.Handler):
-            def emit(self, rec):
-                if "compiling" in rec.getMessage().lower():
-                    outer.records.append(rec.getMessage())
-        self._h, self._log = Handler(), logging.getLogger("jax")
-        self._ctx.__enter__()
-        self._log.addHandler(self._h)
-        return self
-
-    def __exit__(self, *exc):
-        self._log.removeHandler(self._h)
-        self._ctx.__exit__(*exc)
 
 
 def _graph_connected(i, j, n, items=None):

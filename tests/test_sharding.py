@@ -5,7 +5,6 @@ platform (``XLA_FLAGS=--xla_force_host_platform_device_count=8``) is fixed when
 jax starts; the other checks run here, on this process's devices (one CPU).
 """
 
-import logging
 import os
 import re
 import subprocess
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 import jaxrank as jr
+from compile_log import CompileLog
 from jaxrank.sharding import AXIS, _sharded, shard_contexts
 
 
@@ -57,27 +57,6 @@ def _assert_same(a, b, what):
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         assert x.shape == y.shape and x.dtype == y.dtype, (what, x.shape, y.shape)
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5, err_msg=what)
-
-
-class _CompileLog:
-    """Collects jax's "Compiling ..." log records while active."""
-
-    def __enter__(self):
-        self.records, self._ctx = [], jax.log_compiles(True)
-        outer = self
-
-        class Handler(logging.Handler):
-            def emit(self, rec):
-                if "compiling" in rec.getMessage().lower():
-                    outer.records.append(rec.getMessage())
-        self._h, self._log = Handler(), logging.getLogger("jax")
-        self._ctx.__enter__()
-        self._log.addHandler(self._h)
-        return self
-
-    def __exit__(self, *exc):
-        self._log.removeHandler(self._h)
-        self._ctx.__exit__(*exc)
 
 
 _SCORERS = {   # name -> (scorer, options)
@@ -135,7 +114,7 @@ def multi_device_checks():
 
     # a second call with new data of the same shapes compiles nothing
     c2 = _contexts((3, 87), seed=4)
-    with _CompileLog() as log:
+    with CompileLog() as log:
         jax.block_until_ready(shard_contexts(jr.fit_poe_bradley_terry, c2, debias="learn"))
     assert log.records == [], log.records
     print("8 devices: OK")
@@ -167,10 +146,10 @@ def test_one_device_pytrees_and_array_options():
 def test_no_recompilation_on_second_call_with_same_shapes():
     c1, c2, c3 = _contexts((7,), seed=8), _contexts((7,), seed=9), _contexts((9,), seed=8)
     jax.block_until_ready(shard_contexts(jr.poe_gaussian, c1, debias="mean"))
-    with _CompileLog() as log:
+    with CompileLog() as log:
         jax.block_until_ready(shard_contexts(jr.poe_gaussian, c2, debias="mean"))
     assert log.records == []
-    with _CompileLog() as log:          # positive control: a new shape does compile
+    with CompileLog() as log:          # positive control: a new shape does compile
         jax.block_until_ready(shard_contexts(jr.poe_gaussian, c3, debias="mean"))
     assert log.records
 

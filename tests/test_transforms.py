@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import jaxrank as jr
+from compile_log import CompileLog
 import reference as ref
 
 SOFT = ["average_probability", "poe_gaussian", "poe_bradley_terry"]
@@ -106,28 +107,6 @@ def test_inside_user_jit(name):
     np.testing.assert_allclose(jax.jit(f)(c), f(c), atol=1e-6)
 
 
-class _CompileLog:
-    """Collects jax's "Compiling ..." log records while active."""
-
-    def __enter__(self):
-        import logging
-        self.records, self._ctx = [], jax.log_compiles(True)
-        outer = self
-
-        class Handler(logging.Handler):
-            def emit(self, rec):
-                if "compiling" in rec.getMessage().lower():
-                    outer.records.append(rec.getMessage())
-        self._h, self._log = Handler(), logging.getLogger("jax")
-        self._ctx.__enter__()
-        self._log.addHandler(self._h)
-        return self
-
-    def __exit__(self, *exc):
-        self._log.removeHandler(self._h)
-        self._ctx.__exit__(*exc)
-
-
 def test_no_recompilation_on_second_call_with_same_shapes():
     c1, c2, c3 = _contexts([(10, 30), (10, 30), (11, 31)], seed=7)
     fns = [jr.win_ratio, jr.average_probability, jr.poe_gaussian, jr.poe_gaussian_posterior,
@@ -136,11 +115,11 @@ def test_no_recompilation_on_second_call_with_same_shapes():
            jr.max_likelihood_ranking]
     for f in fns:
         jax.block_until_ready(f(c1))
-    with _CompileLog() as log:
+    with CompileLog() as log:
         for f in fns:
             jax.block_until_ready(f(c2))
     assert log.records == []
-    with _CompileLog() as log:          # positive control: a new shape does compile
+    with CompileLog() as log:          # positive control: a new shape does compile
         jax.block_until_ready(jr.poe_gaussian(c3))
     assert log.records
 
