@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
@@ -50,7 +51,7 @@ def _resample_one(c: Comparisons, u) -> Comparisons:
     return Comparisons(i=c.i, j=c.j, p=c.p, weight=c.weight * counts, item_mask=c.item_mask, num_items=c.num_items)
 
 
-@jax.jit
+@_jit.jit
 def _resample(c: Comparisons, key) -> Comparisons:
     # one uniform draw for all contexts (one threefry call site: cheap to compile)
     u = jax.random.uniform(key, c.weight.shape)
@@ -76,7 +77,7 @@ def resample_comparisons(c: Comparisons, *, key) -> Comparisons:
     return _resample(c, key)
 
 
-@functools.partial(jax.jit, static_argnames=("num_replicates",))
+@functools.partial(_jit.jit, static_argnames=("num_replicates",))
 def _replicates(c, key, num_replicates):
     return jax.vmap(lambda k: _resample(c, k))(jax.random.split(key, num_replicates))
 
@@ -116,7 +117,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
 def _outcome_scorer(scorer, kwargs):
     f = functools.partial(scorer, **dict(kwargs))
 
-    @jax.jit
+    @_jit.jit
     def run(c, games, wins):
         shape = games.shape
         reps = dataclasses.replace(

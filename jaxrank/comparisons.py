@@ -39,6 +39,14 @@ def _is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _as_array(x: Any, dtype) -> jax.Array:
+    """``jnp.asarray(x, dtype)``; a host (non-JAX) array is cast by NumPy first, so no compiled cast runs."""
+    if isinstance(x, jax.Array):
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    x = np.asarray(x) if dtype is None else np.asarray(x, dtype)
+    return jax.device_put(x)   # (``jnp.asarray`` would compile a staging program per shape)
+
+
 def _check_probabilities(name: str, p: Any) -> None:
     if not _is_concrete(p):
         return
@@ -127,9 +135,10 @@ class Comparisons:
         _check_indices("i", i, num_items)
         _check_indices("j", j, num_items)
         _check_probabilities("p", p)
-        i = jnp.asarray(i, dtype=jnp.int32)
-        j = jnp.asarray(j, dtype=jnp.int32)
-        p = jnp.asarray(p)
+        # Concrete host arrays are converted on the host (a device transfer, no compiled cast).
+        i = _as_array(i, np.int32)
+        j = _as_array(j, np.int32)
+        p = _as_array(p, None)
         if not jnp.issubdtype(p.dtype, jnp.floating):
             p = p.astype(jnp.float32)
         if i.shape != j.shape or i.shape != p.shape:
@@ -137,7 +146,7 @@ class Comparisons:
         if i.ndim == 0:
             raise ValueError("i, j and p must have at least one axis (the comparison axis R)")
         if weight is None:
-            weight = jnp.ones(p.shape, p.dtype)
+            weight = jax.device_put(np.ones(p.shape, p.dtype)) if _is_concrete(p) else jnp.ones(p.shape, p.dtype)
         else:
             if _is_concrete(weight):
                 w = np.asarray(weight, dtype=float)
@@ -146,14 +155,14 @@ class Comparisons:
                 if not np.isfinite(w).all() or (w < 0).any():
                     k = np.argwhere(~np.isfinite(w) | (w < 0))[0]
                     raise ValueError(f"weight must be finite and >= 0; got {w[tuple(k)]} at {tuple(int(x) for x in k)}")
-            weight = jnp.asarray(weight, dtype=p.dtype)
+            weight = _as_array(weight, p.dtype)
             if weight.shape != p.shape:
                 raise ValueError(f"weight must have shape {p.shape}, got {weight.shape}")
         batch = p.shape[:-1]
         if item_mask is None:
-            item_mask = jnp.ones(batch + (num_items,), bool)
+            item_mask = jax.device_put(np.ones(batch + (num_items,), bool))
         else:
-            item_mask = jnp.asarray(item_mask, dtype=bool)
+            item_mask = _as_array(item_mask, bool)
             if item_mask.shape != batch + (num_items,):
                 raise ValueError(f"item_mask must have shape {batch + (num_items,)}, got {item_mask.shape}")
         if all(_is_concrete(x) for x in (i, j, weight, item_mask)):

@@ -11,8 +11,12 @@ skipping them, as the papers do.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+
+from jaxrank import _jit
 
 __all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks"]
 
@@ -40,7 +44,7 @@ def average_ranks(x, *, where=None):
     return jnp.where(where, r, 0).astype(jnp.result_type(x.dtype, jnp.float32))
 
 
-@jax.jit
+@_jit.jit
 def pearson(pred, gold, *, where=None):
     """Pearson correlation per context over the ``where`` entries; NaN if undefined."""
     pred, gold, where = _prepare(pred, gold, where)
@@ -58,7 +62,7 @@ def pearson(pred, gold, *, where=None):
     return jnp.where(ok, jnp.clip(r, -1, 1), jnp.nan)
 
 
-@jax.jit
+@_jit.jit
 def spearman(pred, gold, *, where=None):
     """Spearman rank correlation per context (Pearson of average ranks); NaN if undefined.
 
@@ -74,7 +78,7 @@ def spearman(pred, gold, *, where=None):
     return pearson(average_ranks(pred, where=where), average_ranks(gold, where=where), where=where)
 
 
-@jax.jit
+@_jit.jit
 def kendall_tau(pred, gold, *, where=None):
     """Kendall tau-b per context (ties handled as in ``scipy.stats.kendalltau``); NaN if undefined.
 
@@ -91,7 +95,7 @@ def kendall_tau(pred, gold, *, where=None):
     return jnp.where(ok, num / jnp.sqrt(jnp.where(ok, den, 1)), jnp.nan)
 
 
-@jax.jit
+@_jit.jit
 def pairwise_accuracy(pred, gold, *, where=None):
     """Fraction of pairs with different human scores that ``pred`` orders the same way.
 
@@ -108,6 +112,7 @@ def pairwise_accuracy(pred, gold, *, where=None):
     return jnp.where(total > 0, jnp.sum(right, axis=(-2, -1)) / jnp.maximum(total, 1), jnp.nan)
 
 
+@functools.partial(_jit.jit, static_argnames="axis")
 def context_mean(values, axis=-1):
     """Mean over contexts skipping undefined (NaN) ones, as the papers do (METHODS.md §7).
 

@@ -145,3 +145,22 @@ def test_soft_bt_all_win_reports_convergence():
     c = jr.Comparisons.from_pairs([0, 0, 1], [1, 2, 2], [1.0, 1.0, 0.5], num_items=3)
     sol = jr.fit_poe_bradley_terry(c)
     assert bool(sol.converged) and np.isfinite(np.asarray(sol.scores)).all()
+
+
+def test_from_pairs_on_host_arrays_compiles_nothing():
+    # NumPy inputs are validated and cast on the host: building comparisons costs no XLA compilation
+    # (each eager cast or fill would compile a program on its first use in a process).
+    from compile_log import CompileLog
+
+    rng = np.random.default_rng(7)
+    i = rng.integers(0, 9, (4, 11)); j = (i + rng.integers(1, 9, (4, 11))) % 9   # int64
+    p, w = rng.random((4, 11)), rng.random((4, 11))                                 # float64
+    with CompileLog() as log:
+        c = jr.Comparisons.from_pairs(i, j, p, num_items=9, weight=w)
+        d = jr.Comparisons.from_pairs(i.tolist(), j.tolist(), p.tolist(), num_items=9,
+                                      item_mask=np.ones((4, 9), bool))
+    assert log.records == []
+    assert c.i.dtype == jnp.int32 and c.p.dtype == jnp.float32 and c.weight.dtype == jnp.float32
+    np.testing.assert_array_equal(c.i, i) and np.testing.assert_allclose(c.p, p, rtol=1e-7)
+    np.testing.assert_allclose(c.weight, w, rtol=1e-7)
+    np.testing.assert_array_equal(d.weight, np.ones((4, 11))) and np.testing.assert_array_equal(d.j, j)

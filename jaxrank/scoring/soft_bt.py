@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph
+from jaxrank import _graph, _jit
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
@@ -84,8 +84,9 @@ class _Settings(NamedTuple):
 
 
 def _traced(dtype, eps, gamma_prior, score_prior, tol, max_iter) -> _Settings:
-    f = lambda v: jnp.asarray(v, dtype)
-    return _Settings(f(eps), f(gamma_prior), f(score_prior), f(tol), jnp.asarray(max_iter, jnp.int32))
+    # NumPy scalars: passed to the compiled solver as arguments without an eager cast program.
+    f = lambda v: np.asarray(v, dtype)
+    return _Settings(f(eps), f(gamma_prior), f(score_prior), f(tol), np.asarray(max_iter, np.int32))
 
 
 def _mode(debias):
@@ -394,7 +395,7 @@ chunk iterates only as long as its own slowest context needs and stays in cache 
 slower than 32)."""
 
 
-@functools.partial(jax.jit, static_argnames=("mode",))
+@functools.partial(_jit.jit, static_argnames=("mode",))
 def _fit(c, st, mode):
     flat, shape = _graph.flatten_batch(c)
     sol = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st), flat, CHUNK)
