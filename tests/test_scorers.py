@@ -231,3 +231,66 @@ def test_rarely_seen_extreme_item_is_solved_to_its_own_precision():
     soft = jr.fit_poe_bradley_terry(c, eps=1e-3)
     expect_soft, _ = ref.soft_bt(a, b, np.clip(p, 1e-3, 1 - 1e-3), w, n)
     np.testing.assert_allclose(soft.scores, expect_soft, atol=2e-3)
+
+
+def _newton64(i, j, p, w, n, learn=False):
+    """Float64 Newton on the dense Hessian of the soft-BT likelihood (plus gamma if learnt), centred."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.special import expit
+
+    _, lab = connected_components(coo_matrix((np.ones(len(i)), (i, j)), shape=(n, n)), directed=False)
+    proj = (lab[:, None] == lab[None, :]).astype(float)
+    proj /= proj.sum(1, keepdims=True)
+    m = n + learn
+    x = np.zeros(m)
+    for _ in range(100):
+        s, g = x[:n], (x[n] if learn else 0.0)
+        q = expit(s[i] - s[j] - g)
+        r, h = w * (q - p), w * q * (1 - q)
+        grad = np.zeros(m)
+        grad[:n] = np.bincount(i, r, n) - np.bincount(j, r, n)
+        hess = np.zeros((m, m))
+        np.add.at(hess, (i, i), h); np.add.at(hess, (j, j), h); np.add.at(hess, (i, j), -h); np.add.at(hess, (j, i), -h)
+        hess[:n, :n] += proj
+        if learn:
+            grad[n] = -r.sum() + 1e-6 * x[n]
+            col = -(np.bincount(i, h, n) - np.bincount(j, h, n))
+            hess[:n, n] = hess[n, :n] = col
+            hess[n, n] = h.sum() + 1e-6
+        d = np.linalg.solve(hess, -grad)
+        x += d
+        if np.abs(d).max() < 1e-12:
+            break
+    x[:n] -= proj @ x[:n]
+    return x[:n], (x[n] if learn else 0.0)
+
+
+@pytest.mark.parametrize("graph", ["near_chain", "two_components"])
+@pytest.mark.parametrize("debias", [False, "learn"])
+def test_large_sparse_pools_solve_newton_systems_by_cg(graph, debias):
+    """From _graph.CG_MIN_ITEMS items, Newton systems are solved matrix-free by preconditioned CG
+    (no N x N Laplacian): the optimum must still be the exact one, also on badly conditioned graphs
+    (a near-chain: comparisons only between neighbours at most 3 apart) and disconnected ones."""
+    from jaxrank import _graph
+
+    rng = np.random.default_rng(11)
+    n, r = 560, 6000
+    assert n >= _graph.CG_MIN_ITEMS and not _graph.use_dense(n, r)
+    if graph == "near_chain":
+        i = rng.integers(0, n - 3, r); j = i + rng.integers(1, 4, r)
+    else:
+        half = n // 2
+        i = rng.integers(0, half, r); j = (i + rng.integers(1, half, r)) % half
+        i[r // 2:] += half; j[r // 2:] += half
+    s = 1.5 * rng.normal(size=n)
+    p = np.clip(1 / (1 + np.exp(-(s[i] - s[j] + 0.3))) + rng.normal(0, 0.05, r), 0.01, 0.99)
+    w = rng.uniform(0.5, 2.0, r)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w)
+    sol = jr.fit_poe_bradley_terry(c, debias=debias)
+    expected, gamma = _newton64(i, j, np.asarray(c.p, np.float64), np.asarray(c.weight, np.float64), n,
+                                learn=debias == "learn")
+    assert bool(sol.converged) and int(sol.iterations) <= 10      # Newton's steps, not a gradient crawl
+    np.testing.assert_allclose(np.asarray(sol.scores), expected, atol=1e-3)
+    if debias == "learn":
+        assert abs(float(sol.gamma) - gamma) < 1e-3
