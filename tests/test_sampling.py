@@ -1,6 +1,7 @@
 """Text-only judges (jaxrank.judges.sampling): sampled decisions (eq. 4-5) and callables as judges."""
 
 import math
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from tiny_lm import EOS, OFFSET, ByteTokenizer, tiny_lm
 
 from jaxrank.judges import textgen
+from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.models.llama import GenerateOutput
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import PairwiseTemplate, pairwise_template
@@ -107,6 +109,44 @@ def test_sampling_deterministic_given_seed_one_call_per_batch(lm, monkeypatch):
     assert np.all((jd.p >= 0) & (jd.p <= 1)) and jd.p.dtype == np.float32
     greedy, _ = SamplingJudge(lm, TPL, temperature=0.0, **kw).sample_texts(CTX, CANDS, [0], [1])
     assert len(set(greedy[0])) == 1
+
+
+def test_fit_context_cuts_only_the_context_end():
+    """The shared truncation helper: prompts = 2 prefix + 10 context + (3 | 1) candidate tokens, 1 appended."""
+    pre, ctx, cands = [1, 2], list(range(100, 110)), ([7, 7, 7], [8])
+
+    def build(k):
+        return [pre + ctx[:k] + c for c in cands]
+
+    def fit(max_length, warn=True, context_len=lambda: 10):
+        return fit_context(build(None), 2 + 10 + 3 + 1, max_length=max_length, context_len=context_len,
+                           rebuild=build, warn=warn, kept="candidates and question", stacklevel=1)
+
+    def no_count():
+        raise AssertionError("context length asked for although the prompts fit")
+
+    rows = build(None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted, cut = fit_context(rows, 16, max_length=16, context_len=no_count, rebuild=build, warn=True,
+                                  kept="x")
+        assert fitted is rows and not cut                          # fits exactly: untouched, no warning
+        fitted, cut = fit(12, warn=False)                          # cut, but the judge already warned
+        assert cut
+    with pytest.warns(UserWarning, match=r"^prompt longer than the model's 12 tokens: the context was cut by "
+                      r"4 tokens \(candidates and question kept whole\)$") as rec:
+        fitted, cut = fit(12)
+    assert rec[0].filename == __file__                             # stacklevel counted from the caller
+    assert cut and fitted == [[1, 2, 100, 101, 102, 103, 104, 105, 7, 7, 7], [1, 2, 100, 101, 102, 103, 104, 105, 8]]
+    assert max(map(len, fitted)) + 1 == 12
+    with pytest.warns(UserWarning, match="cut by 10 tokens"):
+        assert fit(6) == ([[1, 2, 7, 7, 7], [1, 2, 8]], True)       # the whole context goes, nothing else
+    with pytest.raises(ValueError, match=r"^a prompt needs 6 tokens \(answer included\) without the context's "
+                       r"share; the model allows 5: too small$"):
+        fit_context(rows, 16, max_length=5, context_len=lambda: 10, rebuild=build, warn=True, kept="x",
+                    need_note=" (answer included)", error_tail=": too small")
+    with pytest.raises(ValueError, match="needs 16 tokens"):     # no context to cut at all
+        fit(15, context_len=lambda: 0)
 
 
 def test_sampling_truncation_and_validation(lm):

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
@@ -200,19 +201,14 @@ class _PointwiseBase:
             raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
         pairs = [self.token_ids(context, c) for c in candidates]
         longest = max(len(p) + len(s) for p, s in pairs)
-        need = longest + self._extra_tokens
-        if need <= self.max_length:
-            return pairs, False
-        excess = need - self.max_length
-        ctx_len = len(self._encode(context, False)) if _CTX in self._full else 0
-        if excess > ctx_len:
-            raise ValueError(f"a prompt needs {need - ctx_len} tokens without the context's share; the model "
-                             f"allows {self.max_length}: the candidate and instructions alone do not fit")
-        if not self._warned:
-            warnings.warn(f"prompt longer than the model's {self.max_length} tokens: the context was cut by "
-                          f"{excess} tokens (candidate and instructions kept whole)", stacklevel=3)
-            self._warned = True
-        return [self.token_ids(context, c, max_context_tokens=ctx_len - excess) for c in candidates], True
+        pairs, truncated = fit_context(
+            pairs, longest + self._extra_tokens, max_length=self.max_length,
+            context_len=lambda: len(self._encode(context, False)) if _CTX in self._full else 0,
+            rebuild=lambda k: [self.token_ids(context, c, max_context_tokens=k) for c in candidates],
+            warn=not self._warned, kept="candidate and instructions",
+            error_tail=": the candidate and instructions alone do not fit", stacklevel=3)
+        self._warned = self._warned or truncated
+        return pairs, truncated
 
     def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:  # pragma: no cover
         raise NotImplementedError

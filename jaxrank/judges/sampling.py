@@ -19,11 +19,11 @@ that A is better is estimated from ``K`` sampled answers
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, PromptJudge, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.textgen import generate_texts, sample_key
@@ -164,19 +164,13 @@ class SamplingJudge:
         rows = build(None)
         if not rows:
             return rows, False
-        need = max(map(len, rows)) + self.max_new_tokens
-        if need <= pj.max_length:
-            return rows, False
-        excess = need - pj.max_length
-        ctx_len = len(pj._encode(context, False)) if pj.has_context else 0
-        if excess > ctx_len:
-            raise ValueError(f"a prompt needs {need - ctx_len} tokens (answer included) without the context's "
-                             f"share; the model allows {pj.max_length}")
-        if not self._warned:
-            warnings.warn(f"prompt longer than the model's {pj.max_length} tokens: the context was cut by "
-                          f"{excess} tokens (candidates and question kept whole)", stacklevel=3)
-            self._warned = True
-        return build(ctx_len - excess), True
+        rows, truncated = fit_context(
+            rows, max(map(len, rows)) + self.max_new_tokens, max_length=pj.max_length,
+            context_len=lambda: len(pj._encode(context, False)) if pj.has_context else 0,
+            rebuild=build, warn=not self._warned, kept="candidates and question",
+            need_note=" (answer included)", stacklevel=3)
+        self._warned = self._warned or truncated
+        return rows, truncated
 
     def sample_texts(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[str]], bool]:
         """The ``K`` answers ``[R][K]`` of every comparison, and whether the context was cut."""
