@@ -26,13 +26,14 @@ import functools
 import json
 import math
 import os
-import warnings
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from ._weights import fill_params, warn_unexpected
 
 _ACTIVATIONS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -291,25 +292,9 @@ def load_state_dict(config: BertConfig, tensors: Mapping[str, np.ndarray], *, dt
         t[k[len("bert."):] if k.startswith("bert.") else k] = v
     config = dataclasses.replace(config, add_pooler="pooler.dense.weight" in t)
     model = nnx.eval_shape(lambda: BertModel(config, dtype))
-    missing, used = [], set()
-    for path, node in list(nnx.iter_graph(model)):
-        if not isinstance(node, nnx.Param):
-            continue
-        name = ".".join(str(p) for p in path)
-        if name not in t:
-            missing.append(name)
-            continue
-        arr, want = np.asarray(t[name]), node.get_value().shape
-        if tuple(arr.shape) != tuple(want):
-            raise ValueError(f"BERT load_state_dict: {name} has shape {arr.shape}, expected {want}")
-        node.set_value(jnp.asarray(arr, dtype=dtype))
-        used.add(name)
-    if missing:
-        raise KeyError(f"BERT load_state_dict: missing tensors: {missing}")
-    extra = sorted(k for k in t if k not in used and not k.startswith(("cls.", "classifier.", "qa_outputs."))
-                   and k not in ("embeddings.position_ids",))
-    if extra:
-        warnings.warn(f"BERT load_state_dict: ignoring unexpected tensors: {extra[:10]}", stacklevel=2)
+    used = fill_params(model, t, dtype=dtype, owner="BERT")
+    warn_unexpected(t, used, owner="BERT", ignore=("embeddings.position_ids",),
+                    ignore_prefixes=("cls.", "classifier.", "qa_outputs."))
     return model
 
 

@@ -26,20 +26,29 @@ What the judges need for speed (see METHODS.md, "Judges"):
 
 Everything is ``jax.jit``-compiled with static shapes; padding to length
 buckets (:func:`bucket_length`) is the caller's job.
+
+The jitted functional decoder behind :class:`LlamaModel` and :func:`generate`
+(and the result types :class:`KVCache`, :class:`ExtendOutput`,
+:class:`GenerateOutput`, re-exported here) lives in the private
+``_llama_core`` module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
+    ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
+)
+from ._weights import checked_array
 
 __all__ = [
     "LlamaConfig", "LlamaModel", "KVCache", "ExtendOutput", "GenerateOutput",
@@ -48,7 +57,7 @@ __all__ = [
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
-_NO_WINDOW = 1 << 30
+_SHAPE_ERROR = "parameter {name}: shape {got}, expected {want}"
 
 
 def bucket_length(n: int, buckets: Sequence[int] = (32, 64, 128, 256, 512, 1024, 2048)) -> int:
@@ -179,202 +188,6 @@ class LlamaConfig:
         return inv.astype(np.float32)
 
 
-class KVCache(NamedTuple):
-    """Key/value cache (a pytree; static capacity ``S``).
-
-    Attributes:
-        k, v: ``[L, Bc, S, Hkv, Dh]``.
-        valid: ``[Bc, S]`` which slots hold real tokens.
-        pos: ``[Bc, S]`` RoPE position of each slot.
-        length: ``[]`` slots written so far (the next write goes there).
-        next_pos: ``[Bc]`` position of the next real token (real tokens so far).
-        last_hidden: ``[Bc, D]`` final hidden state at the last real token.
-    """
-
-    k: jax.Array
-    v: jax.Array
-    valid: jax.Array
-    pos: jax.Array
-    length: jax.Array
-    next_pos: jax.Array
-    last_hidden: jax.Array
-
-
-class ExtendOutput(NamedTuple):
-    """Result of :meth:`LlamaModel.extend`: ``hidden [B, T, D]``, ``last_hidden
-    [B, D]`` (at each row's last real token) and the updated cache (``None``
-    unless ``update=True``)."""
-
-    hidden: jax.Array
-    last_hidden: jax.Array
-    cache: KVCache | None
-
-
-class GenerateOutput(NamedTuple):
-    """Result of :func:`generate`: ``tokens [B, max_new_tokens]`` (``pad_id``
-    after an end-of-sequence token, which is kept) and ``lengths [B]``."""
-
-    tokens: jax.Array
-    lengths: jax.Array
-
-
-# --------------------------------------------------------------------------- core
-def _rms(x, w, eps):
-    xf = x.astype(jnp.float32)
-    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    return w * xf.astype(x.dtype)
-
-
-def _lin(x, w):
-    """``x @ w.T`` with ``w [out, in]`` as stored in PyTorch checkpoints (no transposed copy)."""
-    return jnp.einsum("...i,oi->...o", x, w)
-
-
-def _rope(x, cos, sin):
-    """``x [B, T, ..., Dh]``; ``cos, sin [B, T, Dh/2]``."""
-    h = x.shape[-1] // 2
-    extra = (None,) * (x.ndim - 3)
-    c, s = cos[(..., *extra, slice(None))], sin[(..., *extra, slice(None))]
-    x1, x2 = x[..., :h].astype(jnp.float32), x[..., h:].astype(jnp.float32)
-    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1).astype(x.dtype)
-
-
-def _last_index(mask):
-    t = mask.shape[1]
-    return jnp.where(mask.any(1), t - 1 - jnp.argmax(mask[:, ::-1], axis=1), t - 1)
-
-
-def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool):
-    """Decoder over ``ids [B, T]`` after the tokens in ``cache`` (or none)."""
-    b, t = ids.shape
-    hkv, dh = cfg.num_key_value_heads, cfg.head_dim
-    g = cfg.num_attention_heads // hkv
-    mask = mask.astype(bool)
-    base = jnp.zeros((b,), jnp.int32) if cache is None else jnp.broadcast_to(cache.next_pos, (b,))
-    pos = base[:, None] + jnp.maximum(jnp.cumsum(mask, 1, dtype=jnp.int32) - 1, 0)
-    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(cfg.inv_freq())
-    cos, sin = jnp.cos(ang), jnp.sin(ang)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    dpos = pos[:, :, None] - pos[:, None, :]                       # [B, T, T]
-    self_ok = causal[None] & mask[:, None, :]
-    if cache is not None:
-        shared = cache.k.shape[1] == 1 and b > 1
-        dpos_c = pos[:, :, None] - cache.pos[:, None, :]           # [B, T, S]
-        valid_c = cache.valid[:, None, :]
-    windows = jnp.asarray([w_ or _NO_WINDOW for w_ in (cfg.sliding_windows
-                          or (None,) * cfg.num_hidden_layers)], jnp.int32)
-    scale = 1.0 / math.sqrt(dh)
-    neg = jnp.float32(-1e30)
-
-    def layer(x, lw):
-        h = _rms(x, lw["attn_norm"], cfg.rms_norm_eps)
-        q, k, v = _lin(h, lw["wq"]), _lin(h, lw["wk"]), _lin(h, lw["wv"])
-        if cfg.attention_bias:
-            q, k, v = q + lw["bq"], k + lw["bk"], v + lw["bv"]
-        q = _rope(q.reshape(b, t, hkv, g, dh), cos, sin)
-        k = _rope(k.reshape(b, t, hkv, dh), cos, sin)
-        v = v.reshape(b, t, hkv, dh)
-        f32 = jnp.float32
-        s_self = jnp.einsum("bthgd,bshd->bhgts", q, k, preferred_element_type=f32) * scale
-        ok = self_ok & (dpos < lw["window"])
-        scores, oks = [s_self], [ok]
-        if cache is not None:
-            kc, vc = lw["ck"], lw["cv"]
-            if shared:
-                s_c = jnp.einsum("bthgd,shd->bhgts", q, kc[0], preferred_element_type=f32)
-            else:
-                s_c = jnp.einsum("bthgd,bshd->bhgts", q, kc, preferred_element_type=f32)
-            scores.insert(0, s_c * scale)
-            oks.insert(0, jnp.broadcast_to(valid_c & (dpos_c < lw["window"]), (b,) + dpos_c.shape[1:]))
-        s_all = jnp.concatenate(scores, -1)
-        ok_all = jnp.concatenate(oks, -1)[:, None, None]
-        p = jax.nn.softmax(jnp.where(ok_all, s_all, neg), axis=-1).astype(v.dtype)
-        if cache is not None:
-            n_c = kc.shape[1]
-            pc, p = p[..., :n_c], p[..., n_c:]
-            eq = "bhgts,shd->bthgd" if shared else "bhgts,bshd->bthgd"
-            o = jnp.einsum(eq, pc, vc[0] if shared else vc) + jnp.einsum("bhgts,bshd->bthgd", p, v)
-        else:
-            o = jnp.einsum("bhgts,bshd->bthgd", p, v)
-        o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
-        if cfg.o_bias:
-            o = o + lw["bo"]
-        x = x + o
-        h = _rms(x, lw["mlp_norm"], cfg.rms_norm_eps)
-        gate, up = _lin(h, lw["w_gate"]), _lin(h, lw["w_up"])
-        if cfg.mlp_bias:
-            gate, up = gate + lw["b_gate"], up + lw["b_up"]
-        y = _lin(jax.nn.silu(gate) * up, lw["w_down"])
-        if cfg.mlp_bias:
-            y = y + lw["b_down"]
-        return x + y, (k, v)
-
-    xs = {n: a for n, a in w.items() if n not in ("embed", "lm_head", "norm")}
-    xs["window"] = windows
-    if cache is not None:
-        xs["ck"], xs["cv"] = cache.k, cache.v
-    x = jnp.take(w["embed"], ids, axis=0)
-    x, (ks, vs) = jax.lax.scan(layer, x, xs)
-    hid = _rms(x, w["norm"], cfg.rms_norm_eps)
-    last = _last_index(mask)
-    last_h = hid[jnp.arange(b), last]
-    if cache is not None:
-        last_h = jnp.where(mask.any(1)[:, None], last_h, jnp.broadcast_to(cache.last_hidden, last_h.shape))
-    new_cache = None
-    if update:
-        if cache is None:
-            raise ValueError("update=True needs a cache")
-        if cache.k.shape[1] != b:
-            raise ValueError(f"cannot update a cache of batch {cache.k.shape[1]} with batch {b}")
-        at = cache.length
-        new_cache = KVCache(
-            k=jax.lax.dynamic_update_slice(cache.k, ks.astype(cache.k.dtype), (0, 0, at, 0, 0)),
-            v=jax.lax.dynamic_update_slice(cache.v, vs.astype(cache.v.dtype), (0, 0, at, 0, 0)),
-            valid=jax.lax.dynamic_update_slice(cache.valid, mask, (0, at)),
-            pos=jax.lax.dynamic_update_slice(cache.pos, pos, (0, at)),
-            length=at + t, next_pos=base + mask.sum(1, dtype=jnp.int32),
-            last_hidden=last_h.astype(cache.last_hidden.dtype))
-    return hid, last_h, (ks, vs, pos), new_cache
-
-
-@functools.partial(jax.jit, static_argnames=("cfg",))
-def _hidden(cfg, w, ids, mask):
-    return _run(cfg, w, ids, mask, None, False)[0]
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "capacity"))
-def _prefill(cfg, w, ids, mask, capacity):
-    mask = mask.astype(bool)
-    _, last_h, (ks, vs, pos), _ = _run(cfg, w, ids, mask, None, False)
-    pad = capacity - ids.shape[1]
-    return KVCache(
-        k=jnp.pad(ks, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),
-        v=jnp.pad(vs, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),
-        valid=jnp.pad(mask, ((0, 0), (0, pad))), pos=jnp.pad(pos, ((0, 0), (0, pad))),
-        length=jnp.asarray(ids.shape[1], jnp.int32), next_pos=mask.sum(1, dtype=jnp.int32),
-        last_hidden=last_h)
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "update"))
-def _extend(cfg, w, cache, ids, mask, update):
-    hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update)
-    return ExtendOutput(hid, last_h, new_cache)
-
-
-def _project(w, hidden, positions, token_ids):
-    if positions is not None:
-        idx = positions.reshape(positions.shape[0], -1)
-        hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1).reshape(
-            positions.shape + hidden.shape[-1:])
-    table = w["lm_head"] if "lm_head" in w else w["embed"]
-    if token_ids is not None:
-        table = jnp.take(table, token_ids, axis=0)
-    return jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32)
-
-
-_project_jit = jax.jit(_project)
-
-
 # ------------------------------------------------------------------------- module
 def _param_shapes(cfg: LlamaConfig) -> dict[str, tuple[int, ...]]:
     L, D, F = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size
@@ -417,10 +230,7 @@ class LlamaModel(nnx.Module):
         if missing:
             raise ValueError(f"missing parameters: {sorted(missing)}")
         for n, s in shapes.items():
-            a = jnp.asarray(params[n], dtype)
-            if a.shape != s:
-                raise ValueError(f"parameter {n}: shape {a.shape}, expected {s}")
-            setattr(self, n, nnx.Param(a))
+            setattr(self, n, nnx.Param(checked_array(n, params[n], s, dtype, _SHAPE_ERROR)))
         self._names = tuple(shapes)
 
     def weights(self) -> dict[str, jax.Array]:
@@ -540,51 +350,11 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
     params = _hf_to_params(model.config, tensors)
     for n in model._names:
         var = getattr(model, n)
-        arr = jnp.asarray(params[n], var[...].dtype)
-        if arr.shape != var[...].shape:
-            raise ValueError(f"parameter {n}: shape {arr.shape}, expected {var[...].shape}")
-        var.set_value(arr)
+        var.set_value(checked_array(n, params[n], var[...].shape, var[...].dtype, _SHAPE_ERROR))
     return model
 
 
 # --------------------------------------------------------------------- generation
-def _pick(logits, key, greedy, temperature, top_p):
-    if greedy:
-        return jnp.argmax(logits, -1).astype(jnp.int32)
-    logits = logits / temperature
-    srt = jnp.sort(logits, -1)[:, ::-1]
-    probs = jax.nn.softmax(srt, -1)
-    keep = (jnp.cumsum(probs, -1) - probs) < top_p          # always keeps the top token
-    thr = jnp.min(jnp.where(keep, srt, jnp.inf), -1, keepdims=True)
-    return jax.random.categorical(key, jnp.where(logits >= thr, logits, -jnp.inf)).astype(jnp.int32)
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "max_new", "greedy"))
-def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, greedy):
-    b = ids.shape[0]
-    cache = _prefill(cfg, w, ids, mask, ids.shape[1] + max_new)
-    keys = jax.random.split(rng, max_new)
-    tok = _pick(_project(w, cache.last_hidden, None, None), keys[0], greedy, temperature, top_p)
-    out = jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
-    done = jnp.isin(tok, eos)
-    lengths = jnp.ones((b,), jnp.int32)
-
-    def cond(s):
-        return (s[0] < max_new) & ~jnp.all(s[4])
-
-    def body(s):
-        i, cache, tok, out, done, lengths = s
-        _, last_h, _, cache = _run(cfg, w, tok[:, None], jnp.ones((b, 1), bool), cache, True)
-        nxt = _pick(_project(w, last_h, None, None), keys[i], greedy, temperature, top_p)
-        nxt = jnp.where(done, pad_id, nxt)
-        out = out.at[:, i].set(nxt)
-        lengths = lengths + (~done).astype(jnp.int32)
-        return i + 1, cache, nxt, out, done | jnp.isin(nxt, eos), lengths
-
-    s = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, tok, out, done, lengths))
-    return GenerateOutput(s[3], s[5])
-
-
 def generate(model: LlamaModel, ids: jax.Array, mask: jax.Array | None = None, *,
              max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
              rng: jax.Array | None = None, eos_id: int | Sequence[int] | None = None,
