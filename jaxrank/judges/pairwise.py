@@ -21,13 +21,13 @@ judgement then carries ``truncated=True`` and a warning says so once.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
 
 __all__ = ["PromptJudge", "Judgement", "bucket"]
@@ -229,20 +229,14 @@ class PromptJudge:
             return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
         pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
         longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
-        truncated = False
-        if longest + 1 > self.max_length:
-            excess = longest + 1 - self.max_length
-            ctx_len = len(self._encode(context, False)) if self.has_context else 0
-            if excess > ctx_len:
-                raise ValueError(f"a prompt needs {longest - ctx_len} tokens without the context; the model "
-                                 f"allows {self.max_length}: the candidates and question alone do not fit")
-            pairs = [self.token_ids(context, candidates[a], candidates[b], max_context_tokens=ctx_len - excess)
-                     for a, b in zip(i, j)]
-            truncated = True
-            if not self._warned:
-                warnings.warn(f"prompt longer than the model's {self.max_length} tokens: the context was cut "
-                              f"by {excess} tokens (candidates and question kept whole)", stacklevel=2)
-                self._warned = True
+        pairs, truncated = fit_context(
+            pairs, longest + 1, max_length=self.max_length,        # + 1: the label token it scores
+            context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
+            rebuild=lambda k: [self.token_ids(context, candidates[a], candidates[b], max_context_tokens=k)
+                               for a, b in zip(i, j)],
+            warn=not self._warned, kept="candidates and question",
+            error_tail=": the candidates and question alone do not fit")
+        self._warned = self._warned or truncated
         logits = self._logits_decoder(pairs) if self.decoder else self._logits_t5(pairs)
         p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
         return Judgement(p, truncated, logits)
