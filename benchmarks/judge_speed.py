@@ -129,7 +129,10 @@ def main(argv=None):
     say(f"Prompt length {int(np.mean(lengths))} tokens on average (max {max(lengths)}); "
         f"max |p_jaxrank - p_torch| = {diff:.2e} over the {nb} comparisons both ran.")
     say(f"Judge: P(A) = {float(np.mean(first.p > 0.5)):.3f}, mean p = {float(np.mean(first.p)):.3f}.")
-    say("Goal: at least 4x: " + ("met" if rate_steady / rate_base >= 4 else "NOT met") + " (steady state).")
+    if args.smoke:   # 12 comparisons share little of their prompts: the goal is for a whole article (240)
+        say(f"Smoke run (4 candidates): {rate_steady / rate_base:.2f}x; the 4x goal is assessed on a full run.")
+    else:
+        say("Goal: at least 4x: " + ("met" if rate_steady / rate_base >= 4 else "NOT met") + " (steady state).")
     out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
         ("judge_speed_smoke.md" if args.smoke else "judge_speed.md")
     out.parent.mkdir(parents=True, exist_ok=True)
