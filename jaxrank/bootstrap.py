@@ -130,18 +130,19 @@ def _outcome_scorer(scorer, kwargs):
 
 
 def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, seed: int = 0, chunks: int = 4,
-                       **scorer_kwargs):
-    """Bootstrap over the raw binary outcomes behind count-aggregated comparisons (one context).
+                       draws=None, **scorer_kwargs):
+    """Bootstrap over the raw outcomes behind count-aggregated comparisons (one context).
 
     For count data (e.g. Arena battles summed per ordered pair), comparison
-    ``k`` stands for ``w_k`` raw outcomes of which ``p_k w_k`` were won by A.
+    ``k`` stands for ``w_k`` raw outcomes of which ``p_k w_k`` were won by A
+    (a draw counting half to each side, as in :func:`jaxrank.io.read_comparisons`).
     :func:`bootstrap` would resample the aggregated comparisons (a cluster
     bootstrap over ordered pairs); this resamples the ``M = sum_k w_k`` raw
     outcomes with replacement, as a bootstrap of the underlying matches does:
-    the counts of the ``2 R`` categories (comparison, winner) are
-    ``Multinomial(M, n / M)``, drawn exactly with NumPy (float64). Replicate
+    the counts of the ``3 R`` categories (comparison; A won, B won or a draw)
+    are ``Multinomial(M, n / M)``, drawn exactly with NumPy (float64). Replicate
     ``b`` is the comparison set with ``weight = games_b`` and
-    ``p = (A's wins)_b / games_b``, and the replicates are scored in
+    ``p = (A's wins + draws / 2)_b / games_b``, and the replicates are scored in
     ``chunks`` batched calls of ``scorer`` (one compiled program; each call is
     dispatched asynchronously, so NumPy draws the next chunk while the previous
     one is being fitted).
@@ -150,20 +151,27 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
         scorer: a jaxrank scorer (``scorer(c, **scorer_kwargs)``), e.g.
             :func:`jaxrank.poe_bradley_terry` with ``eps=0.0`` for maximum likelihood.
         c: ONE context (no batch axes) whose weights count raw outcomes (whole
-            numbers) and whose ``p * weight`` count A's wins (whole numbers).
+            numbers) and whose ``p * weight`` count A's wins plus half its
+            draws (whole numbers once the draws are taken out).
         num_replicates: ``B``.
         seed: NumPy seed of the resampling.
         chunks: number of batched scorer calls (``B`` is rounded up to a
             multiple of it; the extra replicates are dropped).
+        draws: optional ``[R]`` number of drawn outcomes of every comparison
+            (whole numbers, at most its weight); default none. Without it a
+            draw cannot be told from a win and a loss, so data with draws
+            needs it (``p * weight`` is then a half-integer where the draws
+            are odd, which is rejected).
         **scorer_kwargs: options of the scorer (hashable).
 
     Returns:
         ``[B, N]`` scores (the scorer's output with a leading replicate axis).
 
     Raises:
-        ValueError: ``c`` has batch axes, weights or ``p * weight`` that are not
-            whole numbers (for soft probabilities use :func:`bootstrap`), bad
-            ``num_replicates``/``chunks``, ``scorer`` not callable.
+        ValueError: ``c`` has batch axes; weights, ``draws`` or A's wins
+            (``p * weight - draws / 2``) that are not whole numbers in
+            ``[0, weight]`` (for soft probabilities use :func:`bootstrap`);
+            bad ``num_replicates``/``chunks``; ``scorer`` not callable.
     """
     if not callable(scorer):
         raise ValueError(f"scorer must be callable, got {scorer!r}")
@@ -175,14 +183,24 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     w = np.asarray(c.weight, np.float64)
-    won = np.asarray(c.p, np.float64) * w
-    for name, x in (("weight", w), ("p * weight", won)):
-        bad = np.abs(x - np.round(x)) > 1e-3 * np.maximum(1.0, np.abs(x))
+    if draws is None:
+        d = np.zeros_like(w)
+    else:
+        d = np.asarray(draws, np.float64)
+        if d.shape != w.shape:
+            raise ValueError(f"draws must have shape {w.shape} (one count per comparison), got {d.shape}")
+    won = np.asarray(c.p, np.float64) * w - d / 2
+    what = "p * weight" if draws is None else "A's wins, p * weight - draws / 2,"
+    for name, x, top in (("weight", w, None), ("draws", d, w), (what, won, w - d)):
+        bad = (np.abs(x - np.round(x)) > 1e-3 * np.maximum(1.0, np.abs(x))) | ~np.isfinite(x) | (x < -1e-3)
+        if top is not None:
+            bad |= x > top + 1e-3
         if bad.any():
             k = int(np.argmax(bad))
-            raise ValueError(f"{name} must count raw outcomes (whole numbers); comparison {k} has {x[k]!r}. "
-                             "For soft probabilities use jaxrank.bootstrap")
-    counts = np.stack([np.round(won), np.round(w - won)], axis=-1).reshape(-1)
+            raise ValueError(f"{name} must count raw outcomes (whole numbers in [0, weight]); comparison {k} has "
+                             f"{x[k]!r}. For soft probabilities use jaxrank.bootstrap")
+    won, d = np.round(won), np.round(d)
+    counts = np.stack([won, np.round(w) - won - d, d], axis=-1).reshape(-1)
     m = int(counts.sum())
     if m < 1:
         raise ValueError("c holds no outcomes (all weights are 0)")
@@ -198,8 +216,9 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     for _ in range(int(chunks)):
         rep = np.zeros((size, counts.size), dt)
         rep[:, live] = rng.multinomial(m, counts[live] / m, size=size)
-        rep = rep.reshape(size, -1, 2)
-        pending.append(run(c, rep.sum(-1), np.ascontiguousarray(rep[..., 0])))   # runs while NumPy draws on
+        rep = rep.reshape(size, -1, 3)
+        wins = np.ascontiguousarray(rep[..., 0] + 0.5 * rep[..., 2])
+        pending.append(run(c, rep.sum(-1), wins))   # runs while NumPy draws the next chunk
     out = jax.block_until_ready(pending)
     return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *out)
 

@@ -175,3 +175,41 @@ def test_bootstrap_outcomes_bad_input():
         jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=0)
     with pytest.raises(ValueError, match="chunks"):
         jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, chunks=0)
+
+
+def test_bootstrap_outcomes_with_draws_resamples_three_categories():
+    a, b, g, won, n = _count_data(4)
+    rng = np.random.default_rng(5)
+    d = np.floor(rng.random(len(g)) * (g - won + 1))                       # draws among the games A did not win
+    c = jr.Comparisons.from_pairs(a, b, (won + d / 2) / g, num_items=n, weight=g)
+    cells = lambda cc: jnp.stack([cc.weight, cc.p * cc.weight], -1)
+    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=3000, seed=1, draws=d), np.float64)
+    games, wins = rep[..., 0], rep[..., 1]                                   # wins = A's wins + draws / 2
+    m = g.sum()
+    np.testing.assert_allclose(games.sum(-1), m)
+    np.testing.assert_allclose(2 * wins, np.round(2 * wins), atol=1e-3)     # half-integers where draws are odd
+    qa, qd, qg = won / m, d / m, g / m                                       # Multinomial(M, q) over (cell, A/B/draw)
+    np.testing.assert_allclose(wins.mean(0), m * (qa + qd / 2), atol=4 * np.sqrt(m * qg / len(rep)).max())
+    var = m * (qa * (1 - qa) + qd * (1 - qd) / 4 - qa * qd)                 # Var(A + D/2)
+    np.testing.assert_allclose(wins.var(0, ddof=1), var, rtol=0.2)
+    np.testing.assert_allclose(games.var(0, ddof=1), m * qg * (1 - qg), rtol=0.2)
+    # Only draws in a cell: every replicate gives it p = 1/2 exactly.
+    only = jr.Comparisons.from_pairs(a[:3], b[:3], np.full(3, 0.5), num_items=n, weight=np.array([4.0, 6.0, 2.0]))
+    rp = np.asarray(jr.bootstrap_outcomes(lambda cc: cc.p, only, num_replicates=50, draws=[4, 6, 2]))
+    games_only = np.asarray(jr.bootstrap_outcomes(lambda cc: cc.weight, only, num_replicates=50, draws=[4, 6, 2]))
+    np.testing.assert_array_equal(rp[games_only > 0], 0.5)
+
+
+def test_bootstrap_outcomes_draws_bad_input():
+    a, b, g, won, n = _count_data(6)
+    ok = (won < g).astype(np.float64)                                            # one draw where A lost a game
+    c = jr.Comparisons.from_pairs(a, b, (won + ok / 2) / g, num_items=n, weight=g)
+    with pytest.raises(ValueError, match="whole numbers"):                       # draws not declared
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4)
+    assert np.asarray(jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=ok)).shape == (4, n)
+    with pytest.raises(ValueError, match="draws must have shape"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=ok[:-1])
+    with pytest.raises(ValueError, match="draws must count"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=ok + 0.5)
+    with pytest.raises(ValueError, match="draws must count"):
+        jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=g + 1)
