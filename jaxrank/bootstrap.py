@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
@@ -51,7 +50,7 @@ def _resample_one(c: Comparisons, u) -> Comparisons:
     return Comparisons(i=c.i, j=c.j, p=c.p, weight=c.weight * counts, item_mask=c.item_mask, num_items=c.num_items)
 
 
-@_jit.jit
+@jax.jit
 def _resample(c: Comparisons, key) -> Comparisons:
     # one uniform draw for all contexts (one threefry call site: cheap to compile)
     u = jax.random.uniform(key, c.weight.shape)
@@ -77,7 +76,7 @@ def resample_comparisons(c: Comparisons, *, key) -> Comparisons:
     return _resample(c, key)
 
 
-@functools.partial(_jit.jit, static_argnames=("num_replicates",))
+@functools.partial(jax.jit, static_argnames=("num_replicates",))
 def _replicates(c, key, num_replicates):
     return jax.vmap(lambda k: _resample(c, k))(jax.random.split(key, num_replicates))
 
@@ -117,7 +116,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
 def _outcome_scorer(scorer, kwargs):
     f = functools.partial(scorer, **dict(kwargs))
 
-    @_jit.jit
+    @jax.jit
     def run(c, games, wins):
         shape = games.shape
         reps = dataclasses.replace(

@@ -19,14 +19,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["positional_bias", "debias_threshold", "threshold_debias", "permutation_average"]
 
 
-@_jit.jit
+@jax.jit
 def positional_bias(c: Comparisons, *, threshold=0.5) -> jax.Array:
     """``P(A)``: weighted fraction of comparisons decided for position A (eq. 8).
 
@@ -56,7 +56,7 @@ def _weighted_median_one(p, w):
     return jnp.where(cw[-1] > 0, tau, 0.5)
 
 
-@_jit.jit
+@jax.jit
 def debias_threshold(c: Comparisons) -> jax.Array:
     """Threshold ``tau`` with ``P(p > tau) = 0.5`` over the comparisons (eq. 9-10).
 
@@ -75,7 +75,7 @@ def debias_threshold(c: Comparisons) -> jax.Array:
     return fn(p, w)
 
 
-@_jit.jit
+@jax.jit
 def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
     """Reweight probabilities so that ``0.5`` plays the role of ``tau`` (eq. 9).
 
@@ -102,7 +102,7 @@ def _permutation_average_one(c):
     return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)
 
 
-@_jit.jit
+@jax.jit
 def permutation_average(c: Comparisons) -> Comparisons:
     """Average each comparison with its reverse order (permutation debiasing).
 

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _jit, metrics
+from jaxrank import metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.debias import debias_threshold, permutation_average
 from jaxrank.scoring import average_probability, bradley_terry, poe_bradley_terry, poe_gaussian, win_ratio
@@ -203,7 +203,7 @@ def select_nested(judge: Judge, *, num_subsets: int, max_budget: int, key, selec
     return gather_comparisons(jnp.asarray(judge.probs), i, j, item_mask=mask)
 
 
-@functools.partial(_jit.jit, static_argnames=("budget",))
+@functools.partial(jax.jit, static_argnames=("budget",))
 def _observed_order(keys, observed, budget):
     def one(key, obs):
         n = obs.shape[-1]
@@ -218,7 +218,7 @@ MAX_BUDGETS_PER_CALL = 8
 """Budgets per batched call in :func:`efficiency_curves`."""
 
 
-@functools.partial(_jit.jit, static_argnames=("scorer",))
+@functools.partial(jax.jit, static_argnames=("scorer",))
 def _curve_chunk(sel: Comparisons, labels, mask, budgets, scorer: str):
     """Mean per-context Spearman ``[b, s]`` of ``sel [s, C, R]`` cut to each of ``budgets [b]``."""
     shape = budgets.shape + sel.i.shape

@@ -16,8 +16,6 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _jit
-
 __all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks"]
 
 
@@ -44,7 +42,7 @@ def average_ranks(x, *, where=None):
     return jnp.where(where, r, 0).astype(jnp.result_type(x.dtype, jnp.float32))
 
 
-@_jit.jit
+@jax.jit
 def pearson(pred, gold, *, where=None):
     """Pearson correlation per context over the ``where`` entries; NaN if undefined."""
     pred, gold, where = _prepare(pred, gold, where)
@@ -62,7 +60,7 @@ def pearson(pred, gold, *, where=None):
     return jnp.where(ok, jnp.clip(r, -1, 1), jnp.nan)
 
 
-@_jit.jit
+@jax.jit
 def spearman(pred, gold, *, where=None):
     """Spearman rank correlation per context (Pearson of average ranks); NaN if undefined.
 
@@ -78,7 +76,7 @@ def spearman(pred, gold, *, where=None):
     return pearson(average_ranks(pred, where=where), average_ranks(gold, where=where), where=where)
 
 
-@_jit.jit
+@jax.jit
 def kendall_tau(pred, gold, *, where=None):
     """Kendall tau-b per context (ties handled as in ``scipy.stats.kendalltau``); NaN if undefined.
 
@@ -95,7 +93,7 @@ def kendall_tau(pred, gold, *, where=None):
     return jnp.where(ok, num / jnp.sqrt(jnp.where(ok, den, 1)), jnp.nan)
 
 
-@_jit.jit
+@jax.jit
 def pairwise_accuracy(pred, gold, *, where=None):
     """Fraction of pairs with different human scores that ``pred`` orders the same way.
 
@@ -112,7 +110,7 @@ def pairwise_accuracy(pred, gold, *, where=None):
     return jnp.where(total > 0, jnp.sum(right, axis=(-2, -1)) / jnp.maximum(total, 1), jnp.nan)
 
 
-@functools.partial(_jit.jit, static_argnames="axis")
+@functools.partial(jax.jit, static_argnames="axis")
 def context_mean(values, axis=-1):
     """Mean over contexts skipping undefined (NaN) ones, as the papers do (METHODS.md §7).
 

@@ -37,7 +37,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["shard_contexts"]
@@ -119,12 +118,12 @@ def _sharded(fn, devices, static, per_context_names, replicated_names):
     # check_vma=False: the scorers start their loops from fresh constants (device-invariant under the
     # varying-manual-axes type system), which would need a pcast in every solver; with no collective
     # in ``local`` nothing depends on that type.
-    run = _jit.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P()), out_specs=P(AXIS),
+    run = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(AXIS), P(AXIS), P()), out_specs=P(AXIS),
                                 check_vma=False))
     return run, NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
 
 
-@functools.partial(_jit.jit, static_argnums=(2, 3))
+@functools.partial(jax.jit, static_argnums=(2, 3))
 def _flatten_and_pad(c: Comparisons, per_context, nb: int, pad: int):
     """One batch axis, then ``pad`` inert contexts (weight-0 comparisons, all items masked) appended.
 
@@ -143,7 +142,7 @@ def _flatten_and_pad(c: Comparisons, per_context, nb: int, pad: int):
     return c, per_context
 
 
-@functools.partial(_jit.jit, static_argnums=(1,))
+@functools.partial(jax.jit, static_argnums=(1,))
 def _trim_and_unflatten(out, shape):
     b = math.prod(shape)
     return jax.tree.map(lambda x: x[:b].reshape(shape + x.shape[1:]), out)

@@ -42,8 +42,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-
-from jaxrank import _jit
 import numpy as np
 from scipy import optimize
 from scipy.special import ndtr
@@ -207,7 +205,7 @@ def calibrate_judge(labels, mask=None, *, accuracy: float, p_a: float = 0.5, ite
     return JudgeParams(float(slope), float(bias_for(slope)), float(item_noise), float(pair_noise), scale, model)
 
 
-@functools.partial(_jit.jit, static_argnames=("model",))
+@functools.partial(jax.jit, static_argnames=("model",))
 def _simulate(key, z, mask, slope, bias, item_noise, pair_noise, model):
     def one(key, z, mask):
         n = z.shape[-1]

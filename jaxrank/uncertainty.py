@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit, metrics
+from jaxrank import _graph, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -58,7 +58,7 @@ def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     return GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj)
 
 
-@functools.partial(_jit.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
+@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
 def _laplace(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     return _graph.batched(_laplace_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior,
                           score_prior=score_prior, tol=tol, max_iter=max_iter)
@@ -113,7 +113,7 @@ def score_intervals(post: GaussianPosterior, *, level: float = 0.95) -> tuple[ja
     return post.mean - half, post.mean + half
 
 
-@functools.partial(_jit.jit, static_argnames=("num_samples",))
+@functools.partial(jax.jit, static_argnames=("num_samples",))
 def _samples(mean, cov, key, num_samples):
     lam, u = jnp.linalg.eigh(0.5 * (cov + jnp.swapaxes(cov, -1, -2)))
     # the null space (per-component shifts, padded items) is exactly 0 up to rounding: drop it
@@ -168,7 +168,7 @@ class RankIntervals(NamedTuple):
     rank: jax.Array
 
 
-@functools.partial(_jit.jit, static_argnames=("num_samples", "level"))
+@functools.partial(jax.jit, static_argnames=("num_samples", "level"))
 def _rank_intervals(mean, cov, mask, key, num_samples, level):
     s = _samples(mean, cov, key, num_samples)
     r = _ranks(s, mask)
@@ -221,7 +221,7 @@ def _adjacent_confidence(mean, cov, mask):
     return jnp.sum(jnp.where(ok, prob, 0)) / jnp.maximum(jnp.sum(ok), 1)
 
 
-@functools.partial(_jit.jit, static_argnames=("rule", "num_samples"))
+@functools.partial(jax.jit, static_argnames=("rule", "num_samples"))
 def _confidence(mean, cov, mask, key, rule, num_samples):
     if rule == "adjacent":
         f = _adjacent_confidence

@@ -79,26 +79,7 @@ def test_cli_keeps_compiled_programs_unless_told_not_to(tmp_path):
         assert (folder.is_dir() and any(folder.iterdir())) == expect, extra
 
 
-# --------------------------------------------------------------- per-program XLA:CPU options
-def test_top_level_programs_get_the_cpu_options_and_nested_ones_do_not():
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from jaxrank import _jit
-
-    f = _jit.jit(lambda x: jnp.sin(x) * 2)
-    x = jnp.linspace(0.0, 1.0, 5)
-    if jax.default_backend() == "cpu":
-        assert dict(f.lower(x)._lowering._compiler_options_kvs) == _jit.CPU_COMPILER_OPTIONS
-    # JAX refuses compiler_options on a nested jit: under every transformation the wrapper
-    # falls back to the plain program, with the same values.
-    np.testing.assert_allclose(f(x), 2 * np.sin(np.asarray(x)), rtol=1e-6)
-    np.testing.assert_allclose(jax.jit(f)(x), 2 * np.sin(np.asarray(x)), rtol=1e-6)
-    np.testing.assert_allclose(jax.vmap(f)(x), 2 * np.sin(np.asarray(x)), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(lambda v: f(v).sum())(x), 2 * np.cos(np.asarray(x)), rtol=1e-6)
-
-
+# ------------------------------------------------------------ jaxrank inside a caller's jit
 def test_a_scorer_inside_a_users_jit_with_only_constant_arguments():
     # No tracer among the arguments, yet the call is staged into the caller's program.
     import jax

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -135,7 +135,7 @@ def _live_items(c):
     return jnp.any(touch, axis=-2)
 
 
-@_jit.jit
+@jax.jit
 def _smoothed(c, prior):
     """The soft-BT problem whose optimum is hard BT's fixed point (module docstring)."""
     dt = c.p.dtype
@@ -167,7 +167,7 @@ def _check(prior, method, tol, max_iter):
         raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
 
 
-@functools.partial(_jit.jit, static_argnames=("prior", "method", "tol", "max_iter"))
+@functools.partial(jax.jit, static_argnames=("prior", "method", "tol", "max_iter"))
 def _fit(c, prior, method, tol, max_iter):
     flat, shape = _graph.flatten_batch(c)
     return _graph.unflatten_batch(_fit_flat(flat, prior, method, tol, max_iter), shape)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["win_ratio", "average_probability", "decisions"]
@@ -28,7 +28,7 @@ def _ratio(c: Comparisons, x):
     return jnp.where((games > 0) & c.item_mask, ratio, 0.5)
 
 
-@_jit.jit
+@jax.jit
 def _counting(c, threshold, hard):
     # ``hard`` is traced: win ratio and average probability share one compiled program.
     one = lambda cc, t: _ratio(cc, jnp.where(hard, decisions(cc.p, t), cc.p))

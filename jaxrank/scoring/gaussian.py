@@ -23,7 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -83,7 +83,7 @@ def _check_debias(debias):
     return bool(debias)
 
 
-@functools.partial(_jit.jit, static_argnames=("with_cov",))
+@functools.partial(jax.jit, static_argnames=("with_cov",))
 def _solve(c, debias, hard, alpha, with_cov):
     return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=with_cov)
 

@@ -20,7 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.gaussian import poe_gaussian
 
@@ -77,7 +77,7 @@ def _local_search_one(c, init, eps, tol, max_moves):
     return jnp.where(active, centre - pos.astype(g.dtype), 0)
 
 
-@functools.partial(_jit.jit, static_argnames=("eps", "tol", "max_moves"))
+@functools.partial(jax.jit, static_argnames=("eps", "tol", "max_moves"))
 def _search(c, init, eps, tol, max_moves):
     return _graph.batched(_local_search_one, c, init, eps=eps, tol=tol, max_moves=max_moves)
 

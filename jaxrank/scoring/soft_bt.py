@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
@@ -435,7 +435,7 @@ chunk iterates only as long as its own slowest context needs and stays in cache 
 slower than 32)."""
 
 
-@functools.partial(_jit.jit, static_argnames=("mode",))
+@functools.partial(jax.jit, static_argnames=("mode",))
 def _fit(c, st, mode):
     flat, shape = _graph.flatten_batch(c)
     sol = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st), flat, CHUNK)

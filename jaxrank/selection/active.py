@@ -37,7 +37,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -72,7 +71,7 @@ class ActiveResult(NamedTuple):
     history: np.ndarray
 
 
-@functools.partial(_jit.jit, static_argnames=("num_pairs", "symmetric", "rule", "num_samples", "mode", "eps",
+@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "rule", "num_samples", "mode", "eps",
                                              "gamma_prior", "score_prior", "tol", "max_iter"))
 def _round(c, k_conf, k_sel, *, num_pairs, symmetric, rule, num_samples, mode, eps, gamma_prior, score_prior, tol,
            max_iter):

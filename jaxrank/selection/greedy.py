@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph, _jit
+from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import _common
 
@@ -136,7 +136,7 @@ def _interleave(a, b, symmetric):
     return jnp.stack([a, b], -1).reshape(-1), jnp.stack([b, a], -1).reshape(-1)
 
 
-@functools.partial(_jit.jit, static_argnames=("num_items", "budget", "symmetric"))
+@functools.partial(jax.jit, static_argnames=("num_items", "budget", "symmetric"))
 def _greedy(key, mask, *, num_items, budget, symmetric):
     def one(key, mask):
         n = num_items
@@ -229,7 +229,7 @@ def select_from_posterior(c, post, key, *, num_pairs, symmetric):
     return _interleave(a, b, symmetric)
 
 
-@functools.partial(_jit.jit, static_argnames=("num_pairs", "symmetric", "mode", "eps", "gamma_prior",
+@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "mode", "eps", "gamma_prior",
                                              "score_prior", "tol", "max_iter"))
 def _laplace_select(c, key, **kw):
     fn = functools.partial(_laplace_select_one, **kw)

@@ -40,7 +40,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import _common
 
@@ -148,7 +147,7 @@ def _pairs_one(prob_fn, mask, key, *, n, beam, symmetric, prune, shuffle):
     return order, scores, jnp.sum(rw).astype(jnp.int32), (ri, rj, rp, weight), loglik
 
 
-@functools.partial(_jit.jit, static_argnames=("n", "beam", "symmetric"))
+@functools.partial(jax.jit, static_argnames=("n", "beam", "symmetric"))
 def _pairs_dense(probs, mask, key, prune, shuffle, *, n, beam, symmetric):
     def one(probs, mask, key):
         return _pairs_one(lambda x, y: probs[x, y], mask, key, n=n, beam=beam, symmetric=symmetric,
@@ -160,7 +159,7 @@ def _pairs_dense(probs, mask, key, prune, shuffle, *, n, beam, symmetric):
     return f(probs, mask, key)
 
 
-@functools.partial(_jit.jit, static_argnames=("prob_fn", "n", "beam", "symmetric"))
+@functools.partial(jax.jit, static_argnames=("prob_fn", "n", "beam", "symmetric"))
 def _pairs_callable(mask, key, prune, shuffle, *, prob_fn, n, beam, symmetric):
     return _pairs_one(prob_fn, mask, key, n=n, beam=beam, symmetric=symmetric, prune=prune, shuffle=shuffle)
 

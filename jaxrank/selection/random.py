@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _jit
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import _common
 
@@ -84,7 +83,7 @@ def spanning_tree(u_order, u_parent, mask):
     return perm[1:], perm[parent], k < n_real
 
 
-@functools.partial(_jit.jit, static_argnames=("num_items", "budget", "mode", "ensure_coverage"))
+@functools.partial(jax.jit, static_argnames=("num_items", "budget", "mode", "ensure_coverage"))
 def _random(key, mask, *, num_items, budget, mode, ensure_coverage):
     def one(key, mask):
         n = num_items
