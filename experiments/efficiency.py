@@ -91,23 +91,24 @@ def load_judges(args):
     from jaxrank import data, experiments as ex
 
     aspects = args.aspects.split(",") if args.aspects else list(data.ASPECTS[args.data])
-    cut = slice(*[int(x) if x else None for x in args.contexts.split(":")]) if args.contexts else slice(None)
-    judges = {}
-    if args.store:
-        if not args.judge:
-            raise SystemExit("--store needs --judge")
-        aspect = aspects[0]
-        j = ex.store_judge(args.store, judge=args.judge, data=args.data, aspect=aspect, template=args.template)
-        judges[aspect] = dict(biased=ex.Judge(*(x[cut] for x in j[:4]), j.name), unbiased=None)
-        return judges, args.tag or f"{args.data}_{Path(args.judge).name}"
-    ds = data.load_dataset(args.data)
-    for k, aspect in enumerate(aspects):
-        lm = data.label_matrix(ds, aspect)
-        lab, m = lm.labels[cut], lm.mask[cut]
-        kw = dict(accuracy=args.accuracy, item_noise=args.item_noise, seed=args.seed + k)
-        judges[aspect] = dict(biased=ex.simulated_judge(lab, m, p_a=args.p_a, **kw),
-                              unbiased=ex.simulated_judge(lab, m, p_a=0.5, **kw) if args.p_a != 0.5 else None)
-    return judges, args.tag or f"{args.data}_sim-acc{round(1000 * args.accuracy)}-pa{round(100 * args.p_a)}"
+    if args.store and not args.judge:
+        raise SystemExit("--store needs --judge")
+    common = dict(data=args.data, contexts=args.contexts, item_noise=args.item_noise, accuracy=args.accuracy)
+    try:
+        if args.store:
+            j, label = ex.load_judge(aspect=aspects[0], store=args.store, judge=args.judge, template=args.template,
+                                     **common)
+            return {aspects[0]: dict(biased=j, unbiased=None)}, args.tag or f"{args.data}_{label}"
+        ds = data.load_dataset(args.data)
+        judges = {}
+        for k, aspect in enumerate(aspects):
+            kw = dict(common, aspect=aspect, seed=args.seed + k, dataset=ds)
+            biased, label = ex.load_judge(p_a=args.p_a, **kw)
+            judges[aspect] = dict(biased=biased,
+                                  unbiased=ex.load_judge(p_a=0.5, **kw)[0] if args.p_a != 0.5 else None)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return judges, args.tag or f"{args.data}_{label}"
 
 
 def run(args, judges, say):

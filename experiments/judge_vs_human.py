@@ -49,20 +49,17 @@ def parse_args(argv):
 
 
 def load_judge(args):
-    from jaxrank import data, experiments as ex
+    from jaxrank import experiments as ex
 
-    cut = slice(*[int(x) if x else None for x in args.contexts.split(":")]) if args.contexts else slice(None)
-    if args.store:
-        if not args.judge:
-            raise SystemExit("--store needs --judge")
-        j = ex.store_judge(args.store, judge=args.judge, data=args.data, aspect=args.aspect,
-                           template=args.template)
-        j = ex.Judge(*(x[cut] for x in j[:4]), j.name)
-        return j, args.tag or f"{args.data}_{args.aspect}_{Path(args.judge).name}"
-    lm = data.label_matrix(data.load_dataset(args.data), args.aspect)
-    j = ex.simulated_judge(lm.labels[cut], lm.mask[cut], accuracy=args.accuracy, p_a=args.p_a,
-                           item_noise=args.item_noise, seed=args.seed)
-    return j, args.tag or f"{args.data}_{args.aspect}_sim-acc{round(1000 * args.accuracy)}-pa{round(100 * args.p_a)}"
+    if args.store and not args.judge:
+        raise SystemExit("--store needs --judge")
+    try:
+        j, label = ex.load_judge(data=args.data, aspect=args.aspect, contexts=args.contexts, store=args.store,
+                                 judge=args.judge, template=args.template, accuracy=args.accuracy, p_a=args.p_a,
+                                 item_noise=args.item_noise, seed=args.seed)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    return j, args.tag or f"{args.data}_{args.aspect}_{label}"
 
 
 def fit_models(dh, p):

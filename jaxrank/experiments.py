@@ -36,7 +36,7 @@ from jaxrank.scoring import average_probability, bradley_terry, poe_bradley_terr
 from jaxrank.scoring.ml_ranking import max_likelihood_ranking
 from jaxrank.selection import gather_comparisons, greedy_comparisons, random_comparisons
 
-__all__ = ["SCORERS", "LABELS", "Judge", "simulated_judge", "store_judge", "budget_grid", "select_nested",
+__all__ = ["SCORERS", "LABELS", "Judge", "simulated_judge", "store_judge", "load_judge", "budget_grid", "select_nested",
            "efficiency_curves", "run_study", "summarise", "judge_human_pairs", "binned_mean"]
 
 SCORERS: dict[str, Callable[[Comparisons], jax.Array]] = {
@@ -155,6 +155,44 @@ def store_judge(path, *, judge: str, data: str, aspect: str, template: str | Non
     observed = wsum > 0
     probs = np.where(observed, psum / np.where(observed, wsum, 1), 0.5).astype(np.float32)
     return Judge(probs, observed, labels, mask, f"{judge} ({path})")
+
+
+def load_judge(*, data: str, aspect: str, contexts: str | None = None, store=None, judge: str | None = None,
+               template: str | None = None, accuracy: float = 0.686, p_a: float = 0.37, item_noise: float = 1.5,
+               seed: int = 0, dataset=None) -> tuple[Judge, str]:
+    """The judge of an experiment script: read from a judgement store, or simulated on the human labels.
+
+    Args:
+        data, aspect: the data set and human aspect of the labels.
+        contexts: ``"a:b"`` slice of the contexts (``None``: all).
+        store, judge, template: a judgement store (``jaxrank judge``) and the judge's
+            name in it (:func:`store_judge`); without ``store`` the judge is simulated.
+        accuracy, p_a, item_noise, seed: the simulated judge's settings (:func:`simulated_judge`).
+        dataset: the loaded data set (saves loading it again), simulated judges only.
+
+    Returns:
+        ``(judge, label)``: the judge restricted to ``contexts`` and a file-name label
+        (the store's judge name, or ``sim-acc686-pa37`` for a simulated judge).
+
+    Raises:
+        ValueError: ``store`` without ``judge``, or a malformed ``contexts`` slice.
+    """
+    from pathlib import Path
+
+    try:
+        cut = slice(*[int(x) if x else None for x in contexts.split(":")]) if contexts else slice(None)
+    except ValueError:
+        raise ValueError(f"contexts must be a slice such as 0:20, got {contexts!r}") from None
+    if store:
+        if not judge:
+            raise ValueError("a judgement store needs the judge's name (judge=)")
+        j = store_judge(store, judge=judge, data=data, aspect=aspect, template=template)
+        return Judge(*(x[cut] for x in j[:4]), j.name), Path(judge).name
+    from jaxrank.data import label_matrix, load_dataset
+
+    lm = label_matrix(dataset if dataset is not None else load_dataset(data), aspect)
+    j = simulated_judge(lm.labels[cut], lm.mask[cut], accuracy=accuracy, p_a=p_a, item_noise=item_noise, seed=seed)
+    return j, f"sim-acc{round(1000 * accuracy)}-pa{round(100 * p_a)}"
 
 
 def budget_grid(num_items: int, *, step: int | None = None, extra=(), symmetric: bool = False,
