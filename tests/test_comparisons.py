@@ -161,6 +161,8 @@ def test_from_pairs_on_host_arrays_compiles_nothing():
                                       item_mask=np.ones((4, 9), bool))
     assert log.records == []
     assert c.i.dtype == jnp.int32 and c.p.dtype == jnp.float32 and c.weight.dtype == jnp.float32
-    np.testing.assert_array_equal(c.i, i) and np.testing.assert_allclose(c.p, p, rtol=1e-7)
+    np.testing.assert_array_equal(c.i, i)
+    np.testing.assert_allclose(c.p, p, rtol=1e-7)
     np.testing.assert_allclose(c.weight, w, rtol=1e-7)
-    np.testing.assert_array_equal(d.weight, np.ones((4, 11))) and np.testing.assert_array_equal(d.j, j)
+    np.testing.assert_array_equal(d.weight, np.ones((4, 11)))
+    np.testing.assert_array_equal(d.j, j)

@@ -15,16 +15,6 @@ CANDS = ["The council will close the river bridge for repairs from May.",
 
 
 @pytest.fixture(scope="module")
-def minilm():
-    from jaxrank.judges import load_model
-
-    try:
-        return load_model("minilm-l6")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
 def judge(minilm):
     return SimilarityJudge(minilm, batch_size=4)
 

@@ -310,8 +310,8 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     deg, wt_h, wt_r, scale = _graph.item_sums_many(e, (h, h, r, mag), (h, -h, -r, mag))
     sum_h = jnp.sum(h)
     g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
-    pmean = functools.partial(_graph.component_mean, labels=labels)
-    size = jax.ops.segment_sum(jnp.ones_like(deg), labels, n)[labels]
+    size = _graph.component_sizes(labels, deg.dtype)
+    pmean = functools.partial(_graph.component_mean, labels=labels, sizes=size)
 
     def matvec(u):
         v = u[:n]
