@@ -234,19 +234,13 @@ def _assess(args):
                                  debias=args.debias)
     except ValueError as e:
         raise SystemExit(f"jaxrank: {e}")
-    lines = [f"# {args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts", "",
-             f"Positional bias P(A) = {rep.overall_positional_bias:.3f} (0.5 = unbiased); "
-             f"comparisons per context: {int(rep.num_comparisons.min())}-{int(rep.num_comparisons.max())}; "
-             f"debias: {args.debias}.", ""] + ([run.summary(), ""] if run else []) + [rep.table(), ""]
-    extra = ("comparisons", "stopped", "confidence") if run else ()
-    lines += ["| context | P(A) | " + " | ".join(extra + methods) + " |",
-              "|---|---:|" + "---:|" * (len(extra) + len(methods))]
-    for r, ctx in enumerate(rep.contexts):
-        act = (f"{run.num_comparisons[r]} / {run.full[r]} | {run.stopped[r]} | {run.confidence[r]:.3f} | "
-               if run else "")
-        lines.append(f"| {ctx} | {rep.positional_bias[r]:.2f} | {act}" +
-                     " | ".join(f"{rep.spearman[m][r]:.3f}" for m in methods) + " |")
-    text = "\n".join(lines)
+    extra = {}
+    if run:
+        extra = {"used / all": [f"{run.num_comparisons[r]} / {run.full[r]}" for r in range(len(rep.contexts))],
+                 "stopped": [str(run.stopped[r]) for r in range(len(rep.contexts))],
+                 "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
+    title = f"{args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts"
+    text = rep.markdown(title, preamble=[run.summary(), ""] if run else [], extra=extra)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -254,7 +248,8 @@ def _assess(args):
     (out / f"{stem}.md").write_text(text + "\n")
     with (out / f"{stem}-scores.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["context", "candidate", "human"] + list(methods) + list(extra))
+        w.writerow(["context", "candidate", "human"] + list(methods) +
+                   (["comparisons", "stopped", "confidence"] if run else []))
         for r, ctx in enumerate(sel.contexts):
             act = [int(run.num_comparisons[r]), run.stopped[r], float(run.confidence[r])] if run else []
             for n, cid in enumerate(sel.candidates[r]):

@@ -36,19 +36,23 @@ class StoreJudgeFn:
     chunks of ``chunk`` comparisons, each chunk appended to the store as soon as
     it is judged. The returned ``p`` are the stored values (float64).
 
+    ``progress`` (a callable taking a count) is told of every comparison answered,
+    judged (per batch of the judge) or from the store.
+
     Attributes:
         judged: comparisons sent to the judge so far.
         replayed: comparisons answered from the store so far.
     """
 
     def __init__(self, judge, store: JudgementStore, context_id: str, text: str, candidates: Sequence[str],
-                 candidate_ids: Sequence[str], *, chunk: int | None = None):
+                 candidate_ids: Sequence[str], *, chunk: int | None = None, progress=None):
         self.judge, self.store = judge, store
         self.name, self.tkey = judge.name, _template_key(judge)
         self.context_id, self.text = str(context_id), text
         self.candidates, self.candidate_ids = list(candidates), [str(c) for c in candidate_ids]
         self.chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
         self.judged = self.replayed = 0
+        self.progress = progress
 
     def _key(self, a: int, b: int):
         return (self.name, self.tkey, self.context_id, self.candidate_ids[a], self.candidate_ids[b])
@@ -57,10 +61,12 @@ class StoreJudgeFn:
         pairs = [(int(a), int(b)) for a, b in zip(np.asarray(i).tolist(), np.asarray(j).tolist())]
         todo = list(dict.fromkeys(pr for pr in pairs if self._key(*pr) not in self.store))
         self.replayed += len(pairs) - len(todo)
+        if self.progress is not None and len(pairs) > len(todo):
+            self.progress(len(pairs) - len(todo))
         for start in range(0, len(todo), self.chunk):
             part = np.array(todo[start:start + self.chunk], np.int32)
             _judge_chunk(self.judge, self.store, self.name, self.tkey, self.context_id, self.text,
-                         self.candidates, self.candidate_ids, part)
+                         self.candidates, self.candidate_ids, part, progress=self.progress)
             self.judged += len(part)
         return np.array([float(self.store.get(self._key(*pr))["p"]) for pr in pairs], np.float64)
 
@@ -171,7 +177,9 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
         seed: the per-context keys are :func:`context_key` ``(seed, context id)``.
         chunk: comparisons per ``compare`` call and per store write (default 4 x the
             judge's batch size).
-        progress: a progress bar (tqdm) over contexts.
+        progress: a progress bar (tqdm) over comparisons, moving after every batch
+            of the judge; its total is the sum of the budgets, lowered when a
+            context stops early, so the time left is an upper bound.
         **active_kwargs: more :func:`~jaxrank.selection.active_assess` settings
             (``symmetric``, ``debias``, ``score_prior``, ``num_samples``, ...).
 
@@ -188,17 +196,20 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
                  symmetric=bool(active_kwargs.get("symmetric", False)))
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
+    budgets_all = [len(c) * (len(c) - 1) if budget is None else min(int(budget), len(c) * (len(c) - 1))
+                   for c in cs.candidates]
     bar = None
     if progress and cs.ids:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(cs.ids), desc=f"active assessment ({judge.name})", unit="ctx")
+        bar = tqdm(total=sum(budgets_all), desc=f"active assessment ({judge.name})", unit="cmp", smoothing=0.1)
     results, rows, budgets, full, judged, replayed = [], [], [], [], 0, 0
     try:
         for k, ctx in enumerate(cs.ids):
             n = len(cs.candidates[k])
-            r = n * (n - 1) if budget is None else min(int(budget), n * (n - 1))
-            fn = StoreJudgeFn(judge, store, ctx, cs.texts[k], cs.candidates[k], cs.candidate_ids[k], chunk=chunk)
+            r = budgets_all[k]
+            fn = StoreJudgeFn(judge, store, ctx, cs.texts[k], cs.candidates[k], cs.candidate_ids[k], chunk=chunk,
+                              progress=None if bar is None else bar.update)
 
             def show(rnd, used, conf, post, ctx=ctx):
                 if bar is not None:
@@ -214,8 +225,9 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
             full.append(n * (n - 1))
             judged += fn.judged
             replayed += fn.replayed
-            if bar is not None:
-                bar.update(1)
+            if bar is not None and u < r:          # stopped early: its unused budget leaves the total
+                bar.total -= r - u
+                bar.refresh()
     finally:
         if bar is not None:
             bar.close()

@@ -210,13 +210,15 @@ class PromptJudge:
         return prefix, a_part, b_part
 
     # ------------------------------------------------------------------ judging
-    def compare(self, context: str, candidates: Sequence[str], i, j) -> Judgement:
+    def compare(self, context: str, candidates: Sequence[str], i, j, *, progress=None) -> Judgement:
         """``p = P(candidates[i] better than candidates[j])`` for every pair of one context.
 
         Args:
             context: the article / dialogue / prompt ("" when the template has none).
             candidates: the candidate texts.
             i, j: ``[R]`` indices into ``candidates`` for positions A and B.
+            progress: optional callable, called with the number of comparisons
+                finished after every batch (a progress bar's ``update``).
 
         Returns:
             :class:`Judgement` with ``p [R]``.
@@ -237,7 +239,7 @@ class PromptJudge:
             warn=not self._warned, kept="candidates and question",
             error_tail=": the candidates and question alone do not fit")
         self._warned = self._warned or truncated
-        logits = self._logits_decoder(pairs) if self.decoder else self._logits_t5(pairs)
+        logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
         p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
         return Judgement(p, truncated, logits)
 
@@ -257,7 +259,7 @@ class PromptJudge:
                 ids[r], mask[r] = ids[0], mask[0]
             yield len(chunk), ids, mask
 
-    def _logits_decoder(self, pairs) -> np.ndarray:
+    def _logits_decoder(self, pairs, progress=None) -> np.ndarray:
         """Two cache levels: the context once, then context + candidate A once per A."""
         model = self.lm.model
         prefix = pairs[0][0]
@@ -287,9 +289,11 @@ class PromptJudge:
                 last = model.extend(cache_a, ids, mask).last_hidden
                 out[rows[done:done + real]] = np.asarray(model.logits_at(last, token_ids=tokens))[:real]
                 done += real
+                if progress is not None:
+                    progress(real)
         return out
 
-    def _logits_t5(self, pairs) -> np.ndarray:
+    def _logits_t5(self, pairs, progress=None) -> np.ndarray:
         model = self.lm.model
         tokens = jnp.asarray(self._label_ids)
         eos = self.lm.tokenizer.eos_token_id
@@ -298,4 +302,6 @@ class PromptJudge:
         for real, ids, mask in self._batches(rows):
             enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
             out.append(np.asarray(model.decoder_logits_first_step(enc, jnp.asarray(mask), token_ids=tokens))[:real])
+            if progress is not None:
+                progress(real)
         return np.concatenate(out).astype(np.float32)

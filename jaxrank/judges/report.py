@@ -1,8 +1,25 @@
 """Score judged comparisons with every scorer and compare with human labels (``jaxrank assess``).
 
-METHODS.md §7: summary-level Spearman per context, averaged over contexts whose
-human scores (and predicted scores) are not constant; the judge's positional
-bias ``P(A)`` (the fraction of comparisons won by position A, llm-comparative-assessment §3.5).
+What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Table 5):
+
+* **Spearman per context** between each scorer's scores and the human scores,
+  averaged over the contexts where it is defined, with a percentile bootstrap
+  interval over contexts (contexts resampled with replacement). A context where
+  a scorer gives constant scores (a hard scorer when the judge chose the same
+  position in every comparison) or the humans gave constant scores has no
+  Spearman: it is counted and named, never shown as a bare NaN.
+* **Positional bias** ``P(A)``: the weighted fraction of comparisons decided for
+  position A (``p > 0.5``; ``p = 0.5`` counts one half); 0.5 means no bias.
+* **Order consistency**: of the pairs judged in both orders, the fraction whose
+  two decisions pick the same candidate (``p_ij > 0.5`` and ``p_ji < 0.5``, or
+  the reverse); a pair with one ``p = 0.5`` counts one half.
+* **Pairwise accuracy** against the humans: over the comparisons whose two
+  candidates have different human scores, the weighted fraction where the
+  judge's decision (``p > 0.5``; ``p = 0.5`` counts one half) picks the
+  candidate the humans scored higher. 0.5 is chance.
+* **A verdict** in plain words from the interval: better than chance when the
+  interval lies above 0, no better than chance when it covers 0, and too few
+  contexts to tell below :data:`MIN_CONTEXTS` contexts.
 """
 
 from __future__ import annotations
@@ -11,54 +28,226 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS"]
+__all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
 DEFAULT_METHODS = ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_bradley_terry")
+_HARD = ("win_ratio", "bradley_terry", "poe_gaussian_hard", "max_likelihood_ranking")
+
+
+def _constant(values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """``[C]`` True where the valid entries of a row are all equal (or fewer than 2 are valid)."""
+    big = np.where(where, values, -np.inf).max(-1)
+    small = np.where(where, values, np.inf).min(-1)
+    spread = np.where(where.sum(-1) >= 2, big - small, 0.0)
+    return spread <= 1e-6 * (1.0 + np.abs(np.where(np.isfinite(big), big, 0.0)))
+
+
+MIN_CONTEXTS = 5
+"""Fewest contexts (with a defined value) for a bootstrap interval: below it the interval is NaN."""
+
+
+def _bootstrap_mean(values: np.ndarray, *, level: float, num: int, seed: int) -> tuple[float, float]:
+    """Percentile interval of the mean of the finite entries of ``values`` under resampling of entries."""
+    ok = np.asarray(values, np.float64)
+    ok = ok[np.isfinite(ok)]
+    if ok.size < MIN_CONTEXTS:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = ok[rng.integers(0, ok.size, size=(num, ok.size))].mean(-1)
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _ratio_interval(num: np.ndarray, den: np.ndarray, *, level: float, draws: int, seed: int) -> tuple[float, float]:
+    """Percentile interval of ``sum(num) / sum(den)`` under resampling of contexts."""
+    keep = den > 0
+    num, den = np.asarray(num, np.float64)[keep], np.asarray(den, np.float64)[keep]
+    if num.size < MIN_CONTEXTS:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, num.size, size=(draws, num.size))
+    ratio = num[pick].sum(-1) / den[pick].sum(-1)
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(ratio, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 @dataclasses.dataclass
 class Assessment:
-    """Per-method agreement with human scores.
+    """Agreement of each scorer with the human scores, and what the judge did.
 
     Attributes:
         methods: scorer names.
-        spearman: ``{method: [C]}`` per-context Spearman (NaN where undefined).
-        mean: ``{method: float}`` mean over defined contexts.
+        spearman: ``{method: [C]}`` per-context Spearman (NaN where undefined;
+            see ``constant_scores`` and ``constant_humans`` for why).
+        mean: ``{method: float}`` mean Spearman over the contexts where it is defined.
+        interval: ``{method: (low, high)}`` bootstrap interval of ``mean`` over contexts.
         scores: ``{method: [C, N]}`` scores (padded items 0 / 0.5).
-        positional_bias: ``[C]`` ``P(A)`` per context, and ``overall`` over all comparisons.
+        constant_scores: ``{method: [C]}`` True where the scorer's scores are constant.
+        constant_humans: ``[C]`` True where the human scores are constant.
+        positional_bias: ``[C]`` ``P(A)`` per context.
+        overall_positional_bias: ``P(A)`` over all comparisons.
+        consistency: ``[C]`` order consistency per context (NaN without pairs in both orders).
+        overall_consistency: order consistency over all pairs judged in both orders.
+        accuracy: ``[C]`` pairwise accuracy against the humans (NaN without a
+            comparison of candidates with different human scores).
+        overall_accuracy: pairwise accuracy over all such comparisons.
+        accuracy_interval: bootstrap interval of ``overall_accuracy`` over contexts.
         contexts: context ids (row order).
         num_comparisons: ``[C]`` comparisons per context.
+        num_items: ``[C]`` candidates per context.
+        constant_judge: ``[C]`` True where the judge gave the same ``p`` to every comparison.
+        debias: the debiasing applied before scoring.
+        level: the intervals' coverage (default 0.95).
     """
 
     methods: tuple[str, ...]
     spearman: dict[str, np.ndarray]
     mean: dict[str, float]
+    interval: dict[str, tuple[float, float]]
     scores: dict[str, np.ndarray]
+    constant_scores: dict[str, np.ndarray]
+    constant_humans: np.ndarray
     positional_bias: np.ndarray
     overall_positional_bias: float
+    consistency: np.ndarray
+    overall_consistency: float
+    accuracy: np.ndarray
+    overall_accuracy: float
+    accuracy_interval: tuple[float, float]
     contexts: list[str]
     num_comparisons: np.ndarray
+    num_items: np.ndarray
+    constant_judge: np.ndarray
+    debias: str = "none"
+    level: float = 0.95
 
+    # ------------------------------------------------------------ plain words
+    def verdict(self, method: str) -> str:
+        """One sentence on ``method``'s agreement with the humans, read off its interval."""
+        ok = int(np.isfinite(self.spearman[method]).sum())
+        lo, hi = self.interval[method]
+        pct = f"{self.level:.0%}"
+        if ok < MIN_CONTEXTS or not np.isfinite(lo):
+            return (f"too few contexts ({ok} with a defined Spearman; an interval needs {MIN_CONTEXTS}) "
+                    "to tell from chance")
+        if lo > 0:
+            return f"better than chance ({pct} interval above 0)"
+        if hi < 0:
+            return f"worse than chance: ranks against the humans ({pct} interval below 0)"
+        return f"no better than chance at this size ({pct} interval covers 0)"
+
+    def bias_words(self) -> str:
+        """The positional bias in words."""
+        pa = self.overall_positional_bias
+        side = "A" if pa >= 0.5 else "B"
+        gap = abs(pa - 0.5)
+        if gap < 0.05:
+            return "little positional bias"
+        strength = "extreme" if gap >= 0.35 else "strong" if gap >= 0.15 else "some"
+        return f"{strength} bias towards position {side}"
+
+    def notes(self) -> list[str]:
+        """Why some Spearman values are undefined, one line per affected scorer."""
+        out = []
+        hum = self.constant_humans
+        if hum.any():
+            out.append(f"humans gave constant scores in {int(hum.sum())} of {len(hum)} contexts "
+                       f"({', '.join(self.contexts[k] for k in np.nonzero(hum)[0][:5])}): no Spearman there")
+        for m in self.methods:
+            const = self.constant_scores[m] & ~hum
+            if not const.any():
+                continue
+            one_sided = (self.positional_bias >= 1.0) | (self.positional_bias <= 0.0)
+            if self.constant_judge[const].all():
+                why = " (the judge gave the same p to every comparison there)"
+            elif one_sided[const].all() and m in _HARD:
+                why = (" (the judge chose the same position in every comparison there, so every item has the "
+                       "same wins)")
+            else:
+                why = ""
+            out.append(f"{m}: constant scores in {int(const.sum())} of {len(const)} contexts{why}: "
+                       "Spearman undefined there, left out of its mean")
+        return out
+
+    # ------------------------------------------------------------------ tables
     def table(self) -> str:
-        """A markdown table: method, mean Spearman, contexts used."""
-        out = ["| method | mean Spearman | contexts |", "|---|---:|---:|"]
+        """A markdown table: scorer, mean Spearman, interval, contexts used, verdict."""
+        pct = f"{self.level:.0%}"
+        out = [f"| scorer | mean Spearman | {pct} interval (contexts) | contexts | verdict |",
+               "|---|---:|---:|---:|---|"]
         for m in self.methods:
             ok = np.isfinite(self.spearman[m])
-            out.append(f"| {m} | {self.mean[m]:.3f} | {int(ok.sum())} / {len(ok)} |")
+            lo, hi = self.interval[m]
+            ci = f"[{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) else "—"
+            mean = f"{self.mean[m]:+.3f}" if np.isfinite(self.mean[m]) else "—"
+            out.append(f"| {m} | {mean} | {ci} | {int(ok.sum())} / {len(ok)} | {self.verdict(m)} |")
         return "\n".join(out)
 
+    def context_table(self, extra: dict[str, list[str]] | None = None) -> str:
+        """Per-context markdown table: ``P(A)``, accuracy, Spearman per scorer (``const`` where undefined)."""
+        extra = extra or {}
+        cols = list(extra) + list(self.methods)
+        out = ["| context | items | comparisons | P(A) | accuracy | " + " | ".join(cols) + " |",
+               "|---|---:|---:|---:|---:|" + "---:|" * len(cols)]
+        for r, ctx in enumerate(self.contexts):
+            cells = [extra[c][r] for c in extra]
+            for m in self.methods:
+                v = self.spearman[m][r]
+                cells.append(f"{v:+.3f}" if np.isfinite(v) else
+                             "const (humans)" if self.constant_humans[r] else "const")
+            acc = f"{self.accuracy[r]:.2f}" if np.isfinite(self.accuracy[r]) else "—"
+            out.append(f"| {ctx} | {int(self.num_items[r])} | {int(self.num_comparisons[r])} | "
+                       f"{self.positional_bias[r]:.2f} | {acc} | " + " | ".join(cells) + " |")
+        return "\n".join(out)
 
-def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none") -> Assessment:
-    """Score ``comparisons`` ``[C, R]`` with each method and correlate with ``labels`` ``[C, N]``.
+    def markdown(self, title: str, *, preamble: list[str] | tuple[str, ...] = (),
+                 extra: dict[str, list[str]] | None = None) -> str:
+        """The whole report: the judge, the scorers with intervals and verdicts, notes, per-context table."""
+        pct = f"{self.level:.0%}"
+        best = max((m for m in self.methods if np.isfinite(self.mean[m])), key=lambda m: self.mean[m], default=None)
+        lo, hi = self.accuracy_interval
+        acc_ci = f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else ""
+        cons = (f"; order consistency {self.overall_consistency:.3f} (pairs judged in both orders whose two "
+                "decisions agree; 1 = consistent)" if np.isfinite(self.overall_consistency) else "")
+        lines = [f"# {title}", "", *preamble,
+                 f"**Judge.** P(A) = {self.overall_positional_bias:.3f} (0.5 = no positional bias): "
+                 f"{self.bias_words()}{cons}. Pairwise accuracy against the humans: "
+                 f"{self.overall_accuracy:.3f}{acc_ci} (0.5 = chance; comparisons of candidates with different "
+                 f"human scores).", "",
+                 f"**Set-up.** {len(self.contexts)} contexts, {int(self.num_items.min())}-{int(self.num_items.max())} "
+                 f"candidates and {int(self.num_comparisons.min())}-{int(self.num_comparisons.max())} comparisons "
+                 f"per context; debias: {self.debias}. Spearman per context, mean over contexts, {pct} percentile "
+                 "bootstrap interval over contexts.", "", self.table(), ""]
+        if best is not None:
+            lines += [f"**Verdict.** Best scorer: {best}, mean Spearman {self.mean[best]:+.3f}: "
+                      f"{self.verdict(best)}.", ""]
+        notes = self.notes()
+        if notes:
+            lines += ["Notes:", *[f"- {n}" for n in notes], ""]
+        lines += ["Per context:", "", self.context_table(extra), ""]
+        return "\n".join(lines)
+
+
+def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none",
+                       level: float = 0.95, num_bootstrap: int = 2000, seed: int = 0) -> Assessment:
+    """Score ``comparisons`` ``[C, R]`` with each method and compare with ``labels`` ``[C, N]``.
 
     Args:
         comparisons: a padded :class:`~jaxrank.Comparisons` batch.
         labels: human scores aligned with the items (NaN for a missing score:
-            that item is left out of its context's correlation).
+            that item is left out of its context's correlation and accuracy).
         contexts: context ids for the report.
         methods: names of :data:`jaxrank.SCORERS`.
         debias: ``"none"``, ``"permutation"`` (average both orders) or
-            ``"threshold"`` (eq. 9-10) applied before scoring.
+            ``"threshold"`` (LCA eq. 9-10) applied before scoring.
+        level: coverage of the bootstrap intervals, in (0, 1).
+        num_bootstrap: bootstrap resamples of the contexts.
+        seed: seed of the bootstrap.
+
+    Raises:
+        ValueError: an unknown method or debias, labels of the wrong shape, a bad level.
     """
     import jaxrank as jr
     from jaxrank import metrics
@@ -66,6 +255,10 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     unknown = [m for m in methods if m not in jr.SCORERS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {', '.join(jr.SCORERS)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if num_bootstrap < 1:
+        raise ValueError(f"num_bootstrap must be >= 1, got {num_bootstrap}")
     c = comparisons
     labels = np.asarray(labels, np.float32)
     if labels.shape != c.item_mask.shape:
@@ -78,15 +271,57 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
         raise ValueError(f"debias must be 'none', 'permutation' or 'threshold', got {debias!r}")
     where = np.asarray(c.item_mask) & np.isfinite(labels)
     gold = np.where(where, labels, 0.0)
-    spear, mean, scores = {}, {}, {}
+    human_const = _constant(gold, where)
+    spear, mean, interval, scores, const = {}, {}, {}, {}, {}
     for m in methods:
         s = np.asarray(jr.SCORERS[m](c))
-        rho = np.asarray(metrics.spearman(s, gold, where=where))
+        rho = np.asarray(metrics.spearman(s, gold, where=where), np.float64)
+        const[m] = _constant(s, where)
+        rho = np.where(const[m] | human_const, np.nan, rho)
         spear[m], scores[m] = rho, s
         mean[m] = float(np.nanmean(rho)) if np.isfinite(rho).any() else float("nan")
+        interval[m] = _bootstrap_mean(rho, level=level, num=num_bootstrap, seed=seed)
+
+    # what the judge did, on the comparisons as judged (before any debiasing)
+    i, j = np.asarray(comparisons.i), np.asarray(comparisons.j)
+    p, w = np.asarray(comparisons.p, np.float64), np.asarray(comparisons.weight, np.float64)
+    active = w > 0
     pa = np.asarray(jr.positional_bias(comparisons))
-    w = np.asarray(comparisons.weight)
-    won = np.asarray(comparisons.p) > 0.5
-    overall = float((w * won).sum() / max(w.sum(), 1e-30))
+    won = (p > 0.5) + 0.5 * (p == 0.5)
+    overall_pa = float((w * won).sum() / max(w.sum(), 1e-30))
+    hi_ = np.take_along_axis(gold, i, -1)
+    hj_ = np.take_along_axis(gold, j, -1)
+    valid = np.take_along_axis(where, i, -1) & np.take_along_axis(where, j, -1)
+    decided = active & valid & (hi_ != hj_)
+    correct = np.where(hi_ > hj_, won, 1.0 - won)
+    acc_num = (w * correct * decided).sum(-1)
+    acc_den = (w * decided).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.where(acc_den > 0, acc_num / np.where(acc_den > 0, acc_den, 1.0), np.nan)
+    overall_acc = float(acc_num.sum() / acc_den.sum()) if acc_den.sum() > 0 else float("nan")
+    acc_ci = _ratio_interval(acc_num, acc_den, level=level, draws=num_bootstrap, seed=seed)
+    cons_num, cons_den = _order_consistency(i, j, p, active)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        consistency = np.where(cons_den > 0, cons_num / np.where(cons_den > 0, cons_den, 1), np.nan)
+    overall_cons = float(cons_num.sum() / cons_den.sum()) if cons_den.sum() > 0 else float("nan")
     ids = list(contexts) if contexts is not None else [str(k) for k in range(labels.shape[0])]
-    return Assessment(tuple(methods), spear, mean, scores, pa, overall, ids, (w > 0).sum(-1))
+    return Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
+                      consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
+                      np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level)
+
+
+def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:
+    """Per context, (consistent pairs, pairs judged in both orders), on the first judgement of each order."""
+    num = np.zeros(i.shape[0])
+    den = np.zeros(i.shape[0])
+    for r in range(i.shape[0]):
+        first: dict[tuple[int, int], float] = {}
+        for a, b, q in zip(i[r][active[r]].tolist(), j[r][active[r]].tolist(), p[r][active[r]].tolist()):
+            first.setdefault((a, b), q)
+        for (a, b), q in first.items():
+            if a < b and (b, a) in first:
+                won_ab = (q > 0.5) + 0.5 * (q == 0.5)
+                won_ba = (first[(b, a)] > 0.5) + 0.5 * (first[(b, a)] == 0.5)
+                den[r] += 1
+                num[r] += 1.0 - abs(won_ab + won_ba - 1.0)
+    return num, den

@@ -144,10 +144,28 @@ def _template_key(judge) -> str:
     return str(key or "none")
 
 
+def _accepts_progress(judge) -> bool:
+    import inspect
+
+    try:
+        return "progress" in inspect.signature(judge.compare).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: str, text: str,
-                 candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray) -> list[dict]:
-    """Judge ``pairs`` ``[K, 2]`` of one context in one ``compare`` call and append them to ``store``."""
-    res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1])
+                 candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray,
+                 progress=None) -> list[dict]:
+    """Judge ``pairs`` ``[K, 2]`` of one context in one ``compare`` call and append them to ``store``.
+
+    ``progress`` (a callable taking a count) is told of every finished batch when
+    the judge's ``compare`` takes ``progress=``, else of the whole chunk at the end.
+    """
+    if progress is not None and _accepts_progress(judge):
+        res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1], progress=progress)
+        progress = None
+    else:
+        res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1])
     logits = np.asarray(getattr(res, "logits", np.zeros((len(pairs), 2))), np.float64)
     recs = []
     for r, (a, b) in enumerate(pairs.tolist()):
@@ -157,6 +175,8 @@ def _judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id:
             rec["logits"] = [float(x) for x in logits[r]]
         recs.append(rec)
     store.append(recs)
+    if progress is not None:
+        progress(len(pairs))
     return recs
 
 
@@ -173,7 +193,8 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         budget, selection, seed: which comparisons (:func:`plan_pairs`).
         chunk: comparisons per ``compare`` call and per store write (default:
             4 x the judge's batch size).
-        progress: show a progress bar (tqdm) over comparisons.
+        progress: show a progress bar (tqdm) over comparisons, moving after every
+            batch of the judge (with rate and time left).
 
     Returns:
         The judged comparisons of these contexts (:meth:`JudgementStore.comparisons`),
@@ -196,15 +217,14 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     if progress and total:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc=f"judging ({name})", unit="cmp")
+        bar = tqdm(total=total, desc=f"judging ({name})", unit="cmp", smoothing=0.1)
     try:
         for k, pairs in todo:
             ca = cs.candidate_ids[k]
             for start in range(0, len(pairs), chunk):
                 part = pairs[start:start + chunk]
-                _judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part)
-                if bar is not None:
-                    bar.update(len(part))
+                _judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part,
+                             progress=None if bar is None else bar.update)
     finally:
         if bar is not None:
             bar.close()
