@@ -9,8 +9,9 @@
 
 ``judge`` writes every judgement to a resumable store as it is produced;
 ``assess`` = judge + aggregate with every scorer + report (Spearman with the
-human scores, positional bias P(A)). Without options, ``assess`` runs the
-embedded default: 3 SummEval articles x 6 summaries, coherence, SmolLM2 judge.
+human scores, positional bias P(A), pairwise accuracy, verdict). Without
+options, ``assess`` runs the embedded default: all 100 SummEval articles x 16
+summaries, relevance, the MiniLM-L6 similarity judge (chosen by measurement).
 ``assess --active`` asks the judge, per context, only for the most informative
 comparisons in batches (:func:`jaxrank.judges.active_judge_contexts`) until the
 budget is spent or the Laplace posterior is confident enough of the ranking,
@@ -36,6 +37,10 @@ import numpy as np
 METHODS = ("poe_bradley_terry", "poe_gaussian", "poe_gaussian_hard", "bradley_terry",
            "average_probability", "win_ratio", "max_likelihood_ranking")
 DEBIAS = ("none", "mean", "learn", "threshold", "permutation")
+DEFAULT_JUDGE, DEFAULT_ASPECT = "minilm-l6", "relevance"
+"""The embedded default of ``judge``/``assess``, chosen by measurement (README, "The main job"): on
+SummEval the MiniLM similarity judge agrees with the humans (relevance: Spearman +0.29, 95% interval
+[+0.23, +0.34] over 100 articles) where SmolLM2-135M is at chance within the same time."""
 
 
 def _cache_option(p):
@@ -70,13 +75,14 @@ def _parser():
         j = sub.add_parser(name, help=helptext, description=helptext)
         _cache_option(j)
         j.add_argument("--data", default="summeval", help="data set name (default summeval)")
-        j.add_argument("--aspect", default="coherence", help="human aspect / prompt attribute (default coherence)")
-        j.add_argument("--judge", default="smollm2-135m",
-                       help="registry name (smollm2-135m, qwen2.5-0.5b, minilm-l6 = similarity judge), "
-                            "a Hugging Face checkpoint directory or a .gguf file")
-        j.add_argument("--contexts", default="0:3", help="contexts by position: START:STOP or i,j,k (default 0:3)")
+        j.add_argument("--aspect", default=DEFAULT_ASPECT,
+                       help=f"human aspect / prompt attribute (default {DEFAULT_ASPECT})")
+        j.add_argument("--judge", default=DEFAULT_JUDGE,
+                       help="registry name (minilm-l6 = similarity judge, the default; smollm2-135m and "
+                            "qwen2.5-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file")
+        j.add_argument("--contexts", default=":", help="contexts by position: START:STOP or i,j,k (default all)")
         j.add_argument("--candidates", type=int, default=None,
-                       help="only the first N candidates of each context (default all; 6 for the default run)")
+                       help="only the first N candidates of each context (default all)")
         j.add_argument("--budget", type=int, default=None, help="comparisons per context (default all N(N-1))")
         j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default=None,
                        help="how a --budget subset is drawn (default random)")
@@ -138,11 +144,11 @@ def _contexts(args):
     from jaxrank.data import load_dataset
     from jaxrank.judges.run import contexts_of
 
-    if args.command == "assess" and args.candidates is None and args.data == "summeval" and \
-            args.judge == "smollm2-135m" and args.contexts == "0:3":
-        args.candidates = 6
-        print("embedded default: SummEval coherence, articles 0:3, 6 summaries each, SmolLM2-135M judge",
-              file=sys.stderr)
+    if args.data == "summeval" and args.judge == DEFAULT_JUDGE and args.aspect == DEFAULT_ASPECT and \
+            args.contexts == ":" and args.candidates is None and args.budget is None:
+        print("embedded default: SummEval relevance, all 100 articles x 16 summaries, all 240 ordered comparisons "
+              "each, MiniLM-L6 similarity judge (the most informative judge that runs here in minutes; "
+              "--judge smollm2-135m for the LLM judge)", file=sys.stderr)
     try:
         ds = load_dataset(args.data)
         cs = contexts_of(ds, aspect=args.aspect, contexts=args.contexts, max_candidates=args.candidates)

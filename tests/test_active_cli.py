@@ -68,8 +68,8 @@ def setup(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_make_judge", lambda args: holder["judge"])
 
     def run(*extra, out="out", store="store.jsonl"):
-        cli.main(["assess", "--active", "--contexts", "0:2", "--store", str(tmp_path / store),
-                  "--output", str(tmp_path / out), "--no-progress", "--budget", "40", "--active-batch", "4",
+        cli.main(["assess", "--active", "--judge", "smollm2-135m", "--aspect", "coherence", "--contexts", "0:2",
+                  "--store", str(tmp_path / store), "--output", str(tmp_path / out), "--no-progress", "--budget", "40", "--active-batch", "4",
                   "--methods", "average_probability,poe_gaussian", *extra])
         stem = tmp_path / out / "assess-summeval-coherence-smollm2-135m-active"
         return stem.with_suffix(".md").read_text(), list(csv.DictReader(open(f"{stem}-scores.csv")))
@@ -172,7 +172,8 @@ def test_bad_options_are_clear(setup, extra, match):
     run, holder, _ = setup
     holder["judge"] = FakeJudge(crash_after=0)                        # never reached
     with pytest.raises(SystemExit, match=match):
-        cli.main(["assess", "--active", "--contexts", "0:2", "--no-progress", "--store", "x.jsonl", *extra])
+        cli.main(["assess", "--active", "--aspect", "coherence", "--contexts", "0:2", "--no-progress", "--store",
+                  "x.jsonl", *extra])
 
 
 def test_active_options_need_active(setup, capsys):
