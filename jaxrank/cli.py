@@ -50,13 +50,17 @@ def _parser():
     ap = argparse.ArgumentParser(prog="jaxrank", description="LLM comparative assessment in JAX.")
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("rank", help="turn a file of pairwise comparisons into scores and a ranking",
-                       description="Rank items from a CSV/JSONL file of pairwise comparisons. "
-                                   "Without INPUT: the international football results (home team in position A).")
-    r.add_argument("input", nargs="?", help="CSV or JSONL file; default: the football results")
+                       description="Rank items from a file of pairwise comparisons: CSV (comma, semicolon or tab), "
+                                   "JSON Lines or a JSON array. Read without options: ours (item_a, item_b, p or "
+                                   "outcome), Chatbot Arena battles (model_a, model_b, winner) and evalica's "
+                                   "(left, right, winner). Without INPUT: the international football results "
+                                   "(home team in position A).")
+    r.add_argument("input", nargs="?", help="comparison file (.csv/.tsv, .jsonl, .json); default: the football results")
     _cache_option(r)
     r.add_argument("--method", choices=METHODS, default="poe_bradley_terry")
     r.add_argument("--debias", choices=DEBIAS, default="none",
-                   help="mean/learn: PoE bias terms (beta or gamma); threshold: eq. 9-10 reweighting; "
+                   help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
+                        "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
                         "permutation: average both orders")
     r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv or "
                                           ".jsonl file; with a context column when the input has one")
@@ -298,8 +302,8 @@ def _bucket(n, least):
     """The smallest size of the form ``2^k`` or ``3 * 2^k`` that is at least ``max(n, least)``.
 
     Padding to these sizes lets files of different sizes share one compiled
-    program (and one entry of the persistent compilation cache) at most a
-    third larger than needed.
+    program (and one entry of the persistent compilation cache), less than
+    1.5 times the size needed.
     """
     size = least
     while size < n:
@@ -324,11 +328,12 @@ def _rank_scores(c, method, debias, score_prior):
     """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
     import jaxrank as jr
 
+    # games, connectivity and P(A) describe the comparisons as given, before any debiasing
+    out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
     if debias == "threshold":
         c = jr.threshold_debias(c)
     elif debias == "permutation":
         c = jr.permutation_average(c)
-    out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
         post = jr.laplace_bradley_terry(c, debias=mode, score_prior=score_prior)

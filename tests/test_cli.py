@@ -166,3 +166,29 @@ def test_default_football_job(tmp_path, capsys):
         row = re.search(rf"^\s+{r['rank']}\s+{re.escape(r['item'])}\s+(\S+)\s+(\S+)\s+1$", text, re.M)
         assert row, f"{r['item']} is not printed with score, s.e. and games"
         assert float(row.group(2)) == pytest.approx(float(r["stderr"]), abs=1e-3)
+
+
+@pytest.mark.parametrize("method, debias", [(m, "none") for m in ("win_ratio", "average_probability", "bradley_terry",
+                                                                  "poe_gaussian", "poe_gaussian_hard",
+                                                                  "max_likelihood_ranking")]
+                         + [("average_probability", "threshold"), ("poe_gaussian", "permutation"),
+                            ("poe_gaussian", "mean")])
+def test_every_method_on_padded_shapes_matches_the_api_unpadded(tmp_path, method, debias):
+    rows = [("a", "b", 0.9), ("b", "c", 0.7), ("c", "d", 0.6), ("d", "a", 0.2), ("a", "c", 0.8), ("b", "d", 0.65),
+            ("c", "a", 0.3), ("e", "a", 0.4), ("e", "d", 0.55), ("b", "a", 0.35)]
+    f = tmp_path / "c.csv"
+    _write_csv(f, rows, ["item_a", "item_b", "p"])
+    out = tmp_path / "s.csv"
+    main(["rank", str(f), "--method", method, "--debias", debias, "-o", str(out)])
+    got = {r["item"]: float(r["score"]) for r in csv.DictReader(out.open())}
+    names = ["a", "b", "c", "d", "e"]
+    pos = {n: k for k, n in enumerate(names)}
+    c = jr.Comparisons.from_pairs([pos[a] for a, _, _ in rows], [pos[b] for _, b, _ in rows],
+                                  [p for _, _, p in rows], num_items=5)
+    if debias == "threshold":
+        c = jr.threshold_debias(c)
+    elif debias == "permutation":
+        c = jr.permutation_average(c)
+    kw = {"debias": True} if debias == "mean" else {}
+    expect = np.asarray(jr.SCORERS[method](c, **kw))
+    np.testing.assert_allclose([got[n] for n in names], expect, atol=2e-4)
