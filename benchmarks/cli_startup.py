@@ -22,7 +22,10 @@ A second part times, inside one process with a warm cache, where ``jaxrank
 rank``'s time goes (imports, reading, JAX tracing, lowering, cache retrieval),
 from JAX's own monitoring events.
 
-    python benchmarks/cli_startup.py [--repeats 7] [--smoke]
+With ``--baseline-root`` another checkout's ``--help`` and warm ``rank`` take
+their turns too (before/after a change, side by side).
+
+    python benchmarks/cli_startup.py [--repeats 7] [--smoke] [--baseline-root ../main]
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7, help="fresh processes per command (default 7)")
     ap.add_argument("--smoke", action="store_true", help="one repeat, no breakdown: checks the script runs")
+    ap.add_argument("--baseline-root", metavar="CHECKOUT",
+                    help="another jaxrank checkout (e.g. the main branch) whose --help and warm rank run alongside")
     ap.add_argument("--breakdown-worker", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="markdown report (default results/cli_startup[_smoke].md)")
     args = ap.parse_args(argv)
@@ -120,20 +125,35 @@ def main(argv=None):
         "evalica script (pandas read, bradley_terry, to_csv)": ([py, "-c", EVALICA, str(small), str(tmp / "ev.csv")],
                                                                 None),
     }
+    roots = {name: ROOT for name in commands}
+    if args.baseline_root:
+        other = Path(args.baseline_root).resolve()
+        ours = tmp / "small_ours.csv"  # the same comparisons in the layout every version reads
+        ours.write_text(SMALL.replace("left,right,winner", "item_a,item_b,outcome").replace(",left\n", ",win\n")
+                        .replace(",right\n", ",loss\n"))
+        rank_ours = [py, "-c", CONSOLE, "rank", str(ours), "-o", str(tmp / "scores_ours.csv")]
+        for name, cmd, cache in (("jaxrank --help", [py, "-c", CONSOLE, "--help"], None),
+                                 ("jaxrank rank, warm cache", rank_ours, "warm")):
+            commands[f"{name} [{other.name} checkout]"] = (cmd, cache)
+            roots[f"{name} [{other.name} checkout]"] = other
+    env_of = {}
+    for name in commands:
+        pp = base.get("PYTHONPATH", "").split(os.pathsep, 1)
+        env_of[name] = dict(base, PYTHONPATH=os.pathsep.join([str(roots[name])] + pp[1:]))
     # warm the cache (and the OS file cache) once, untimed
     for name, (cmd, cache) in commands.items():
         if cache == "warm" or not args.smoke:
-            _timed(cmd, dict(base, JAXRANK_CACHE=str(warm_cache)), ROOT)
+            _timed(cmd, dict(env_of[name], JAXRANK_CACHE=str(warm_cache)), roots[name])
     times = {name: [] for name in commands}
     load_before = _load()
     for rep in range(repeats):
         for name, (cmd, cache) in commands.items():
-            env = dict(base)
+            env = dict(env_of[name])
             if cache == "cold":
                 env["JAXRANK_CACHE"] = tempfile.mkdtemp(prefix="cold_", dir=tmp)
             else:
                 env["JAXRANK_CACHE"] = str(warm_cache)
-            times[name].append(_timed(cmd, env, ROOT))
+            times[name].append(_timed(cmd, env, roots[name]))
         print(f"  repeat {rep + 1}/{repeats} done (load {_load()})", flush=True)
     load_after = _load()
 
@@ -159,6 +179,11 @@ def main(argv=None):
         lines.append(f"| {label} | {cold / ev:.2f}x | {warm / ev:.2f}x | {warm - jx:+.2f} s |")
     lines += ["", f"`jaxrank --help`: {med['jaxrank --help']:.2f} s, "
               f"{med['jaxrank --help'] / jx:.2f}x of a bare `import jax` process."]
+    if args.baseline_root:
+        tag = f" [{Path(args.baseline_root).resolve().name} checkout]"
+        for name in ("jaxrank --help", "jaxrank rank, warm cache"):
+            lines.append(f"`{name}`: {med[name + tag]:.2f} s in the {tag[2:-1]} against {med[name]:.2f} s here "
+                         f"({med[name + tag] / med[name]:.1f}x faster here).")
 
     if not args.smoke:
         parts = []
