@@ -3,45 +3,62 @@
 Judges produce :class:`Comparisons`; scorers turn them into per-item scores;
 :mod:`jaxrank.metrics` compares scores with human labels. Every scorer takes one
 context or a padded batch of contexts and is ``jit``-compiled.
+
+Importing ``jaxrank`` is cheap: every public name is loaded from its module on
+first use (PEP 562 module ``__getattr__`` over :data:`_LAZY`), so the command
+line's ``--help`` and argument errors never import JAX, and ``jaxrank rank``
+imports only the modules its scorer needs. ``import jaxrank as jr;
+jr.win_ratio(...)``, ``from jaxrank import win_ratio`` and ``jr.metrics`` work as
+with eager imports.
 """
 
-from jaxrank import data, metrics, selection
-from jaxrank.comparisons import Comparisons, stack_contexts
-from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
-from jaxrank.scoring import (
-    BradleyTerrySolution,
-    GaussianPosterior,
-    SoftBTSolution,
-    average_probability,
-    bradley_terry,
-    fit_bradley_terry,
-    fit_poe_bradley_terry,
-    poe_bradley_terry,
-    poe_gaussian,
-    poe_gaussian_posterior,
-    win_ratio,
-)
-from jaxrank.scoring.ml_ranking import max_likelihood_ranking
-from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
-                                 ranking_confidence, score_intervals)
-from jaxrank.compilation import enable_compilation_cache
-from jaxrank.bootstrap import (bootstrap, bootstrap_intervals, bootstrap_outcomes, percentile_intervals,
-                               resample_comparisons)
-from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons, greedy_comparisons,
-                               laplace_comparisons, pairs_rank, random_comparisons)
-from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
-from jaxrank.sharding import shard_contexts
+from __future__ import annotations
 
-SCORERS = {
-    "win_ratio": win_ratio,
-    "average_probability": average_probability,
-    "bradley_terry": bradley_terry,
-    "poe_gaussian": poe_gaussian,
-    "poe_gaussian_hard": lambda c, **kw: poe_gaussian(c, hard=True, **kw),
-    "poe_bradley_terry": poe_bradley_terry,
-    "max_likelihood_ranking": max_likelihood_ranking,
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    # name -> the module that defines it
+    "Comparisons": "jaxrank.comparisons", "stack_contexts": "jaxrank.comparisons",
+    "debias_threshold": "jaxrank.debias", "permutation_average": "jaxrank.debias",
+    "positional_bias": "jaxrank.debias", "threshold_debias": "jaxrank.debias",
+    "BradleyTerrySolution": "jaxrank.scoring", "bradley_terry": "jaxrank.scoring",
+    "fit_bradley_terry": "jaxrank.scoring",
+    "GaussianPosterior": "jaxrank.scoring", "poe_gaussian": "jaxrank.scoring",
+    "poe_gaussian_posterior": "jaxrank.scoring",
+    "SoftBTSolution": "jaxrank.scoring", "poe_bradley_terry": "jaxrank.scoring",
+    "fit_poe_bradley_terry": "jaxrank.scoring",
+    "average_probability": "jaxrank.scoring", "win_ratio": "jaxrank.scoring",
+    "max_likelihood_ranking": "jaxrank.scoring.ml_ranking",
+    "RankIntervals": "jaxrank.uncertainty", "laplace_bradley_terry": "jaxrank.uncertainty",
+    "posterior_samples": "jaxrank.uncertainty", "rank_intervals": "jaxrank.uncertainty",
+    "ranking_confidence": "jaxrank.uncertainty", "score_intervals": "jaxrank.uncertainty",
+    "enable_compilation_cache": "jaxrank.compilation",
+    "bootstrap": "jaxrank.bootstrap", "bootstrap_intervals": "jaxrank.bootstrap",
+    "bootstrap_outcomes": "jaxrank.bootstrap", "percentile_intervals": "jaxrank.bootstrap",
+    "resample_comparisons": "jaxrank.bootstrap",
+    "ActiveResult": "jaxrank.selection", "PairSResult": "jaxrank.selection", "active_assess": "jaxrank.selection",
+    "gather_comparisons": "jaxrank.selection", "greedy_comparisons": "jaxrank.selection",
+    "laplace_comparisons": "jaxrank.selection", "pairs_rank": "jaxrank.selection",
+    "random_comparisons": "jaxrank.selection",
+    "JudgeParams": "jaxrank.simulate", "SimulatedJudge": "jaxrank.simulate", "calibrate_judge": "jaxrank.simulate",
+    "judge_stats": "jaxrank.simulate", "simulate_judge": "jaxrank.simulate",
+    "shard_contexts": "jaxrank.sharding",
 }
-"""Every scorer by the name the CLI's ``--method`` takes."""
+"""Every public function and class, by the module it is loaded from on first use."""
+
+_SUBMODULES = frozenset({
+    "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
+    "scoring", "selection", "sharding", "simulate", "uncertainty",
+})
+"""Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
+
+``jaxrank.bootstrap`` stays the function even once the module of the same name is
+imported (:class:`_Package`), as with the eager imports before."""
 
 __all__ = [
     "Comparisons", "stack_contexts",
@@ -59,12 +76,73 @@ __all__ = [
     "enable_compilation_cache",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
-__version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __getattr__ loads these
+    from jaxrank import data, judges, metrics, selection
+    from jaxrank.bootstrap import (bootstrap, bootstrap_intervals, bootstrap_outcomes, percentile_intervals,
+                                   resample_comparisons)
+    from jaxrank.comparisons import Comparisons, stack_contexts
+    from jaxrank.compilation import enable_compilation_cache
+    from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
+    from jaxrank.scoring import (BradleyTerrySolution, GaussianPosterior, SoftBTSolution, average_probability,
+                                 bradley_terry, fit_bradley_terry, fit_poe_bradley_terry, poe_bradley_terry,
+                                 poe_gaussian, poe_gaussian_posterior, win_ratio)
+    from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+    from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons,
+                                   greedy_comparisons, laplace_comparisons, pairs_rank, random_comparisons)
+    from jaxrank.sharding import shard_contexts
+    from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
+    from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
+                                     ranking_confidence, score_intervals)
+
+    SCORERS: dict
 
 
-def __getattr__(name):
-    # The judges (models, tokenizers, transformers) load on first use: scoring needs none of it.
-    if name == "judges":
-        import importlib
-        return importlib.import_module("jaxrank.judges")
-    raise AttributeError(f"module 'jaxrank' has no attribute {name!r}")
+def _scorers() -> dict:
+    from jaxrank import scoring
+    from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+
+    return {
+        "win_ratio": scoring.win_ratio,
+        "average_probability": scoring.average_probability,
+        "bradley_terry": scoring.bradley_terry,
+        "poe_gaussian": scoring.poe_gaussian,
+        "poe_gaussian_hard": lambda c, **kw: scoring.poe_gaussian(c, hard=True, **kw),
+        "poe_bradley_terry": scoring.poe_bradley_terry,
+        "max_likelihood_ranking": max_likelihood_ranking,
+    }
+
+
+def __getattr__(name: str):
+    """Load ``name`` from its module on first use and keep it in the package's namespace."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "SCORERS":  # every scorer by the name the CLI's ``--method`` takes
+        value = _scorers()
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"jaxrank.{name}")
+    else:
+        raise AttributeError(f"module 'jaxrank' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+
+
+class _Package(types.ModuleType):
+    """The package's module type: importing a submodule never shadows a public name of the same name.
+
+    The import system binds ``jaxrank.bootstrap`` to the submodule when it is first
+    imported (``from jaxrank.bootstrap import ...``); the public name is the function
+    :func:`jaxrank.bootstrap.bootstrap`, loaded by :func:`__getattr__` instead.
+    """
+
+    def __setattr__(self, name, value):
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

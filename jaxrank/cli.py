@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import sys
@@ -54,15 +55,20 @@ def _parser():
     ap = argparse.ArgumentParser(prog="jaxrank", description="LLM comparative assessment in JAX.")
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("rank", help="turn a file of pairwise comparisons into scores and a ranking",
-                       description="Rank items from a CSV/JSONL file of pairwise comparisons. "
-                                   "Without INPUT: the international football results (home team in position A).")
-    r.add_argument("input", nargs="?", help="CSV or JSONL file; default: the football results")
+                       description="Rank items from a file of pairwise comparisons: CSV (comma, semicolon or tab), "
+                                   "JSON Lines or a JSON array. Read without options: ours (item_a, item_b, p or "
+                                   "outcome), Chatbot Arena battles (model_a, model_b, winner) and evalica's "
+                                   "(left, right, winner). Without INPUT: the international football results "
+                                   "(home team in position A).")
+    r.add_argument("input", nargs="?", help="comparison file (.csv/.tsv, .jsonl, .json); default: the football results")
     _cache_option(r)
     r.add_argument("--method", choices=METHODS, default="poe_bradley_terry")
     r.add_argument("--debias", choices=DEBIAS, default="none",
-                   help="mean/learn: PoE bias terms (beta or gamma); threshold: eq. 9-10 reweighting; "
+                   help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
+                        "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
                         "permutation: average both orders")
-    r.add_argument("--output", "-o", help="write every score to this .csv or .jsonl file")
+    r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv or "
+                                          ".jsonl file; with a context column when the input has one")
     r.add_argument("--top", type=int, default=20, help="rows of the ranking to print per context")
     r.add_argument("--score-prior", type=float, default=None,
                    help="poe_bradley_terry: precision of a N(0, 1/lambda) prior on scores (MAP); "
@@ -265,50 +271,124 @@ def _assess(args):
 
 def _default_football(args):
     from jaxrank.data import data_dir
-    args.input = str(data_dir() / "international_football" / "results.csv")
+    try:
+        args.input = str(data_dir() / "international_football" / "results.csv")
+    except FileNotFoundError as e:
+        raise SystemExit(f"jaxrank: no INPUT given and the embedded default is missing: {e}")
     args.item_a, args.item_b = args.item_a or "home_team", args.item_b or "away_team"
     args.score_a, args.score_b = args.score_a or "home_score", args.score_b or "away_score"
-    if args.debias == "none" and args.method == "poe_bradley_terry":
-        args.debias = "learn"
-    if args.score_prior is None:
-        args.score_prior = 0.1
+    if args.method == "poe_bradley_terry":
+        args.debias = "learn" if args.debias == "none" else args.debias
+        args.score_prior = 0.1 if args.score_prior is None else args.score_prior
     print(f"no INPUT given: ranking the embedded default {args.input}\n"
-          f"  (home team in position A; --debias {args.debias}; --score-prior {args.score_prior})", file=sys.stderr)
+          f"  (home team in position A; --debias {args.debias}"
+          + ("" if args.score_prior is None else f"; --score-prior {args.score_prior}") + ")", file=sys.stderr)
 
 
-def _score(c, method, debias, score_prior):
+def _check_rank_options(args):
+    """Refuse option combinations that do not apply, before reading the file or importing JAX."""
+    if args.top < 0:
+        raise SystemExit("jaxrank: --top must be >= 0")
+    if args.score_prior is not None and args.method != "poe_bradley_terry":
+        raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
+    if args.score_prior is not None and not args.score_prior >= 0:
+        raise SystemExit(f"jaxrank: --score-prior must be >= 0, got {args.score_prior}")
+    if args.debias == "learn" and args.method != "poe_bradley_terry":
+        raise SystemExit("jaxrank: --debias learn applies to poe_bradley_terry only")
+    if args.debias == "mean" and not args.method.startswith("poe_"):
+        raise SystemExit("jaxrank: --debias mean applies to the PoE methods only; use threshold or permutation")
+
+
+def _bucket(n, least):
+    """The smallest size of the form ``2^k`` or ``3 * 2^k`` that is at least ``max(n, least)``.
+
+    Padding to these sizes lets files of different sizes share one compiled
+    program (and one entry of the persistent compilation cache), less than
+    1.5 times the size needed.
+    """
+    size = least
+    while size < n:
+        size = size // 2 * 3 if size & (size - 1) == 0 else size // 3 * 4
+    return size
+
+
+def _padded(c, num_items, num_comparisons):
+    """``c`` with padded items (masked) and padded comparisons (weight 0): scores of real items unchanged."""
+    from jaxrank.comparisons import Comparisons
+
+    def pad(x, size, value):
+        x = np.asarray(x)
+        return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])], constant_values=value)
+
+    r = num_comparisons
+    return Comparisons(i=pad(c.i, r, 0), j=pad(c.j, r, 0), p=pad(c.p, r, 0.5), weight=pad(c.weight, r, 0),
+                       item_mask=pad(c.item_mask, num_items, False), num_items=num_items)
+
+
+def _rank_scores(c, method, debias, score_prior):
+    """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
     import jaxrank as jr
+
+    # games, connectivity and P(A) describe the comparisons as given, before any debiasing
+    out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
     if debias == "threshold":
         c = jr.threshold_debias(c)
     elif debias == "permutation":
         c = jr.permutation_average(c)
-    extra, stderr = {}, None
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
         post = jr.laplace_bradley_terry(c, debias=mode, score_prior=score_prior)
         sol = jr.fit_poe_bradley_terry(c, debias=mode, score_prior=score_prior)
-        scores, stderr = sol.scores, post.stderr
-        extra = {"gamma": np.asarray(sol.gamma), "converged": np.asarray(sol.converged),
-                 "iterations": np.asarray(sol.iterations)}
+        out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
+                   iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):
-        if debias == "learn":
-            raise SystemExit("jaxrank: --debias learn applies to poe_bradley_terry only")
         post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"))
-        scores, stderr = post.mean, post.stderr
+        out.update(scores=post.mean, stderr=post.stderr)
     else:
-        if debias in ("mean", "learn"):
-            raise SystemExit(f"jaxrank: --debias {debias} applies to the PoE methods only; "
-                             "use threshold or permutation")
-        scores = jr.SCORERS[method](c)
-    return np.asarray(scores), (None if stderr is None else np.asarray(stderr)), extra
+        out["scores"] = jr.SCORERS[method](c)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _rank_program():
+    import jax
+    return jax.jit(_rank_scores, static_argnames=("method", "debias", "score_prior"))
+
+
+def _score(c, method, debias, score_prior):
+    """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to :func:`_bucket` sizes."""
+    n, r = c.num_items, c.num_comparisons
+    out = _rank_program()(_padded(c, _bucket(n, 8), _bucket(r, 16)), method=method, debias=debias,
+                          score_prior=float(score_prior))
+    out = {k: (None if v is None else np.asarray(v)) for k, v in out.items()}
+    for k in ("scores", "stderr", "games"):
+        if out[k] is not None:
+            out[k] = out[k][..., :n]
+    return out
+
+
+def _write_scores(path, rows):
+    """Write the score rows as CSV or JSON Lines (by suffix); no ``context`` field for one unnamed context."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if all(r["context"] == "" for r in rows):
+        rows = [{k: v for k, v in r.items() if k != "context"} for r in rows]
+    if out.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with out.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    print(f"\nwrote {len(rows)} scores to {out}")
 
 
 def _rank(args):
-    import jaxrank as jr
-    from jaxrank.io import read_comparisons
+    _check_rank_options(args)
     if args.input is None:
         _default_football(args)
     t0 = time.perf_counter()
+    from jaxrank.io import read_comparisons
     try:
         table = read_comparisons(args.input, item_a=args.item_a, item_b=args.item_b, p=args.p,
                                  outcome=args.outcome, score_a=args.score_a, score_b=args.score_b,
@@ -317,13 +397,10 @@ def _rank(args):
         raise SystemExit(f"jaxrank: {e}")
     c = table.comparisons
     t1 = time.perf_counter()
-    if args.score_prior is not None and args.method != "poe_bradley_terry":
-        raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
-    scores, stderr, extra = _score(c, args.method, args.debias, args.score_prior or 0.0)
+    _enable_cache(args)
+    res = _score(c, args.method, args.debias, args.score_prior or 0.0)
     t2 = time.perf_counter()
-    games = np.asarray(c.games())
-    connected = np.asarray(c.is_connected())
-    pa = np.asarray(jr.positional_bias(c))
+    scores, stderr, games = res["scores"], res["stderr"], res["games"]
     n_cmp = int(np.sum(np.asarray(c.weight) > 0))
     print(f"{n_cmp} comparisons, {sum(len(x) for x in table.items)} items, {len(table.contexts)} context(s); "
           f"read {t1 - t0:.2f} s, scored ({args.method}) {t2 - t1:.2f} s")
@@ -332,46 +409,45 @@ def _rank(args):
         names = table.items[k]
         order = np.argsort(-scores[k, :len(names)], kind="stable")
         head = f"context {ctx!r}: " if ctx else ""
-        info = f"P(A) = {pa[k]:.3f}"
-        if "gamma" in extra:
-            info += f", gamma = {extra['gamma'][k]:+.3f}, converged = {bool(extra['converged'][k])}"
+        info = f"P(A) = {res['pa'][k]:.3f}"
+        if "gamma" in res:
+            info += (f", gamma = {res['gamma'][k]:+.3f} (negative: position A favoured), "
+                     f"converged = {bool(res['converged'][k])}")
         print(f"\n{head}{len(names)} items, {info}")
-        if not connected[k]:
+        if not res["connected"][k]:
             print("  warning: the comparison graph is disconnected; scores are centred per connected "
                   "component and only comparable within one")
-        print(f"  {'rank':>4}  {'item':<32} {'score':>9} {'± s.e.':>8} {'games':>7}")
+        print(f"  {'rank':>4}  {'item':<32} {'score':>9} {'± s.e.' if stderr is not None else '':>8} {'games':>7}")
         for rank, n in enumerate(order, 1):
             se = "" if stderr is None else f"{stderr[k, n]:8.3f}"
             if rank <= args.top:
                 print(f"  {rank:>4}  {names[n][:32]:<32} {scores[k, n]:9.3f} {se:>8} {games[k, n]:7.0f}")
             rows.append({"context": ctx, "rank": rank, "item": names[n], "score": float(scores[k, n]),
                          "stderr": None if stderr is None else float(stderr[k, n]), "games": float(games[k, n])})
+    if args.top and stderr is not None:
+        print("\n  s.e. = standard error of the score (Laplace approximation); an item with few games has a "
+              "large one,\n  so its rank is uncertain: scores within about 2 s.e. of each other are not "
+              "clearly ordered.")
     if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix.lower() in (".jsonl", ".json"):
-            out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        else:
-            with out.open("w", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
-        print(f"\nwrote {len(rows)} scores to {out}")
+        _write_scores(args.output, rows)
+
+
+def _enable_cache(args):
+    if args.compilation_cache and os.environ.get("JAXRANK_COMPILATION_CACHE", "1") != "0":
+        from jaxrank.compilation import enable_compilation_cache
+        enable_compilation_cache()
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
-    if args.compilation_cache and os.environ.get("JAXRANK_COMPILATION_CACHE", "1") != "0":
-        from jaxrank.compilation import enable_compilation_cache
-        enable_compilation_cache()
+    if args.command == "rank":  # its options and file are checked before JAX is imported
+        _rank(args)
+        return
+    _enable_cache(args)
     if args.command == "judge":
         _judge(args)
     elif args.command == "assess":
         _assess(args)
-    elif args.command == "rank":
-        if args.top < 0:
-            raise SystemExit("jaxrank: --top must be >= 0")
-        _rank(args)
 
 
 if __name__ == "__main__":

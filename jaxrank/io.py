@@ -1,36 +1,65 @@
-"""Reading comparison files (CSV or JSON Lines) into :class:`jaxrank.Comparisons`.
+"""Reading comparison files (CSV, JSON Lines or a JSON array) or a pandas DataFrame into :class:`jaxrank.Comparisons`.
 
-A file has one comparison per row, with columns for the item in position A,
+A source has one comparison per row, with columns for the item in position A,
 the item in position B, and either a probability ``P(A better)`` or a hard
-outcome (``win``/``loss``/``tie``, or 1/0/0.5, or two score columns such as
-goals, compared), plus optional context and weight columns. Items are names
-(any string); they are numbered per context in order of first appearance.
+outcome, plus optional context and weight columns. Items are names (any
+string); they are numbered per context in order of first appearance.
+
+The formats people already have are read without options:
+
+* ours: ``item_a, item_b`` and ``p`` (a probability) or ``outcome``
+  (``win``/``loss``/``tie``, ``a``/``b`` or 1/0/0.5);
+* Chatbot Arena battles: ``model_a, model_b, winner`` with ``winner`` one of
+  ``model_a``, ``model_b``, ``tie``, ``tie (bothbad)`` (both ties count half a win each way);
+* evalica: ``left, right, winner`` with ``winner`` one of ``left``, ``right``, ``tie``.
+
+An outcome may also name the winning item itself (``winner = "gpt-4"``), or the
+column holding it. Outcomes are matched case-insensitively; two score columns
+(e.g. goals) can be compared instead (``score_a=``, ``score_b=``: higher wins,
+equal is a tie).
+
+Files: UTF-8 text, a byte-order mark allowed; CSV with a comma, semicolon or
+tab delimiter (the one most frequent in the header line, outside quotes);
+``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, or
+one JSON array of objects). Every error names the file (or ``DataFrame``) and
+the line (or row) it is about.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxrank.comparisons import Comparisons, stack_contexts
+if TYPE_CHECKING:  # imported once the rows are read: a malformed file is reported without importing JAX
+    from jaxrank.comparisons import Comparisons
 
 __all__ = ["ComparisonTable", "read_comparisons"]
 
 _DEFAULTS = {
-    "item_a": ("item_a", "a", "model_a", "i", "candidate_a"),
-    "item_b": ("item_b", "b", "model_b", "j", "candidate_b"),
+    "item_a": ("item_a", "a", "model_a", "left", "i", "candidate_a"),
+    "item_b": ("item_b", "b", "model_b", "right", "j", "candidate_b"),
     "p": ("p", "prob", "probability", "p_a"),
     "outcome": ("outcome", "winner", "result", "decision"),
     "context": ("context", "context_id"),
     "weight": ("weight", "w"),
 }
-_OUTCOMES = {"win": 1.0, "a": 1.0, "model_a": 1.0, "1": 1.0, "1.0": 1.0,
-             "loss": 0.0, "b": 0.0, "model_b": 0.0, "0": 0.0, "0.0": 0.0,
-             "tie": 0.5, "draw": 0.5, "0.5": 0.5}
+"""Column names tried, in order and case-insensitively, for each role when it is not given."""
+
+_OUTCOMES = {
+    **dict.fromkeys(("win", "a", "model_a", "left", "item_a", "1", "1.0"), 1.0),
+    **dict.fromkeys(("loss", "b", "model_b", "right", "item_b", "0", "0.0"), 0.0),
+    **dict.fromkeys(("tie", "draw", "tie (bothbad)", "0.5"), 0.5),
+}
+"""Hard outcomes (lower-cased) -> P(A better); see the module docstring for the formats."""
 
 
 @dataclass
@@ -39,7 +68,7 @@ class ComparisonTable:
 
     Attributes:
         comparisons: batch ``[num_contexts, R]`` over ``[num_contexts, N]`` items.
-        contexts: context names, in order of first appearance.
+        contexts: context names, in order of first appearance (``[""]`` without a context column).
         items: per context, the item names; index ``n`` is item ``n``.
     """
 
@@ -48,134 +77,263 @@ class ComparisonTable:
     items: list[list[str]]
 
 
-def _rows(path: Path):
-    """Yield ``(line_number, dict)`` for a CSV or JSON Lines file."""
-    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        with path.open(encoding="utf-8") as fh:
-            for ln, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}, line {ln}: not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}, line {ln}: expected a JSON object per line")
-                yield ln, row
-    else:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames:
-                raise ValueError(f"{path}: empty file (no header row)")
+@dataclass
+class _Source:
+    """Rows of a file or DataFrame: ``label`` for messages, the columns, ``(where, row)`` pairs."""
+
+    label: str
+    columns: list[str]
+    rows: Iterator[tuple[str, dict[str, Any]]]
+
+
+# ---------------------------------------------------------------------- files
+
+
+def _text(path: Path) -> str:
+    """The file as text: UTF-8 (a byte-order mark is dropped); binary files are refused."""
+    data = path.read_bytes()
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise ValueError(f"{path}, line {line}: not a text file (a NUL byte); expected CSV or JSON Lines")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
+                         "save the file as UTF-8") from None
+
+
+def _delimiter(header: str) -> str:
+    """The most frequent of comma, semicolon and tab in ``header`` outside quotes (comma on a tie or none)."""
+    bare = re.sub(r'"[^"]*"', "", header)
+    counts = {d: bare.count(d) for d in (",", ";", "\t")}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else ","
+
+
+def _csv_source(path: Path, text: str) -> _Source:
+    header = text.split("\n", 1)[0]
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header))
+    try:
+        columns = reader.fieldnames
+    except csv.Error as e:
+        raise ValueError(f"{path}, line 1: malformed header ({e})") from None
+    if not columns:
+        raise ValueError(f"{path}: empty file (no header row)")
+
+    def rows():
+        ln = 1
+        try:
             for row in reader:
+                ln = reader.line_num
                 if None in row:
-                    raise ValueError(f"{path}, line {reader.line_num}: more fields than the header has")
-                yield reader.line_num, row
+                    raise ValueError(f"{path}, line {ln}: {len(columns) + len(row[None])} fields, "
+                                     f"more than the header's {len(columns)}")
+                if None in row.values():
+                    given = sum(v is not None for v in row.values())
+                    raise ValueError(f"{path}, line {ln}: {given} field(s), fewer than the header's {len(columns)}")
+                yield f"{path}, line {ln}", row
+        except csv.Error as e:
+            raise ValueError(f"{path}, line {reader.line_num or ln}: malformed CSV ({e})") from None
+
+    return _Source(str(path), list(columns), rows())
 
 
-def _pick(columns, given, role, required):
+def _json_source(path: Path, text: str) -> _Source:
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}, line {e.lineno}: not valid JSON ({e.msg})") from None
+        located = [(f"{path}, record {k}", r) for k, r in enumerate(records)]
+    else:
+        located = []
+        for ln, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                located.append((f"{path}, line {ln}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}, line {ln}: not valid JSON ({e.msg})") from None
+    for where, r in located:
+        if not isinstance(r, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(r).__name__}")
+    columns = list(located[0][1]) if located else []
+    return _Source(str(path), columns, iter(located))
+
+
+def _file_source(path: Path) -> _Source:
+    if not path.is_file():
+        raise FileNotFoundError(f"comparison file not found: {path}")
+    text = _text(path)
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return _json_source(path, text)
+    return _csv_source(path, text)
+
+
+def _is_dataframe(x) -> bool:
+    """True for a pandas DataFrame, told without importing pandas."""
+    return type(x).__module__.split(".")[0] == "pandas" and type(x).__name__ == "DataFrame"
+
+
+def _frame_source(df) -> _Source:
+    columns = [str(c) for c in df.columns]
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"DataFrame: duplicate column names in {columns}")
+    frame = df.set_axis(columns, axis=1)
+
+    def rows():
+        for k, (index, rec) in enumerate(zip(frame.index, frame.to_dict("records"))):
+            yield f"DataFrame, row {k} (index {index!r})", rec
+
+    return _Source("DataFrame", columns, rows())
+
+
+# ---------------------------------------------------------------------- columns and fields
+
+
+def _pick(source: _Source, given, role, required):
     if given is not None:
-        if given not in columns:
-            raise ValueError(f"column {given!r} (for {role}) is not in the file; columns: {sorted(columns)}")
+        if given not in source.columns:
+            raise ValueError(f"{source.label}: column {given!r} (for {role}) is not there; "
+                             f"columns: {source.columns}")
         return given
+    lower = {c.lower(): c for c in reversed(source.columns)}
     for name in _DEFAULTS[role]:
-        if name in columns:
-            return name
+        if name in lower:
+            return lower[name]
     if required:
-        raise ValueError(f"no column for {role}: pass it explicitly (tried {_DEFAULTS[role]}); "
-                         f"columns: {sorted(columns)}")
+        raise ValueError(f"{source.label}: no column for {role}: pass it explicitly (tried {_DEFAULTS[role]}); "
+                         f"columns: {source.columns}")
     return None
 
 
-def _number(path, ln, field, value):
+def _blank(v) -> bool:
+    """None, NaN, pandas' NA/NaT, or a string of blanks."""
+    if v is None or type(v).__name__ in ("NAType", "NaTType"):
+        return True
+    if isinstance(v, (float, np.floating)):
+        return bool(np.isnan(v))
+    return str(v).strip() == ""
+
+
+def _number(where, field, value):
+    if _blank(value):
+        raise ValueError(f"{where}: field {field!r} is empty")
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{path}, line {ln}: field {field!r} = {value!r} is not a number") from None
+        raise ValueError(f"{where}: field {field!r} = {value!r} is not a number") from None
     if not np.isfinite(x):
-        raise ValueError(f"{path}, line {ln}: field {field!r} = {value!r} is not finite")
+        raise ValueError(f"{where}: field {field!r} = {value!r} is not finite")
     return x
 
 
-def read_comparisons(path, *, item_a=None, item_b=None, p=None, outcome=None, score_a=None,
+def _outcome(where, field, value, name_a, name_b, outcomes):
+    if _blank(value):
+        raise ValueError(f"{where}: field {field!r} is empty")
+    key = str(value).strip().lower()
+    by_name = {name_b.strip().lower(): 0.0, name_a.strip().lower(): 1.0}
+    if key in outcomes:
+        if key in by_name and by_name[key] != outcomes[key]:
+            raise ValueError(f"{where}: field {field!r} = {value!r} is ambiguous: an outcome word for "
+                             f"P(A better) = {outcomes[key]:g}, and the name of the other item")
+        return outcomes[key]
+    if key in by_name:
+        return by_name[key]
+    raise ValueError(f"{where}: field {field!r} = {value!r}; expected win/loss/tie, a/b, 1/0/0.5, "
+                     f"model_a/model_b/tie (bothbad), left/right, or the winning item's name")
+
+
+def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, score_a=None,
                      score_b=None, context=None, weight=None) -> ComparisonTable:
-    """Read a CSV/JSONL file of comparisons.
+    """Read comparisons from a CSV/JSON file or a pandas DataFrame (formats: see the module docstring).
 
     Args:
-        path: the file (``.csv``, or ``.jsonl``/``.json``/``.ndjson`` for JSON Lines).
-        item_a, item_b: columns naming the items in positions A and B
-            (default: the first of ``item_a, a, model_a, i`` that exists, likewise for B).
-        p: probability column (default ``p``/``prob``/``probability``).
-        outcome: hard-outcome column (``win``/``loss``/``tie``, ``a``/``b``, or 1/0/0.5).
+        source: a path (``.csv``/``.tsv``/``.txt``, or ``.jsonl``/``.ndjson``/``.json``) or a
+            pandas DataFrame (one comparison a row; pandas is not imported for a path).
+        item_a, item_b: columns naming the items in positions A and B (default: the first
+            of ``item_a, a, model_a, left, i, candidate_a`` there, likewise for B).
+        p: probability column (default ``p``/``prob``/``probability``/``p_a``).
+        outcome: hard-outcome column (default ``outcome``/``winner``/``result``/``decision``);
+            values as in the module docstring.
         score_a, score_b: two numeric columns compared to give the outcome
             (e.g. goals: higher wins, equal is a tie).
         context: optional context column (one ranking per context).
         weight: optional non-negative weight column.
 
+    Returns:
+        :class:`ComparisonTable`; with ``P(A better) = 1, 0, 0.5`` for a win, loss, tie.
+
     Raises:
-        ValueError: naming the file, line and field of the first malformed value.
-        FileNotFoundError: if ``path`` does not exist.
+        ValueError: naming the file (or ``DataFrame``) and the line (or row) of the first
+            malformed value, a missing column, a binary or non-UTF-8 file.
+        FileNotFoundError: if ``source`` is a path that does not exist.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"comparison file not found: {path}")
-    rows = iter(_rows(path))
-    try:
-        ln0, first = next(rows)
-    except StopIteration:
-        raise ValueError(f"{path}: no comparisons in file") from None
-    cols = set(first)
-    ca = _pick(cols, item_a, "item_a", True)
-    cb = _pick(cols, item_b, "item_b", True)
-    if (score_a is None) != (score_b is None):
-        raise ValueError("score_a and score_b go together")
-    if score_a is not None:
-        for s in (score_a, score_b):
-            if s not in cols:
-                raise ValueError(f"column {s!r} is not in the file; columns: {sorted(cols)}")
-        cp = co = None
+    if _is_dataframe(source):
+        src = _frame_source(source)
+    elif isinstance(source, (str, os.PathLike)):
+        src = _file_source(Path(source))
     else:
-        cp = _pick(cols, p, "p", False) if outcome is None else None
-        co = _pick(cols, outcome, "outcome", False) if cp is None else None
+        raise ValueError(f"source must be a file path or a pandas DataFrame, got {type(source).__name__}")
+    if (score_a is None) != (score_b is None):
+        raise ValueError("score_a and score_b go together: pass both or neither")
+    ca = _pick(src, item_a, "item_a", True)
+    cb = _pick(src, item_b, "item_b", True)
+    cp = co = None
+    if score_a is not None:
+        for role, s in (("score_a", score_a), ("score_b", score_b)):
+            _pick(src, s, role, True)
+    else:
+        cp = _pick(src, p, "p", False) if outcome is None else None
+        co = _pick(src, outcome, "outcome", False) if cp is None else None
         if cp is None and co is None:
-            raise ValueError(f"{path}: no probability or outcome column; pass p=, outcome= or score_a=/score_b=")
-    cc = _pick(cols, context, "context", False)
-    cw = _pick(cols, weight, "weight", False)
+            raise ValueError(f"{src.label}: no probability or outcome column; pass p=, outcome= or "
+                             f"score_a=/score_b=; columns: {src.columns}")
+    cc = _pick(src, context, "context", False)
+    cw = _pick(src, weight, "weight", False)
+    outcomes = dict(_OUTCOMES)
+    outcomes.update({ca.lower(): 1.0, cb.lower(): 0.0})
 
     per_ctx: dict[str, dict] = {}
-    import itertools
-    for ln, row in itertools.chain([(ln0, first)], rows):
+    for where, row in src.rows:
         name_a, name_b = row.get(ca), row.get(cb)
         for field, v in ((ca, name_a), (cb, name_b)):
-            if v is None or str(v).strip() == "":
-                raise ValueError(f"{path}, line {ln}: field {field!r} is empty")
+            if _blank(v):
+                raise ValueError(f"{where}: field {field!r} is empty")
         name_a, name_b = str(name_a), str(name_b)
         if name_a == name_b:
-            raise ValueError(f"{path}, line {ln}: item {name_a!r} is compared with itself")
+            raise ValueError(f"{where}: item {name_a!r} is compared with itself")
         if score_a is not None:
-            xa, xb = _number(path, ln, score_a, row.get(score_a)), _number(path, ln, score_b, row.get(score_b))
+            xa, xb = _number(where, score_a, row.get(score_a)), _number(where, score_b, row.get(score_b))
             prob = 1.0 if xa > xb else (0.0 if xa < xb else 0.5)
         elif cp is not None:
-            prob = _number(path, ln, cp, row.get(cp))
+            prob = _number(where, cp, row.get(cp))
             if not 0.0 <= prob <= 1.0:
-                raise ValueError(f"{path}, line {ln}: field {cp!r} = {row.get(cp)!r} is outside [0, 1]")
+                raise ValueError(f"{where}: field {cp!r} = {row.get(cp)!r} is outside [0, 1]")
         else:
-            key = str(row.get(co)).strip().lower()
-            if key not in _OUTCOMES:
-                raise ValueError(f"{path}, line {ln}: field {co!r} = {row.get(co)!r}; expected win/loss/tie, a/b or 1/0/0.5")
-            prob = _OUTCOMES[key]
+            prob = _outcome(where, co, row.get(co), name_a, name_b, outcomes)
         w = 1.0
         if cw is not None:
-            w = _number(path, ln, cw, row.get(cw))
+            w = _number(where, cw, row.get(cw))
             if w < 0:
-                raise ValueError(f"{path}, line {ln}: field {cw!r} = {row.get(cw)!r} is negative")
-        ctx = str(row.get(cc)) if cc is not None else ""
+                raise ValueError(f"{where}: field {cw!r} = {row.get(cw)!r} is negative")
+        ctx = ""
+        if cc is not None:
+            if _blank(row.get(cc)):
+                raise ValueError(f"{where}: field {cc!r} is empty")
+            ctx = str(row.get(cc))
         d = per_ctx.setdefault(ctx, {"items": {}, "i": [], "j": [], "p": [], "w": []})
         idx = d["items"]
         d["i"].append(idx.setdefault(name_a, len(idx)))
         d["j"].append(idx.setdefault(name_b, len(idx)))
         d["p"].append(prob)
         d["w"].append(w)
+    if not per_ctx:
+        raise ValueError(f"{src.label}: no comparisons (no rows after the header)")
+
+    from jaxrank.comparisons import Comparisons, stack_contexts
 
     sets = [Comparisons.from_pairs(np.array(d["i"]), np.array(d["j"]), np.array(d["p"], np.float32),
                                    num_items=len(d["items"]), weight=np.array(d["w"], np.float32))

@@ -52,12 +52,14 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import datasets
 import numpy as np
 
 import jaxrank
+
+if TYPE_CHECKING:  # imported by load_dataset on first use: data_dir and label_matrix need no `datasets`
+    import datasets
 
 __all__ = ["ASPECTS", "DATASETS", "LabelMatrix", "data_dir", "label_matrix", "load_dataset"]
 
@@ -273,6 +275,8 @@ def load_dataset(name: str, *, path: str | os.PathLike | None = None) -> dataset
         ValueError: unknown ``name``, or a malformed line / record in the file.
         FileNotFoundError: the data folder or file is missing.
     """
+    import datasets
+
     if name not in _PARSERS:
         raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
     file = (Path(path) if path is not None else data_dir()) / _FILES[name]
