@@ -33,7 +33,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 METHODS = ("poe_bradley_terry", "poe_gaussian", "poe_gaussian_hard", "bradley_terry",
            "average_probability", "win_ratio", "max_likelihood_ranking")
@@ -170,6 +169,8 @@ def _store_path(args, judge):
 
 
 def _judge(args):
+    import numpy as np
+
     from jaxrank.judges.run import judge_contexts
 
     cs = _contexts(args)
@@ -225,6 +226,8 @@ def _judge_active(args):
 
 
 def _assess(args):
+    import numpy as np
+
     from jaxrank.judges.report import assess_comparisons
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
@@ -314,6 +317,8 @@ def _bucket(n, least):
 
 def _padded(c, num_items, num_comparisons):
     """``c`` with padded items (masked) and padded comparisons (weight 0): scores of real items unchanged."""
+    import numpy as np
+
     from jaxrank.comparisons import Comparisons
 
     def pad(x, size, value):
@@ -357,6 +362,8 @@ def _rank_program():
 
 def _score(c, method, debias, score_prior):
     """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to :func:`_bucket` sizes."""
+    import numpy as np
+
     n, r = c.num_items, c.num_comparisons
     out = _rank_program()(_padded(c, _bucket(n, 8), _bucket(r, 16)), method=method, debias=debias,
                           score_prior=float(score_prior))
@@ -384,6 +391,8 @@ def _write_scores(path, rows):
 
 
 def _rank(args):
+    import numpy as np
+
     _check_rank_options(args)
     if args.input is None:
         _default_football(args)
