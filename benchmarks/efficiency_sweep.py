@@ -70,7 +70,7 @@ def baseline_curves(name, sel, labels, budgets, subsets):
 
 
 def main(argv=None):
-    from jaxrank import data, experiments as ex
+    from jaxrank import data, studies as ex
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, default=100, help="random subsets per budget (default 100)")

@@ -69,10 +69,10 @@ def main(argv=None):
         args.baseline_comparisons = 4 if args.baseline_comparisons is None else args.baseline_comparisons
 
     from jaxrank.data import load_dataset
-    from jaxrank.judges.loading import load_model
+    from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
     from jaxrank.judges.prompts import pairwise_template
-    from jaxrank.judges.run import contexts_of
+    from jaxrank.assessment.run import contexts_of
     import jax
 
     cs = contexts_of(load_dataset("summeval"), aspect="coherence", contexts=[args.article],

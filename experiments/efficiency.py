@@ -4,7 +4,7 @@ For every budget ``R`` of a grid from ``N - 1`` to ``N(N-1)`` (default: every
 multiple of ``N - 1``, plus the 20% point, 48 of 240 on SummEval), ``--subsets``
 random subsets of ``R`` comparisons per context (PoE §4.2: 100), every scorer;
 reported: the mean and std over subsets of the mean per-context Spearman
-(METHODS.md §7). The sweep is :func:`jaxrank.experiments.run_study`: one nested
+(METHODS.md §7). The sweep is :func:`jaxrank.studies.run_study`: one nested
 selection per (subset, context), every budget a weight mask on it, one compiled
 function per scorer for all budgets, subsets and contexts.
 
@@ -88,7 +88,7 @@ def parse_args(argv):
 
 def load_judges(args):
     """``{aspect: {"biased": Judge, "unbiased": Judge | None}}`` and the tag."""
-    from jaxrank import data, experiments as ex
+    from jaxrank import data, studies as ex
 
     aspects = args.aspects.split(",") if args.aspects else list(data.ASPECTS[args.data])
     if args.store and not args.judge:
@@ -113,7 +113,7 @@ def load_judges(args):
 
 def run(args, judges, say):
     """Every study; returns the rows and the timings."""
-    from jaxrank import experiments as ex
+    from jaxrank import studies as ex
     from jaxrank.simulate import judge_stats
 
     keep = (lambda names: [s for s in names if s in SMOKE]) if args.smoke else (lambda names: names)
@@ -162,7 +162,7 @@ def table(rows, aspect, study, budgets):
     sub = [r for r in rows if r["aspect"] == aspect and r["study"] == study]
     scorers = list(dict.fromkeys(r["scorer"] for r in sub))
     cols = [b for b in budgets if any(r["budget"] == b for r in sub)]
-    from jaxrank.experiments import LABELS
+    from jaxrank.studies import LABELS
     out = ["| scorer | " + " | ".join(f"R = {b}" for b in cols) + " |", "|---|" + "---:|" * len(cols)]
     for s in scorers:
         cells = []
@@ -252,7 +252,7 @@ def plot_main(rows, judges, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from jaxrank.experiments import LABELS
+    from jaxrank.studies import LABELS
 
     aspects = list(judges)
     ncol = 2 if len(aspects) == 4 else min(3, len(aspects))
@@ -285,7 +285,7 @@ def plot_variants(rows, aspect, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from jaxrank.experiments import LABELS
+    from jaxrank.studies import LABELS
 
     base = lambda s: s.replace("_permavg", "").replace("_debiased", "").replace("_learnt", "")
     colour = {name: f"C{k}" for k, name in enumerate(MAIN)}

@@ -4,7 +4,7 @@ For every judged ordered pair ``(a, b)`` (``a`` in position A): the judge's
 ``p = P(A better)`` against the human score difference ``h_a - h_b``. Shows:
 
 * a 2D histogram (hexbin) of ``p`` vs ``h_a - h_b``, with the mean ``p`` (± std)
-  per score difference (:func:`jaxrank.experiments.binned_mean`);
+  per score difference (:func:`jaxrank.studies.binned_mean`);
 * the fraction of decisions for A per score difference;
 * two fitted models of ``E[p | dh]``: the linear-Gaussian PoE's straight line
   (PoE eq. 11: ``p`` linear in the score difference, constant variance; its
@@ -49,7 +49,7 @@ def parse_args(argv):
 
 
 def load_judge(args):
-    from jaxrank import experiments as ex
+    from jaxrank import studies as ex
 
     if args.store and not args.judge:
         raise SystemExit("--store needs --judge")
@@ -116,7 +116,7 @@ def plot(dh, p, bins, fits, path, title):
 
 
 def main(argv=None):
-    from jaxrank import experiments as ex
+    from jaxrank import studies as ex
 
     args = parse_args(argv)
     if args.smoke:

@@ -130,7 +130,7 @@ def _report_methods():
 
 
 def _make_judge(args):
-    from jaxrank.judges.loading import load_model
+    from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
     from jaxrank.judges.prompts import pairwise_template
 
@@ -147,7 +147,7 @@ def _make_judge(args):
 
 def _contexts(args):
     from jaxrank.data import load_dataset
-    from jaxrank.judges.run import contexts_of
+    from jaxrank.assessment.run import contexts_of
 
     if args.data == "summeval" and args.judge == DEFAULT_JUDGE and args.aspect == DEFAULT_ASPECT and \
             args.contexts == ":" and args.candidates is None and args.budget is None:
@@ -171,7 +171,7 @@ def _store_path(args, judge):
 def _judge(args):
     import numpy as np
 
-    from jaxrank.judges.run import judge_contexts
+    from jaxrank.assessment.run import judge_contexts
 
     cs = _contexts(args)
     judge = _make_judge(args)
@@ -207,7 +207,7 @@ def _active_options(args):
 
 
 def _judge_active(args):
-    from jaxrank.judges.active import active_judge_contexts, check_active
+    from jaxrank.assessment.active import active_judge_contexts, check_active
 
     cs = _contexts(args)
     settings = dict(budget=args.budget, batch_size=args.active_batch, rank_confidence=args.rank_confidence,
@@ -228,7 +228,7 @@ def _judge_active(args):
 def _assess(args):
     import numpy as np
 
-    from jaxrank.judges.report import assess_comparisons
+    from jaxrank.assessment.report import assess_comparisons
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)

@@ -129,7 +129,7 @@ def store_judge(path, *, judge: str, data: str, aspect: str, template: str | Non
         ValueError: no judgements, or ids that the data set does not have.
     """
     from jaxrank.data import label_matrix, load_dataset
-    from jaxrank.judges.store import JudgementStore
+    from jaxrank.assessment.store import JudgementStore
 
     stored = JudgementStore(path).comparisons(judge=judge, template=template)
     lm = label_matrix(load_dataset(data), aspect)

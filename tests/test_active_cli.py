@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from jaxrank import cli
-from jaxrank.judges.active import StoreJudgeFn, active_judge_contexts
+from jaxrank.assessment.active import StoreJudgeFn, active_judge_contexts
 from jaxrank.judges.pairwise import Judgement
-from jaxrank.judges.run import contexts_of
-from jaxrank.judges.store import JudgementStore
+from jaxrank.assessment.run import contexts_of
+from jaxrank.assessment.store import JudgementStore
 
 N, CONTEXTS = 8, 2
 HUMAN = [np.array([1.0, 4.5, 2.0, 5.0, 3.0, 1.5, 4.0, 2.5]),     # distinct scores, 0.5 apart
@@ -151,7 +151,7 @@ def test_store_judge_fn_answers_stored_pairs_and_reuses_judge_runs(tmp_path):
     assert fn.judged == 4 and fn.replayed == 2 and q[0] == p[1]
     np.testing.assert_allclose(p[0], 1 / (1 + np.exp(-3 * (HUMAN[0][0] - HUMAN[0][1]))), rtol=1e-6)
     # a store filled by a full `jaxrank judge` run answers the whole active loop: no model call
-    from jaxrank.judges.run import judge_contexts
+    from jaxrank.assessment.run import judge_contexts
     judge_contexts(FakeJudge(), cs, store, progress=False)
     silent = FakeJudge(crash_after=0)
     out = active_judge_contexts(silent, cs, store, budget=40, rank_confidence=0.8, progress=False)

@@ -1,4 +1,4 @@
-"""Parity of the Flax NNX BERT (jaxrank.judges.models.bert) with transformers' PyTorch BertModel."""
+"""Parity of the Flax NNX BERT (jaxrank.models.bert) with transformers' PyTorch BertModel."""
 
 import json
 from pathlib import Path
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file  # noqa: E402
 
-from jaxrank.judges.models import bert  # noqa: E402
+from jaxrank.models import bert  # noqa: E402
 
 TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             max_position_embeddings=40, type_vocab_size=2, hidden_dropout_prob=0.0,

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxrank import Comparisons, data, experiments as ex
-from jaxrank.judges.store import JudgementStore
+from jaxrank import Comparisons, data, studies as ex
+from jaxrank.assessment.store import JudgementStore
 from jaxrank.simulate import judge_stats
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import jaxrank as jr
-from jaxrank.judges.loading import LoadedModel, load_model
-from jaxrank.judges.models.llama import LlamaConfig, LlamaModel
+from jaxrank.models.loading import LoadedModel, load_model
+from jaxrank.models.llama import LlamaConfig, LlamaModel
 from jaxrank.judges.pairwise import PromptJudge, bucket
 from jaxrank.judges.prompts import PairwiseTemplate, TEMPLATES, pairwise_template
-from jaxrank.judges.run import ContextSet, contexts_of, judge_contexts, plan_pairs
-from jaxrank.judges.store import JudgementStore
+from jaxrank.assessment.run import ContextSet, contexts_of, judge_contexts, plan_pairs
+from jaxrank.assessment.store import JudgementStore
 
 
 # ------------------------------------------------------------------- fixtures
@@ -227,7 +227,7 @@ def test_interrupted_run_resumes_without_redoing_or_losing(tmp_path):
 
 
 def test_judge_comparisons_returns_the_core_structure():
-    from jaxrank.judges.run import judge_comparisons
+    from jaxrank.assessment.run import judge_comparisons
     c = judge_comparisons(_FakeJudge(), "ctx", ["a", "bbb", "cc"])
     assert isinstance(c, jr.Comparisons) and c.num_items == 3 and c.p.shape == (6,)
     d = np.array([len(x) for x in ["a", "bbb", "cc"]], float)

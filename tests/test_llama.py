@@ -1,4 +1,4 @@
-"""The Flax NNX Llama-family decoder (jaxrank.judges.models.llama).
+"""The Flax NNX Llama-family decoder (jaxrank.models.llama).
 
 Parity with transformers' PyTorch LlamaForCausalLM / Qwen2ForCausalLM /
 MistralForCausalLM through the safetensors loader, KV-cache prefix +
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrank.judges.models import llama
-from jaxrank.judges.models.llama import LlamaConfig, LlamaModel, bucket_length, generate
+from jaxrank.models import llama
+from jaxrank.models.llama import LlamaConfig, LlamaModel, bucket_length, generate
 
 V = 101
 BASE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
@@ -60,7 +60,7 @@ def _torch_logits(m, ids, mask=None):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_parity_with_transformers(tmp_path, case):
-    from jaxrank.judges.loading import load_model
+    from jaxrank.models.loading import load_model
 
     m, d = _torch_model(tmp_path, case)
     lm = load_model(d)
@@ -79,7 +79,7 @@ def test_parity_with_transformers(tmp_path, case):
 
 
 def test_bfloat16_params_close(tmp_path):
-    from jaxrank.judges.loading import load_model
+    from jaxrank.models.loading import load_model
 
     m, d = _torch_model(tmp_path, "llama_tied_gqa")
     ids = np.random.default_rng(2).integers(0, V, (2, 9))
@@ -190,7 +190,7 @@ def test_logits_at_selected_positions_and_rows(rand_model):
 
 def test_greedy_generate_matches_torch(tmp_path):
     torch = pytest.importorskip("torch")
-    from jaxrank.judges.loading import load_model
+    from jaxrank.models.loading import load_model
 
     m, d = _torch_model(tmp_path, "llama_untied_bias")
     lm = load_model(d)

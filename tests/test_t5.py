@@ -1,4 +1,4 @@
-"""Parity of the Flax NNX T5 (jaxrank.judges.models.t5) with transformers' PyTorch T5."""
+"""Parity of the Flax NNX T5 (jaxrank.models.t5) with transformers' PyTorch T5."""
 
 import json
 
@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file  # noqa: E402
 
-from jaxrank.judges.models import t5  # noqa: E402
+from jaxrank.models import t5  # noqa: E402
 
 V = 96
 TINY = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,

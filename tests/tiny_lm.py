@@ -4,8 +4,8 @@ from pathlib import Path
 
 from flax import nnx
 
-from jaxrank.judges.loading import LoadedModel
-from jaxrank.judges.models.llama import LlamaConfig, LlamaModel
+from jaxrank.models.loading import LoadedModel
+from jaxrank.models.llama import LlamaConfig, LlamaModel
 
 PAD, BOS, EOS, OFFSET = 0, 1, 2, 3
 CHAT_TEMPLATE = "fake: <user>...</user><assistant>"

@@ -23,8 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxrank.judges.run import ContextSet, _judge_chunk, _template_key
-from jaxrank.judges.store import JudgementStore, StoredComparisons
+from jaxrank.assessment.run import ContextSet, _judge_chunk, _template_key
+from jaxrank.assessment.store import JudgementStore, StoredComparisons
 
 __all__ = ["StoreJudgeFn", "ActiveRun", "active_judge_contexts", "check_active", "context_key"]
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxrank.judges.store import JudgementStore, StoredComparisons
+from jaxrank.assessment.store import JudgementStore, StoredComparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons"]
 

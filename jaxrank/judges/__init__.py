@@ -1,16 +1,24 @@
-"""LLM judges: Flax NNX models, checkpoint loading, prompts, the judging layer and its store.
+"""LLM judges: prompts and the judges that turn texts into :class:`~jaxrank.Comparisons`.
 
-Data flow: :func:`load_model` (registry name, Hugging Face directory or GGUF
-file) -> a judge (:class:`PromptJudge` for pairwise label-word probabilities)
--> :func:`judge_contexts` writes every judgement to a :class:`JudgementStore`
-as it is produced -> :meth:`JudgementStore.comparisons` gives the
-:class:`~jaxrank.Comparisons` the scorers take -> :func:`assess_comparisons`
-reports agreement with human scores. :func:`active_judge_contexts` asks the
-judge only for the most informative comparisons (active assessment), through
-the same store.
+A judge takes a context and its candidate texts and answers which of two
+candidates is better: :class:`PromptJudge` (the probability of the label words
+of a pairwise prompt), :class:`SamplingJudge` (the fraction of sampled answers),
+:class:`CallableJudge` (any Python function), :class:`SimilarityJudge`
+(embedding similarity to a reference) and the pointwise judges
+(:class:`GEvalJudge`, :class:`PromptScoringJudge`, whose scores become
+comparisons through :func:`pointwise_comparisons`). The language models they
+run are in :mod:`jaxrank.models`; judging a whole data set into a resumable
+store, active assessment and the report against human scores are the
+assessment pipeline, :mod:`jaxrank.assessment`.
+
+The names that moved to :mod:`jaxrank.models` and :mod:`jaxrank.assessment`
+(``load_model``, ``JudgementStore``, ``judge_contexts``, ``assess_comparisons``,
+...) and the old module paths (``jaxrank.judges.loading``, ``jaxrank.judges.run``,
+``jaxrank.judges.models.llama``, ...) still work for one release, with a
+``DeprecationWarning``.
 """
 
-from jaxrank.judges.loading import LoadedModel, load_model
+from jaxrank import _deprecation
 from jaxrank.judges.pairwise import Judgement, PromptJudge
 from jaxrank.judges.pointwise import (GEvalJudge, PointwiseResult, PromptScoringJudge, parse_score,
                                       pointwise_comparisons)
@@ -18,19 +26,37 @@ from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser
 from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, PairwiseTemplate, PointwiseTemplate,
                                     pairwise_template, pointwise_template)
-from jaxrank.judges.registry import MODELS, list_models
-from jaxrank.judges.report import Assessment, assess_comparisons
-from jaxrank.judges.run import ContextSet, contexts_of, judge_comparisons, judge_contexts, plan_pairs
-from jaxrank.judges.store import JudgementStore, StoredComparisons
-from jaxrank.judges.active import ActiveRun, StoreJudgeFn, active_judge_contexts, check_active
 
 __all__ = [
-    "LoadedModel", "load_model", "MODELS", "list_models",
     "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "SimilarityJudge",
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template",
-    "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "judge_comparisons", "plan_pairs",
-    "Assessment", "assess_comparisons",
-    "active_judge_contexts", "ActiveRun", "StoreJudgeFn", "check_active",
 ]
+
+MOVED_MODULES = {
+    "jaxrank.judges.models": "jaxrank.models",
+    "jaxrank.judges.loading": "jaxrank.models.loading",
+    "jaxrank.judges.gguf": "jaxrank.models.gguf",
+    "jaxrank.judges.registry": "jaxrank.models.registry",
+    "jaxrank.judges.run": "jaxrank.assessment.run",
+    "jaxrank.judges.store": "jaxrank.assessment.store",
+    "jaxrank.judges.active": "jaxrank.assessment.active",
+    "jaxrank.judges.report": "jaxrank.assessment.report",
+}
+"""Old module path -> new (deprecated for one release; submodules follow, e.g. ``jaxrank.judges.models.llama``)."""
+
+MOVED_NAMES = {
+    **dict.fromkeys(("LoadedModel", "load_model", "MODELS", "list_models"), "jaxrank.models"),
+    **dict.fromkeys(("JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts",
+                     "judge_comparisons", "plan_pairs", "Assessment", "assess_comparisons",
+                     "active_judge_contexts", "ActiveRun", "StoreJudgeFn", "check_active"), "jaxrank.assessment"),
+}
+"""Names ``jaxrank.judges`` exported before the split -> their package now (deprecated for one release)."""
+
+_deprecation.forward_modules(MOVED_MODULES)
+
+
+
+def __getattr__(name):
+    return _deprecation.forward_name(__name__, name, MOVED_NAMES, MOVED_MODULES)

@@ -105,7 +105,7 @@ class PromptJudge:
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, max_length: int | None = None):
         if not hasattr(model, "model"):
-            from jaxrank.judges.loading import load_model
+            from jaxrank.models.loading import load_model
 
             model = load_model(model)
         if model.tokenizer is None:

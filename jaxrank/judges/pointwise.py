@@ -244,7 +244,7 @@ class GEvalJudge(_PointwiseBase):
     pass ``steps=`` (e.g. the G-Eval paper's) where they are useless.
 
     Args:
-        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path for ``load_model``.
+        model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path for ``load_model``.
         template: a :class:`~jaxrank.judges.prompts.PointwiseTemplate` (``pointwise_template(aspect)``).
         chat: wrap prompts in the model's chat template (default: when it has one).
         system: optional system message.
@@ -400,7 +400,7 @@ class PromptScoringJudge(_PointwiseBase):
     is deterministic given ``seed`` (the key also folds in the context text).
 
     Args:
-        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path.
+        model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path.
         aspect: the quality asked about (``"coherence"``).
         text: the user message with ``{context}`` and ``{candidate}`` (default :func:`scoring_prompt`).
         kind, source: words used by the default prompt ("summary", "article").

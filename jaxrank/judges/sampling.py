@@ -7,7 +7,7 @@ that A is better is estimated from ``K`` sampled answers
 ``p = (1/K) sum_k f(text_k)``,  ``f = 1`` for an answer naming A, ``0`` for B, ``1/2`` for neither.
 
 * :class:`SamplingJudge` samples the ``K`` answers from a local decoder with
-  :func:`~jaxrank.judges.models.llama.generate` (temperature / nucleus
+  :func:`~jaxrank.models.llama.generate` (temperature / nucleus
   sampling), rendering prompts exactly as :class:`~jaxrank.judges.pairwise.PromptJudge`
   does; the ``K`` samples of a batch of comparisons go through one ``generate``
   call (left-padded prompts, rows padded to a static batch).
@@ -107,7 +107,7 @@ class SamplingJudge:
     ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B.
 
     Args:
-        model: a :class:`~jaxrank.judges.loading.LoadedModel` or a name / path (a decoder).
+        model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path (a decoder).
         template: the comparative prompt.
         num_samples: ``K``.
         temperature, top_p: sampling settings (``temperature=0``: greedy, ``K`` identical answers).

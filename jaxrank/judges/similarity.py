@@ -39,7 +39,7 @@ class SimilarityJudge:
     """``p = sigmoid(k (cos(A, context) - cos(B, context)))`` with sentence embeddings.
 
     Args:
-        model: a BERT-family :class:`~jaxrank.judges.loading.LoadedModel` or a
+        model: a BERT-family :class:`~jaxrank.models.loading.LoadedModel` or a
             name / path for ``load_model`` (default ``"minilm-l6"``).
         k: the slope of the link (see the module notes for the default).
         max_length: tokens per text (longer texts are cut at the end; MiniLM
@@ -54,7 +54,7 @@ class SimilarityJudge:
     def __init__(self, model="minilm-l6", *, k: float = 20.0, max_length: int = 256, batch_size: int = 32,
                  pooling: str = "mean"):
         if not hasattr(model, "model"):
-            from jaxrank.judges.loading import load_model
+            from jaxrank.models.loading import load_model
 
             model = load_model(model)
         if model.architecture != "bert":
@@ -89,7 +89,7 @@ class SimilarityJudge:
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, bool]:
         """``(embeddings [n, H] float32, any_truncated)`` of the texts, unit length."""
-        from jaxrank.judges.models.bert import embed
+        from jaxrank.models.bert import embed
 
         rows = [self._tokens(t) for t in texts]
         out = np.zeros((len(texts), 0), np.float32)

@@ -1,7 +1,7 @@
 """Batched text generation for the judges that read answers (prompt scoring, sampling, G-Eval's steps).
 
 Prompts are token-id lists; they go to
-:func:`~jaxrank.judges.models.llama.generate` (decoders: greedy or
+:func:`~jaxrank.models.llama.generate` (decoders: greedy or
 temperature / nucleus sampling, left-padded rows) or to T5's greedy
 ``generate``, in batches whose row count is rounded up to a power of two and
 whose length is rounded up to a :func:`~jaxrank.judges.pairwise.bucket`, so
@@ -17,16 +17,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges.models.llama import generate
+from jaxrank.models.llama import generate
 from jaxrank.judges.pairwise import bucket
 
 __all__ = ["generate_texts", "pad_rows", "sample_key", "as_loaded"]
 
 
 def as_loaded(model):
-    """A :class:`~jaxrank.judges.loading.LoadedModel` as it is, anything else through ``load_model``."""
+    """A :class:`~jaxrank.models.loading.LoadedModel` as it is, anything else through ``load_model``."""
     if not hasattr(model, "model"):
-        from jaxrank.judges.loading import load_model
+        from jaxrank.models.loading import load_model
 
         model = load_model(model)
     return model

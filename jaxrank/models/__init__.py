@@ -1,7 +1,21 @@
-"""JAX/Flax NNX implementations of the judge and encoder networks.
+"""Language models: JAX/Flax NNX networks, checkpoint and GGUF loading, the registry of offline models.
 
-Each module (``llama``, ``t5``, ``bert``) exposes a frozen config dataclass with
-``from_hf(config_dict)``, an ``nnx.Module`` model class and
-``load_state_dict(config_or_model, tensors)`` mapping Hugging Face tensor names
-onto it. Modules are imported on demand by :mod:`jaxrank.judges.loading`.
+The bottom floor of the judging side (ARCHITECTURE.md): the judges
+(:mod:`jaxrank.judges`) run these models; nothing here knows about judging.
+
+* :func:`load_model` (:mod:`~jaxrank.models.loading`): a registry name, a Hugging
+  Face checkpoint directory (safetensors) or a ``.gguf`` file
+  (:mod:`~jaxrank.models.gguf`, with its tokenizer) -> a :class:`LoadedModel`.
+* :mod:`~jaxrank.models.registry`: the named models that work offline (:data:`MODELS`).
+* The networks, one module each (``llama``, ``t5``, ``bert``): a frozen config
+  dataclass with ``from_hf(config_dict)`` (``llama_config``, ``t5_config``,
+  beside the network's private core), an ``nnx.Module`` model class and
+  ``load_state_dict(config_or_model, tensors)`` mapping Hugging Face tensor names
+  onto it. :func:`load_model` imports the one a checkpoint needs, on demand.
 """
+
+from jaxrank.models.loading import LoadedModel, build_model, load_model, read_checkpoint, read_safetensors
+from jaxrank.models.registry import MODELS, list_models
+
+__all__ = ["LoadedModel", "load_model", "build_model", "read_checkpoint", "read_safetensors", "MODELS",
+           "list_models"]

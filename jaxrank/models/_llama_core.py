@@ -1,11 +1,11 @@
-"""The functional Llama-family decoder (private; used by :mod:`~jaxrank.judges.models.llama`).
+"""The functional Llama-family decoder (private; used by :mod:`~jaxrank.models.llama`).
 
 Pure ``jax.jit``-compiled functions over the raw weight dict of
-:meth:`~jaxrank.judges.models.llama.LlamaModel.weights`: RMSNorm, RoPE and the
+:meth:`~jaxrank.models.llama.LlamaModel.weights`: RMSNorm, RoPE and the
 grouped-query attention / SwiGLU layer stack run in one ``lax.scan``
 (:func:`_run`), prefix caching (:func:`_prefill`, :func:`_extend`), selective
 output projection (:func:`_project`) and the ``lax.while_loop`` decoder behind
-:func:`~jaxrank.judges.models.llama.generate` (:func:`_pick`,
+:func:`~jaxrank.models.llama.generate` (:func:`_pick`,
 :func:`_generate`). The result types :class:`KVCache`, :class:`ExtendOutput`
 and :class:`GenerateOutput` are re-exported by the public module.
 """

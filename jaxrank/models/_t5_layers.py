@@ -1,4 +1,4 @@
-"""T5 building blocks in Flax NNX (private; re-exported by :mod:`~jaxrank.judges.models.t5`).
+"""T5 building blocks in Flax NNX (private; re-exported by :mod:`~jaxrank.models.t5`).
 
 Relative position bucketing, the RMS :class:`T5LayerNorm`, unscaled
 multi-head :class:`T5Attention` with its relative bias table, the (gated)

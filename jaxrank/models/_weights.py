@@ -1,7 +1,7 @@
 """Copying checkpoint tensors into Flax NNX parameters (private to the model loaders).
 
-The loaders of :mod:`~jaxrank.judges.models.llama`,
-:mod:`~jaxrank.judges.models.t5` and :mod:`~jaxrank.judges.models.bert` all
+The loaders of :mod:`~jaxrank.models.llama`,
+:mod:`~jaxrank.models.t5` and :mod:`~jaxrank.models.bert` all
 check each checkpoint tensor's shape against its parameter, cast it to the
 parameter dtype and store it; T5 and BERT, whose parameter paths are the
 Hugging Face tensor names, additionally report missing and unexpected tensors.

@@ -8,7 +8,7 @@ This module reads them with the ``gguf`` package, dequantises to float32, maps
 tensor names to the Hugging Face layout (``blk.N.attn_q.weight`` ->
 ``model.layers.N.self_attn.q_proj.weight``) and undoes llama.cpp's q/k row
 permutation for the ``llama`` architecture (``qwen2`` files are not
-permuted), so :func:`jaxrank.judges.models.llama.load_state_dict` loads them
+permuted), so :func:`jaxrank.models.llama.load_state_dict` loads them
 like a safetensors checkpoint.
 
 The tokenizer is rebuilt from the metadata as a ``tokenizers`` byte-level BPE

@@ -5,11 +5,11 @@
   ``model-0000x-of-0000y.safetensors`` + ``model.safetensors.index.json``, and
   the tokenizer files (``AutoTokenizer``, local files only, no remote code).
 * A ``.gguf`` file (architectures ``llama``, ``qwen2``): see
-  :mod:`jaxrank.judges.gguf`.
+  :mod:`jaxrank.models.gguf`.
 
 Only safetensors and GGUF are read: no pickle (``pytorch_model.bin``) and no
 remote code. ``llama``, ``mistral`` and ``qwen2`` go to
-:mod:`jaxrank.judges.models.llama`; ``t5`` and ``bert`` to their modules,
+:mod:`jaxrank.models.llama`; ``t5`` and ``bert`` to their modules,
 imported on demand.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges import registry
+from jaxrank.models import registry
 
 __all__ = ["LoadedModel", "load_model", "read_safetensors", "read_checkpoint", "build_model",
            "ARCHITECTURES"]
@@ -38,11 +38,11 @@ __all__ = ["LoadedModel", "load_model", "read_safetensors", "read_checkpoint", "
 log = logging.getLogger(__name__)
 
 ARCHITECTURES: dict[str, tuple[str, str]] = {
-    "llama": ("jaxrank.judges.models.llama", "LlamaConfig"),
-    "mistral": ("jaxrank.judges.models.llama", "LlamaConfig"),
-    "qwen2": ("jaxrank.judges.models.llama", "LlamaConfig"),
-    "t5": ("jaxrank.judges.models.t5", "T5Config"),
-    "bert": ("jaxrank.judges.models.bert", "BertConfig"),
+    "llama": ("jaxrank.models.llama", "LlamaConfig"),
+    "mistral": ("jaxrank.models.llama", "LlamaConfig"),
+    "qwen2": ("jaxrank.models.llama", "LlamaConfig"),
+    "t5": ("jaxrank.models.t5", "T5Config"),
+    "bert": ("jaxrank.models.bert", "BertConfig"),
 }
 """``model_type`` -> (module, config class) of each supported architecture."""
 
@@ -216,7 +216,7 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
 
 
 def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
-    from jaxrank.judges import gguf as g
+    from jaxrank.models import gguf as g
 
     meta, gts = g.read_gguf(p)
     cfg = g.gguf_config(meta, [t.name for t in gts])
@@ -234,7 +234,7 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
 
 
 def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True) -> LoadedModel:
-    """Load a model by registry name (:mod:`jaxrank.judges.registry`) or path.
+    """Load a model by registry name (:mod:`jaxrank.models.registry`) or path.
 
     Args:
         path_or_name: ``"smollm2-135m"``, ``"qwen2.5-0.5b"``, ``"minilm-l6"``, a
