@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-if TYPE_CHECKING:
-    from .llama import LlamaConfig
+from .llama_config import LlamaConfig
 
 _NO_WINDOW = 1 << 30
 

@@ -9,26 +9,13 @@ paths are the Hugging Face tensor names.
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-if TYPE_CHECKING:
-    from .t5 import T5Config
-
-_ACTIVATIONS = {
-    "relu": jax.nn.relu,
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_fast": functools.partial(jax.nn.gelu, approximate=True),
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
+from .t5_config import ACTIVATIONS, T5Config
 
 
 def relative_position_bucket(rel: jax.Array, bidirectional: bool, num_buckets: int, max_distance: int) -> jax.Array:
@@ -167,7 +154,7 @@ class T5FeedForward(nnx.Module):
         self.wo = _Lin(cfg.d_model, cfg.d_ff, dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = _ACTIVATIONS[self.act_name]
+        act = ACTIVATIONS[self.act_name]
         h = act(self.wi_0(x)) * self.wi_1(x) if self.gated else act(self.wi(x))
         return self.wo(h)
 
