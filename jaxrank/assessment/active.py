@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxrank.assessment.run import ContextSet, _judge_chunk, _template_key
+from jaxrank.assessment.run import ContextSet, judge_chunk, template_key
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
 
 __all__ = ["StoreJudgeFn", "ActiveRun", "active_judge_contexts", "check_active", "context_key"]
@@ -47,7 +47,7 @@ class StoreJudgeFn:
     def __init__(self, judge, store: JudgementStore, context_id: str, text: str, candidates: Sequence[str],
                  candidate_ids: Sequence[str], *, chunk: int | None = None, progress=None):
         self.judge, self.store = judge, store
-        self.name, self.tkey = judge.name, _template_key(judge)
+        self.name, self.tkey = judge.name, template_key(judge)
         self.context_id, self.text = str(context_id), text
         self.candidates, self.candidate_ids = list(candidates), [str(c) for c in candidate_ids]
         self.chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
@@ -65,8 +65,8 @@ class StoreJudgeFn:
             self.progress(len(pairs) - len(todo))
         for start in range(0, len(todo), self.chunk):
             part = np.array(todo[start:start + self.chunk], np.int32)
-            _judge_chunk(self.judge, self.store, self.name, self.tkey, self.context_id, self.text,
-                         self.candidates, self.candidate_ids, part, progress=self.progress)
+            judge_chunk(self.judge, self.store, self.name, self.tkey, self.context_id, self.text,
+                        self.candidates, self.candidate_ids, part, progress=self.progress)
             self.judged += len(part)
         return np.array([float(self.store.get(self._key(*pr))["p"]) for pr in pairs], np.float64)
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
 
-__all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons"]
+__all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
+           "template_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +138,8 @@ def judge_comparisons(judge, context: str, candidates: Sequence[str], i=None, j=
     return Comparisons.from_pairs(np.asarray(i), np.asarray(j), np.asarray(res.p, np.float32), num_items=n)
 
 
-def _template_key(judge) -> str:
+def template_key(judge) -> str:
+    """The template part of a judgement's store key: the judge's ``template_key``, its template's key, or "none"."""
     key = getattr(judge, "template_key", None)
     if key is None and getattr(judge, "template", None) is not None:
         key = judge.template.key
@@ -153,9 +155,9 @@ def _accepts_progress(judge) -> bool:
         return False
 
 
-def _judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: str, text: str,
-                 candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray,
-                 progress=None) -> list[dict]:
+def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: str, text: str,
+                candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray,
+                progress=None) -> list[dict]:
     """Judge ``pairs`` ``[K, 2]`` of one context in one ``compare`` call and append them to ``store``.
 
     ``progress`` (a callable taking a count) is told of every finished batch when
@@ -202,7 +204,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     """
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
-    name, tkey = judge.name, _template_key(judge)
+    name, tkey = judge.name, template_key(judge)
     chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
     todo = []
     for k, ctx in enumerate(cs.ids):
@@ -223,8 +225,8 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             ca = cs.candidate_ids[k]
             for start in range(0, len(pairs), chunk):
                 part = pairs[start:start + chunk]
-                _judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part,
-                             progress=None if bar is None else bar.update)
+                judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part,
+                            progress=None if bar is None else bar.update)
     finally:
         if bar is not None:
             bar.close()
