@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # _common.py (the scripts' shared glue) beside this file
 
 MAIN = ["win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_gaussian_hard",
         "poe_bradley_terry", "max_likelihood_ranking"]
@@ -87,8 +90,9 @@ def parse_args(argv):
 
 
 def load_judges(args):
-    """``{aspect: {"biased": Judge, "unbiased": Judge | None}}`` and the tag."""
-    from jaxrank import data, studies as ex
+    """``{aspect: {"biased": JudgeMatrix, "unbiased": JudgeMatrix | None}}`` and the tag."""
+    from _common import load_judge
+    from jaxrank import data
 
     aspects = args.aspects.split(",") if args.aspects else list(data.ASPECTS[args.data])
     if args.store and not args.judge:
@@ -96,16 +100,16 @@ def load_judges(args):
     common = dict(data=args.data, contexts=args.contexts, item_noise=args.item_noise, accuracy=args.accuracy)
     try:
         if args.store:
-            j, label = ex.load_judge(aspect=aspects[0], store=args.store, judge=args.judge, template=args.template,
-                                     **common)
+            j, label = load_judge(aspect=aspects[0], store=args.store, judge=args.judge, template=args.template,
+                                  **common)
             return {aspects[0]: dict(biased=j, unbiased=None)}, args.tag or f"{args.data}_{label}"
         ds = data.load_dataset(args.data)
         judges = {}
         for k, aspect in enumerate(aspects):
             kw = dict(common, aspect=aspect, seed=args.seed + k, dataset=ds)
-            biased, label = ex.load_judge(p_a=args.p_a, **kw)
+            biased, label = load_judge(p_a=args.p_a, **kw)
             judges[aspect] = dict(biased=biased,
-                                  unbiased=ex.load_judge(p_a=0.5, **kw)[0] if args.p_a != 0.5 else None)
+                                  unbiased=load_judge(p_a=0.5, **kw)[0] if args.p_a != 0.5 else None)
     except ValueError as err:
         raise SystemExit(str(err)) from None
     return judges, args.tag or f"{args.data}_{label}"
@@ -162,7 +166,7 @@ def table(rows, aspect, study, budgets):
     sub = [r for r in rows if r["aspect"] == aspect and r["study"] == study]
     scorers = list(dict.fromkeys(r["scorer"] for r in sub))
     cols = [b for b in budgets if any(r["budget"] == b for r in sub)]
-    from jaxrank.studies import LABELS
+    from _common import LABELS
     out = ["| scorer | " + " | ".join(f"R = {b}" for b in cols) + " |", "|---|" + "---:|" * len(cols)]
     for s in scorers:
         cells = []
@@ -252,7 +256,7 @@ def plot_main(rows, judges, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from jaxrank.studies import LABELS
+    from _common import LABELS
 
     aspects = list(judges)
     ncol = 2 if len(aspects) == 4 else min(3, len(aspects))
@@ -285,7 +289,7 @@ def plot_variants(rows, aspect, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from jaxrank.studies import LABELS
+    from _common import LABELS
 
     base = lambda s: s.replace("_permavg", "").replace("_debiased", "").replace("_learnt", "")
     colour = {name: f"C{k}" for k, name in enumerate(MAIN)}

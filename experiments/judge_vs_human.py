@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # _common.py (the scripts' shared glue) beside this file
 
 
 def parse_args(argv):
@@ -48,15 +51,16 @@ def parse_args(argv):
     return ap.parse_args(argv)
 
 
-def load_judge(args):
-    from jaxrank import studies as ex
+def judge_of(args):
+    """The judge of the command line (a store or simulated) and the file tag."""
+    from _common import load_judge
 
     if args.store and not args.judge:
         raise SystemExit("--store needs --judge")
     try:
-        j, label = ex.load_judge(data=args.data, aspect=args.aspect, contexts=args.contexts, store=args.store,
-                                 judge=args.judge, template=args.template, accuracy=args.accuracy, p_a=args.p_a,
-                                 item_noise=args.item_noise, seed=args.seed)
+        j, label = load_judge(data=args.data, aspect=args.aspect, contexts=args.contexts, store=args.store,
+                              judge=args.judge, template=args.template, accuracy=args.accuracy, p_a=args.p_a,
+                              item_noise=args.item_noise, seed=args.seed)
     except ValueError as err:
         raise SystemExit(str(err)) from None
     return j, args.tag or f"{args.data}_{args.aspect}_{label}"
@@ -123,7 +127,7 @@ def main(argv=None):
         args.contexts = args.contexts or "0:10"
     out_dir = Path(args.out) if args.out else Path(__file__).parent / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    judge, tag = load_judge(args)
+    judge, tag = judge_of(args)
     stem = out_dir / ("judge_vs_human_" + tag + ("_smoke" if args.smoke else ""))
     p, dh = ex.judge_human_pairs(judge)
     bins = ex.binned_mean(dh, p)

@@ -1,10 +1,12 @@
 """Old import paths kept working for one release, each with a ``DeprecationWarning``.
 
-Two kinds of forward (ARCHITECTURE.md, "Moved names"):
+Three kinds of forward (ARCHITECTURE.md, "Moved names"):
 
 * a moved **name** of a package (``jaxrank.judges.load_model``): the package's
   module ``__getattr__`` calls :func:`forward_name`, which warns and returns the
   name from its new module;
+* a **renamed** name (``jaxrank.studies.Judge``, now ``JudgeMatrix``):
+  :func:`renamed`, from the module's ``__getattr__``;
 * a moved **module** (``jaxrank.judges.run``, ``jaxrank.judges.models.llama``):
   :func:`forward_modules` installs an import hook (a ``sys.meta_path`` finder)
   that, for an old module path, warns and hands out the module at its new path
@@ -23,7 +25,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 
-__all__ = ["forward_name", "forward_modules"]
+__all__ = ["forward_name", "renamed", "forward_modules"]
 
 
 def _warn(old: str, new: str, stacklevel: int) -> None:
@@ -57,6 +59,12 @@ def forward_name(package: str, name: str, moved_names: Mapping[str, str],
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
     _warn(old, f"{moved_names[name]}.{name}", 4)
     return getattr(importlib.import_module(moved_names[name]), name)
+
+
+def renamed(module: str, old: str, new: str):
+    """``module.new`` asked for by its old name ``old``, with a ``DeprecationWarning`` (for ``__getattr__``)."""
+    _warn(f"{module}.{old}", f"{module}.{new}", 4)       # _warn, renamed, __getattr__, the caller
+    return getattr(sys.modules[module], new)
 
 
 class _ModuleForwards(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,4 +1,7 @@
-"""The papers' experiments as reusable, batched building blocks (METHODS.md §5, §7).
+"""The papers' studies as reusable, batched building blocks (METHODS.md §5, §7).
+
+The scripts of ``experiments/`` run these sweeps (their glue, such as loading
+a judge from a store or display names, is ``experiments/_common.py``).
 
 * **Efficiency curves** (PoE §4.2, Figures 1 and 3): for every budget ``R`` of a
   grid, many random subsets of ``R`` comparisons per context, every scorer, the
@@ -9,10 +12,9 @@
   budget is the same compiled problem with the weights of slots ``>= R'`` set to
   0: one compiled function per scorer evaluates a whole curve over
   ``[budgets, subsets, contexts]`` in a few large batched calls.
-* **Judges**: the full ``[C, N, N]`` matrix of judge probabilities, either a
-  simulated judge on real human scores (:func:`simulated_judge`,
-  :mod:`jaxrank.simulate`) or a judgement store written by ``jaxrank judge``
-  (:func:`store_judge`, labels looked up by context and candidate ids).
+* **A judge as a matrix** (:class:`JudgeMatrix`): the full ``[C, N, N]`` matrix
+  of a judge's probabilities with the human labels, e.g. a simulated judge on
+  real human scores (:func:`simulated_judge`, :mod:`jaxrank.simulate`).
 * **Judge vs human** (PoE Figures 9/10): every judged probability paired with
   the human score difference of its two candidates (:func:`judge_human_pairs`)
   and the mean probability per score difference (:func:`binned_mean`).
@@ -29,15 +31,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import metrics
+from jaxrank import _deprecation, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.debias import debias_threshold, permutation_average
 from jaxrank.scoring import average_probability, bradley_terry, poe_bradley_terry, poe_gaussian, win_ratio
 from jaxrank.scoring.ml_ranking import max_likelihood_ranking
 from jaxrank.selection import gather_comparisons, greedy_comparisons, random_comparisons
+from jaxrank.simulate import calibrate_judge, simulate_judge
 
-__all__ = ["SCORERS", "LABELS", "Judge", "simulated_judge", "store_judge", "load_judge", "budget_grid", "select_nested",
-           "efficiency_curves", "run_study", "summarise", "judge_human_pairs", "binned_mean"]
+__all__ = ["SCORERS", "JudgeMatrix", "simulated_judge", "budget_grid", "select_nested", "efficiency_curves",
+           "run_study", "summarise", "judge_human_pairs", "binned_mean"]
 
 SCORERS: dict[str, Callable[[Comparisons], jax.Array]] = {
     "win_ratio": win_ratio,
@@ -61,19 +64,11 @@ SCORERS: dict[str, Callable[[Comparisons], jax.Array]] = {
 }
 """Every scorer (and debiased variant) of the experiments, by name: ``Comparisons -> [..., N]`` scores."""
 
-LABELS = {
-    "win_ratio": "win ratio", "average_probability": "avg prob", "bradley_terry": "BT",
-    "poe_gaussian": "PoE-g", "poe_gaussian_hard": "PoE-g-hard", "poe_bradley_terry": "PoE-BT",
-    "max_likelihood_ranking": "ML ranking", "win_ratio_debiased": "win ratio (tau debiased)",
-    "poe_gaussian_debiased": "PoE-g (debiased)", "poe_bradley_terry_debiased": "PoE-BT (debiased)",
-    "poe_bradley_terry_learnt": "PoE-BT (learnt gamma)", "win_ratio_permavg": "win ratio (perm. avg)",
-    "bradley_terry_permavg": "BT (perm. avg)", "poe_gaussian_hard_permavg": "PoE-g-hard (perm. avg)",
-}
-"""Short display names (the papers' own)."""
-
-
-class Judge(NamedTuple):
+class JudgeMatrix(NamedTuple):
     """A judge's probabilities for every ordered pair of every context, with the human labels.
+
+    The input of the sweeps (formerly ``Judge``, a name that said nothing of the
+    matrix and collided with the real judges of :mod:`jaxrank.judges`).
 
     Attributes:
         probs: ``float32 [C, N, N]``, ``probs[c, a, b] = P(a better than b)``, ``a`` in
@@ -100,14 +95,12 @@ class Judge(NamedTuple):
 
 
 def simulated_judge(labels, mask, *, accuracy: float, p_a: float, seed: int = 0, item_noise: float = 1.5,
-                    pair_noise: float = 1.0, name: str | None = None) -> Judge:
+                    pair_noise: float = 1.0, name: str | None = None) -> JudgeMatrix:
     """A simulated judge calibrated to a pairwise accuracy and ``P(A)`` on these human labels.
 
     See :func:`jaxrank.simulate.calibrate_judge` (expected statistics equal the
     targets) and :func:`jaxrank.simulate.simulate_judge` (one draw, all contexts).
     """
-    from jaxrank.simulate import calibrate_judge, simulate_judge
-
     labels, mask = np.asarray(labels, np.float32), np.asarray(mask, bool)
     params = calibrate_judge(labels, mask, accuracy=accuracy, p_a=p_a, item_noise=item_noise,
                              pair_noise=pair_noise)
@@ -115,84 +108,7 @@ def simulated_judge(labels, mask, *, accuracy: float, p_a: float, seed: int = 0,
     n = labels.shape[-1]
     observed = mask[:, :, None] & mask[:, None, :] & ~np.eye(n, dtype=bool)
     name = name or f"simulated (accuracy {accuracy:.3f}, P(A) {p_a:.2f}, seed {seed})"
-    return Judge(np.asarray(sim.probs, np.float32), observed, labels, mask, name)
-
-
-def store_judge(path, *, judge: str, data: str, aspect: str, template: str | None = None) -> Judge:
-    """A judge read from a judgement store (``jaxrank judge``), labels looked up in the data set.
-
-    Contexts and candidates are matched by id (``context``, ``a``, ``b`` of the
-    records vs the data set's ``context_id`` / ``candidate_id``). Repeated judgements
-    of one ordered pair are averaged. Only candidates that appear in the store are kept.
-
-    Raises:
-        ValueError: no judgements, or ids that the data set does not have.
-    """
-    from jaxrank.data import label_matrix, load_dataset
-    from jaxrank.assessment.store import JudgementStore
-
-    stored = JudgementStore(path).comparisons(judge=judge, template=template)
-    lm = label_matrix(load_dataset(data), aspect)
-    rows = {cid: k for k, cid in enumerate(lm.context_ids)}
-    c = stored.comparisons
-    n = c.num_items
-    C = len(stored.contexts)
-    labels, mask = np.zeros((C, n), np.float32), np.zeros((C, n), bool)
-    wsum, psum = np.zeros((C, n, n)), np.zeros((C, n, n))
-    ci, cj, cp, cw = (np.asarray(x) for x in (c.i, c.j, c.p, c.weight))
-    for k, (ctx, cands) in enumerate(zip(stored.contexts, stored.candidates)):
-        if ctx not in rows:
-            raise ValueError(f"{path}: context {ctx!r} is not in {data}")
-        row = rows[ctx]
-        col = {cid: m for m, cid in enumerate(lm.candidate_ids[row])}
-        missing = [x for x in cands if x not in col]
-        if missing:
-            raise ValueError(f"{path}: candidates {missing} of context {ctx!r} are not in {data}")
-        labels[k, :len(cands)] = lm.labels[row, [col[x] for x in cands]]
-        mask[k, :len(cands)] = True
-        np.add.at(wsum[k], (ci[k], cj[k]), cw[k])
-        np.add.at(psum[k], (ci[k], cj[k]), cw[k] * cp[k])
-    observed = wsum > 0
-    probs = np.where(observed, psum / np.where(observed, wsum, 1), 0.5).astype(np.float32)
-    return Judge(probs, observed, labels, mask, f"{judge} ({path})")
-
-
-def load_judge(*, data: str, aspect: str, contexts: str | None = None, store=None, judge: str | None = None,
-               template: str | None = None, accuracy: float = 0.686, p_a: float = 0.37, item_noise: float = 1.5,
-               seed: int = 0, dataset=None) -> tuple[Judge, str]:
-    """The judge of an experiment script: read from a judgement store, or simulated on the human labels.
-
-    Args:
-        data, aspect: the data set and human aspect of the labels.
-        contexts: ``"a:b"`` slice of the contexts (``None``: all).
-        store, judge, template: a judgement store (``jaxrank judge``) and the judge's
-            name in it (:func:`store_judge`); without ``store`` the judge is simulated.
-        accuracy, p_a, item_noise, seed: the simulated judge's settings (:func:`simulated_judge`).
-        dataset: the loaded data set (saves loading it again), simulated judges only.
-
-    Returns:
-        ``(judge, label)``: the judge restricted to ``contexts`` and a file-name label
-        (the store's judge name, or ``sim-acc686-pa37`` for a simulated judge).
-
-    Raises:
-        ValueError: ``store`` without ``judge``, or a malformed ``contexts`` slice.
-    """
-    from pathlib import Path
-
-    try:
-        cut = slice(*[int(x) if x else None for x in contexts.split(":")]) if contexts else slice(None)
-    except ValueError:
-        raise ValueError(f"contexts must be a slice such as 0:20, got {contexts!r}") from None
-    if store:
-        if not judge:
-            raise ValueError("a judgement store needs the judge's name (judge=)")
-        j = store_judge(store, judge=judge, data=data, aspect=aspect, template=template)
-        return Judge(*(x[cut] for x in j[:4]), j.name), Path(judge).name
-    from jaxrank.data import label_matrix, load_dataset
-
-    lm = label_matrix(dataset if dataset is not None else load_dataset(data), aspect)
-    j = simulated_judge(lm.labels[cut], lm.mask[cut], accuracy=accuracy, p_a=p_a, item_noise=item_noise, seed=seed)
-    return j, f"sim-acc{round(1000 * accuracy)}-pa{round(100 * p_a)}"
+    return JudgeMatrix(np.asarray(sim.probs, np.float32), observed, labels, mask, name)
 
 
 def budget_grid(num_items: int, *, step: int | None = None, extra=(), symmetric: bool = False,
@@ -213,7 +129,7 @@ def budget_grid(num_items: int, *, step: int | None = None, extra=(), symmetric:
     return sorted(r for r in grid if least <= r <= top)
 
 
-def select_nested(judge: Judge, *, num_subsets: int, max_budget: int, key, selection: str = "random",
+def select_nested(judge: JudgeMatrix, *, num_subsets: int, max_budget: int, key, selection: str = "random",
                   symmetric: bool = False) -> Comparisons:
     """One nested selection of ``max_budget`` comparisons per (subset, context): ``Comparisons [S, C, R]``.
 
@@ -317,7 +233,7 @@ def efficiency_curves(sel: Comparisons, labels, mask, budgets, scorers, *, chunk
     return out
 
 
-def run_study(judge: Judge, *, scorers, budgets, num_subsets: int, seed: int = 0, selection: str = "random",
+def run_study(judge: JudgeMatrix, *, scorers, budgets, num_subsets: int, seed: int = 0, selection: str = "random",
               symmetric: bool = False, chunk: int = 40_000, progress=None, **fields) -> tuple[list[dict], dict]:
     """One efficiency study: select, score every budget, summarise.
 
@@ -365,7 +281,7 @@ def summarise(curves: dict[str, np.ndarray], budgets, **fields) -> list[dict]:
     return rows
 
 
-def judge_human_pairs(judge: Judge) -> tuple[np.ndarray, np.ndarray]:
+def judge_human_pairs(judge: JudgeMatrix) -> tuple[np.ndarray, np.ndarray]:
     """Every judged ordered pair's probability ``p`` and human score difference ``h_A - h_B`` (flat arrays)."""
     dh = judge.labels[:, :, None] - judge.labels[:, None, :]
     return judge.probs[judge.observed].astype(np.float64), dh[judge.observed].astype(np.float64)
@@ -397,3 +313,15 @@ def binned_mean(dh, p, *, max_levels: int = 41, num_bins: int = 20) -> list[dict
             rows.append(dict(dh=float(c), count=int(len(x)), mean_p=float(x.mean()), std_p=float(x.std()),
                              frac_a=float((x > 0.5).mean())))
     return rows
+
+
+_MOVED_TO_SCRIPTS = ("LABELS", "load_judge", "store_judge")
+
+
+def __getattr__(name):
+    if name == "Judge":                                  # renamed: deprecated for one release
+        return _deprecation.renamed(__name__, "Judge", "JudgeMatrix")
+    if name in _MOVED_TO_SCRIPTS:
+        raise AttributeError(f"{__name__}.{name} moved out of the package to experiments/_common.py "
+                             "(the experiment scripts' glue)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -111,9 +111,10 @@ def _toy_store(path, contexts=("A0", "A1", "A2"), cands=5, drop=0):
 
 
 def test_store_judge_and_scripts_on_a_store(tmp_path):
+    common = _script("_common")                    # the scripts' glue (experiments/_common.py)
     path = tmp_path / "store.jsonl"
     lm = _toy_store(path)
-    judge = ex.store_judge(path, judge="toy", data="summeval", aspect="coherence")
+    judge = common.store_judge(path, judge="toy", data="summeval", aspect="coherence")
     assert judge.complete and judge.probs.shape == (3, 5, 5)
     np.testing.assert_array_equal(judge.labels, lm.labels[:3, :5])
     st = judge_stats(judge.probs, judge.labels, judge.mask)
@@ -130,27 +131,29 @@ def test_store_judge_and_scripts_on_a_store(tmp_path):
     # an incomplete store: random orders of the judged comparisons only
     path2 = tmp_path / "partial.jsonl"
     _toy_store(path2, drop=7)
-    part = ex.store_judge(path2, judge="toy", data="summeval", aspect="coherence")
+    part = common.store_judge(path2, judge="toy", data="summeval", aspect="coherence")
     assert not part.complete
     r, curves = ex.run_study(part, scorers=["average_probability"], budgets=[4, 20], num_subsets=2)
     assert [x["budget"] for x in r] == [4, 20] and r[1]["std"] < 1e-6    # A0 has 13 of 20: all of them at 20
 
 
 def test_load_judge_from_a_store_or_simulated(tmp_path):
+    common = _script("_common")
     path = tmp_path / "store.jsonl"
     _toy_store(path)
-    j, label = ex.load_judge(data="summeval", aspect="coherence", contexts="1:3", store=path, judge="toy")
-    full = ex.store_judge(path, judge="toy", data="summeval", aspect="coherence")
+    j, label = common.load_judge(data="summeval", aspect="coherence", contexts="1:3", store=path, judge="toy")
+    full = common.store_judge(path, judge="toy", data="summeval", aspect="coherence")
     assert label == "toy" and j.probs.shape[0] == 2
     for a, b in zip(j[:4], full[:4]):
         np.testing.assert_array_equal(a, b[1:3])
     lm = data.label_matrix(data.load_dataset("summeval"), "coherence")
-    s, label = ex.load_judge(data="summeval", aspect="coherence", contexts=":4", accuracy=0.65, p_a=0.4, seed=2)
+    s, label = common.load_judge(data="summeval", aspect="coherence", contexts=":4", accuracy=0.65, p_a=0.4,
+                                 seed=2)
     ref = ex.simulated_judge(lm.labels[:4], lm.mask[:4], accuracy=0.65, p_a=0.4, seed=2)
     assert label == "sim-acc650-pa40"
     for a, b in zip(s[:4], ref[:4]):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="judge's name"):
-        ex.load_judge(data="summeval", aspect="coherence", store=path)
+        common.load_judge(data="summeval", aspect="coherence", store=path)
     with pytest.raises(ValueError, match="contexts must be a slice"):
-        ex.load_judge(data="summeval", aspect="coherence", contexts="a:b")
+        common.load_judge(data="summeval", aspect="coherence", contexts="a:b")

@@ -1,0 +1,98 @@
+"""What the experiment scripts share and the package does not need: display names and judge loading.
+
+``efficiency.py`` and ``judge_vs_human.py`` import it (``from _common import
+...``, this folder being first on ``sys.path`` when a script runs). The
+reusable sweeps themselves are :mod:`jaxrank.studies`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from jaxrank.assessment.store import JudgementStore
+from jaxrank.data import label_matrix, load_dataset
+from jaxrank.studies import JudgeMatrix, simulated_judge
+
+__all__ = ["LABELS", "store_judge", "load_judge"]
+
+LABELS = {
+    "win_ratio": "win ratio", "average_probability": "avg prob", "bradley_terry": "BT",
+    "poe_gaussian": "PoE-g", "poe_gaussian_hard": "PoE-g-hard", "poe_bradley_terry": "PoE-BT",
+    "max_likelihood_ranking": "ML ranking", "win_ratio_debiased": "win ratio (tau debiased)",
+    "poe_gaussian_debiased": "PoE-g (debiased)", "poe_bradley_terry_debiased": "PoE-BT (debiased)",
+    "poe_bradley_terry_learnt": "PoE-BT (learnt gamma)", "win_ratio_permavg": "win ratio (perm. avg)",
+    "bradley_terry_permavg": "BT (perm. avg)", "poe_gaussian_hard_permavg": "PoE-g-hard (perm. avg)",
+}
+"""Short display names (the papers' own)."""
+
+
+def store_judge(path, *, judge: str, data: str, aspect: str, template: str | None = None) -> JudgeMatrix:
+    """A judge read from a judgement store (``jaxrank judge``), labels looked up in the data set.
+
+    Contexts and candidates are matched by id (``context``, ``a``, ``b`` of the
+    records vs the data set's ``context_id`` / ``candidate_id``). Repeated judgements
+    of one ordered pair are averaged. Only candidates that appear in the store are kept.
+
+    Raises:
+        ValueError: no judgements, or ids that the data set does not have.
+    """
+    stored = JudgementStore(path).comparisons(judge=judge, template=template)
+    lm = label_matrix(load_dataset(data), aspect)
+    rows = {cid: k for k, cid in enumerate(lm.context_ids)}
+    c = stored.comparisons
+    n = c.num_items
+    C = len(stored.contexts)
+    labels, mask = np.zeros((C, n), np.float32), np.zeros((C, n), bool)
+    wsum, psum = np.zeros((C, n, n)), np.zeros((C, n, n))
+    ci, cj, cp, cw = (np.asarray(x) for x in (c.i, c.j, c.p, c.weight))
+    for k, (ctx, cands) in enumerate(zip(stored.contexts, stored.candidates)):
+        if ctx not in rows:
+            raise ValueError(f"{path}: context {ctx!r} is not in {data}")
+        row = rows[ctx]
+        col = {cid: m for m, cid in enumerate(lm.candidate_ids[row])}
+        missing = [x for x in cands if x not in col]
+        if missing:
+            raise ValueError(f"{path}: candidates {missing} of context {ctx!r} are not in {data}")
+        labels[k, :len(cands)] = lm.labels[row, [col[x] for x in cands]]
+        mask[k, :len(cands)] = True
+        np.add.at(wsum[k], (ci[k], cj[k]), cw[k])
+        np.add.at(psum[k], (ci[k], cj[k]), cw[k] * cp[k])
+    observed = wsum > 0
+    probs = np.where(observed, psum / np.where(observed, wsum, 1), 0.5).astype(np.float32)
+    return JudgeMatrix(probs, observed, labels, mask, f"{judge} ({path})")
+
+
+def load_judge(*, data: str, aspect: str, contexts: str | None = None, store=None, judge: str | None = None,
+               template: str | None = None, accuracy: float = 0.686, p_a: float = 0.37, item_noise: float = 1.5,
+               seed: int = 0, dataset=None) -> tuple[JudgeMatrix, str]:
+    """The judge of an experiment script: read from a judgement store, or simulated on the human labels.
+
+    Args:
+        data, aspect: the data set and human aspect of the labels.
+        contexts: ``"a:b"`` slice of the contexts (``None``: all).
+        store, judge, template: a judgement store (``jaxrank judge``) and the judge's
+            name in it (:func:`store_judge`); without ``store`` the judge is simulated.
+        accuracy, p_a, item_noise, seed: the simulated judge's settings (:func:`jaxrank.studies.simulated_judge`).
+        dataset: the loaded data set (saves loading it again), simulated judges only.
+
+    Returns:
+        ``(judge, label)``: the judge restricted to ``contexts`` and a file-name label
+        (the store's judge name, or ``sim-acc686-pa37`` for a simulated judge).
+
+    Raises:
+        ValueError: ``store`` without ``judge``, or a malformed ``contexts`` slice.
+    """
+    try:
+        cut = slice(*[int(x) if x else None for x in contexts.split(":")]) if contexts else slice(None)
+    except ValueError:
+        raise ValueError(f"contexts must be a slice such as 0:20, got {contexts!r}") from None
+    if store:
+        if not judge:
+            raise ValueError("a judgement store needs the judge's name (judge=)")
+        j = store_judge(store, judge=judge, data=data, aspect=aspect, template=template)
+        return JudgeMatrix(*(x[cut] for x in j[:4]), j.name), Path(judge).name
+    lm = label_matrix(dataset if dataset is not None else load_dataset(data), aspect)
+    j = simulated_judge(lm.labels[cut], lm.mask[cut], accuracy=accuracy, p_a=p_a, item_noise=item_noise, seed=seed)
+    return j, f"sim-acc{round(1000 * accuracy)}-pa{round(100 * p_a)}"
