@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from statistics import NormalDist
 from typing import Callable
 
 import jax
@@ -269,7 +270,6 @@ def bootstrap_intervals(samples, *, estimate=None, method: str = "percentile", l
     if method == "basic":
         lo, hi = percentile_intervals(samples, level=level, axis=axis)
         return 2 * estimate - hi, 2 * estimate - lo
-    from statistics import NormalDist
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     z = NormalDist().inv_cdf(0.5 + level / 2)

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import _graph
+
 __all__ = ["Comparisons", "stack_contexts"]
 
 
@@ -265,7 +267,6 @@ class Comparisons:
 
     def games(self) -> jax.Array:
         """``[..., N]`` total weight of the comparisons each item takes part in (0 flags an unjudged item)."""
-        from jaxrank import _graph
         return _graph.batched(_graph.item_sums, self, self.weight, self.weight)
 
     def components(self) -> jax.Array:
@@ -274,7 +275,6 @@ class Comparisons:
         Scores are only comparable within a component: every scorer centres
         each component on its own. Items in no comparison are their own component.
         """
-        from jaxrank import _graph
         return _graph.batched(_graph.components, self)
 
     def is_connected(self) -> jax.Array:

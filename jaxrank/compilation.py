@@ -48,7 +48,7 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     Raises:
         ValueError: ``min_compile_seconds`` negative, or ``directory`` is a file.
     """
-    import jax
+    import jax  # deliberately lazy: the rest of this module (cache folders) needs no JAX, a cheap import
 
     if not min_compile_seconds >= 0:
         raise ValueError(f"min_compile_seconds must be >= 0, got {min_compile_seconds!r}")

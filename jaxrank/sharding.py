@@ -33,6 +33,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -66,7 +67,6 @@ def _devices(devices) -> tuple:
 
 def _warn_cpu_lapack_deadlock(devices):
     """jaxlib 0.10 (up to 0.11.0) can deadlock batched LAPACK calls on several CPU devices; say so."""
-    import jaxlib
     version = tuple(int(x) for x in jaxlib.__version__.split(".")[:3] if x.isdigit())
     if len(devices) > 1 and any(d.platform == "cpu" for d in devices) and (0, 10) <= version < (0, 11, 1):
         warnings.warn(

@@ -21,10 +21,14 @@ import dataclasses
 import zlib
 from typing import Sequence
 
+import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from jaxrank.assessment.run import ContextSet, judge_chunk, template_key
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
+from jaxrank.comparisons import Comparisons, stack_contexts
+from jaxrank.selection import active_assess
 
 __all__ = ["StoreJudgeFn", "ActiveRun", "active_judge_contexts", "check_active", "context_key"]
 
@@ -120,8 +124,6 @@ def context_key(seed: int, context_id: str):
     Keyed by the id, not the position, so a context gets the same selection
     whichever ``--contexts`` it is run with.
     """
-    import jax
-
     return jax.random.fold_in(jax.random.PRNGKey(int(seed)), zlib.crc32(str(context_id).encode("utf-8")))
 
 
@@ -189,9 +191,6 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
     Raises:
         ValueError: bad settings (:func:`check_active`, before any judging).
     """
-    from jaxrank.comparisons import Comparisons, stack_contexts
-    from jaxrank.selection import active_assess
-
     check_active(cs, budget=budget, batch_size=batch_size, rank_confidence=rank_confidence, stop_rule=stop_rule,
                  symmetric=bool(active_kwargs.get("symmetric", False)))
     if not isinstance(store, JudgementStore):
@@ -200,8 +199,6 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
                    for c in cs.candidates]
     bar = None
     if progress and cs.ids:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=sum(budgets_all), desc=f"active assessment ({judge.name})", unit="cmp", smoothing=0.1)
     results, rows, budgets, full, judged, replayed = [], [], [], [], 0, 0
     try:

@@ -28,6 +28,9 @@ import dataclasses
 
 import numpy as np
 
+import jaxrank as jr
+from jaxrank import metrics
+
 __all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
 DEFAULT_METHODS = ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_bradley_terry")
@@ -249,9 +252,6 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     Raises:
         ValueError: an unknown method or debias, labels of the wrong shape, a bad level.
     """
-    import jaxrank as jr
-    from jaxrank import metrics
-
     unknown = [m for m in methods if m not in jr.SCORERS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {', '.join(jr.SCORERS)}")

@@ -11,11 +11,16 @@ is killed resumes where it stopped without redoing or losing a comparison.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Sequence
 
+import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
+from jaxrank.comparisons import Comparisons
+from jaxrank.selection import random_comparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
            "template_key"]
@@ -107,9 +112,6 @@ def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "r
     if budget is None or budget >= num_items * (num_items - 1):
         a, b = np.nonzero(~np.eye(num_items, dtype=bool))
         return a.astype(np.int32), b.astype(np.int32)
-    import jax
-
-    from jaxrank.selection import random_comparisons
 
     if selection not in ("random", "no_repeat", "symmetric"):
         raise ValueError(f"selection must be 'random', 'no_repeat' or 'symmetric', got {selection!r}")
@@ -127,8 +129,6 @@ def judge_comparisons(judge, context: str, candidates: Sequence[str], i=None, j=
         context, candidates: the texts.
         i, j: positions A and B of each comparison; default all ``N(N-1)`` ordered pairs.
     """
-    from jaxrank.comparisons import Comparisons
-
     n = len(candidates)
     if i is None and j is None:
         i, j = plan_pairs(n)
@@ -147,8 +147,6 @@ def template_key(judge) -> str:
 
 
 def _accepts_progress(judge) -> bool:
-    import inspect
-
     try:
         return "progress" in inspect.signature(judge.compare).parameters
     except (TypeError, ValueError):
@@ -217,8 +215,6 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     total = sum(len(t) for _, t in todo)
     bar = None
     if progress and total:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=total, desc=f"judging ({name})", unit="cmp", smoothing=0.1)
     try:
         for k, pairs in todo:
@@ -234,8 +230,6 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     sel = store.comparisons(judge=name, template=tkey, candidates=cand)
     keep_rows = [r for r, c in enumerate(sel.contexts) if c in cand]
     if len(keep_rows) != len(sel.contexts):       # the store may hold other contexts too
-        import jax
-
         comps = jax.tree.map(lambda x: x[np.array(keep_rows)], sel.comparisons)
         sel = StoredComparisons(comps, [sel.contexts[r] for r in keep_rows], [sel.candidates[r] for r in keep_rows])
     return sel

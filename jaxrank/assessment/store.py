@@ -26,6 +26,8 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from jaxrank.comparisons import Comparisons, stack_contexts
+
 __all__ = ["JudgementStore", "Key", "StoredComparisons"]
 
 _FIELDS = ("judge", "template", "context", "a", "b")
@@ -158,8 +160,6 @@ class JudgementStore:
         Raises:
             ValueError: no matching records, or several judges/templates mixed.
         """
-        from jaxrank.comparisons import Comparisons, stack_contexts
-
         recs = self.records(judge=judge, template=template)
         if not recs:
             raise ValueError(f"{self.path}: no judgements for judge={judge!r}, template={template!r}")

@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
+from jaxrank.models.loading import load_model
 
 __all__ = ["PromptJudge", "Judgement", "bucket"]
 
@@ -105,8 +106,6 @@ class PromptJudge:
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, max_length: int | None = None):
         if not hasattr(model, "model"):
-            from jaxrank.models.loading import load_model
-
             model = load_model(model)
         if model.tokenizer is None:
             raise ValueError(f"model {model.name} has no tokenizer; a prompt judge needs one")

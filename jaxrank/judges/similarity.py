@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges.pairwise import Judgement, bucket, check_pairs
+from jaxrank.models.bert import embed
+from jaxrank.models.loading import load_model
 
 __all__ = ["SimilarityJudge"]
 
@@ -54,8 +56,6 @@ class SimilarityJudge:
     def __init__(self, model="minilm-l6", *, k: float = 20.0, max_length: int = 256, batch_size: int = 32,
                  pooling: str = "mean"):
         if not hasattr(model, "model"):
-            from jaxrank.models.loading import load_model
-
             model = load_model(model)
         if model.architecture != "bert":
             raise ValueError(f"SimilarityJudge needs a BERT-family sentence encoder, got {model.architecture}")
@@ -89,8 +89,6 @@ class SimilarityJudge:
 
     def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, bool]:
         """``(embeddings [n, H] float32, any_truncated)`` of the texts, unit length."""
-        from jaxrank.models.bert import embed
-
         rows = [self._tokens(t) for t in texts]
         out = np.zeros((len(texts), 0), np.float32)
         if not rows:

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.models.llama import generate
 from jaxrank.judges.pairwise import bucket
+from jaxrank.models.llama import generate
+from jaxrank.models.loading import load_model
 
 __all__ = ["generate_texts", "pad_rows", "sample_key", "as_loaded"]
 
@@ -26,8 +27,6 @@ __all__ = ["generate_texts", "pad_rows", "sample_key", "as_loaded"]
 def as_loaded(model):
     """A :class:`~jaxrank.models.loading.LoadedModel` as it is, anything else through ``load_model``."""
     if not hasattr(model, "model"):
-        from jaxrank.models.loading import load_model
-
         model = load_model(model)
     return model
 

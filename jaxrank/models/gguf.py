@@ -132,6 +132,7 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUFTensor]
         FileNotFoundError: no such file.
         ValueError: not a readable GGUF file (bad magic, truncated...).
     """
+    # deliberately lazy (also below): the gguf package takes ~0.1 s to import and only .gguf files need it
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     path = Path(path)
@@ -311,6 +312,7 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], path: str | os.PathLike | None 
     Raises:
         ValueError: the tokenizer cannot be built.
     """
+    # deliberately lazy (also below): transformers takes seconds to import; only a tokenizer needs it
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

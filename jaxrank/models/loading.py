@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
+from jaxrank.models import gguf
 from jaxrank.models import registry
 
 __all__ = ["LoadedModel", "load_model", "read_safetensors", "read_checkpoint", "build_model",
@@ -78,8 +80,6 @@ class LoadedModel:
 
 
 def _bf16():
-    import ml_dtypes
-
     return ml_dtypes.bfloat16
 
 
@@ -199,7 +199,7 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
     tok = None
     tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
     if want_tokenizer and any((d / f).is_file() for f in tok_files):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # deliberately lazy: seconds to import, only for a tokenizer
 
         try:
             tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, trust_remote_code=False)
@@ -216,17 +216,15 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
 
 
 def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
-    from jaxrank.models import gguf as g
-
-    meta, gts = g.read_gguf(p)
-    cfg = g.gguf_config(meta, [t.name for t in gts])
-    tensors = g.gguf_tensors(gts, cfg)
+    meta, gts = gguf.read_gguf(p)
+    cfg = gguf.gguf_config(meta, [t.name for t in gts])
+    tensors = gguf.gguf_tensors(gts, cfg)
     try:
         model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from e
-    tok = g.tokenizer_from_gguf(meta, p) if want_tokenizer else None
-    sp = g.special_tokens(meta)
+    tok = gguf.tokenizer_from_gguf(meta, p) if want_tokenizer else None
+    sp = gguf.special_tokens(meta)
     pad = getattr(tok, "pad_token_id", None)
     return LoadedModel(model, config, tok, meta.get("tokenizer.chat_template"), name,
                        cfg["model_type"], p, sp["eos_ids"],

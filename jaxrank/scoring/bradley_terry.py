@@ -41,6 +41,7 @@ import jax.numpy as jnp
 
 from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import soft_bt
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["bradley_terry", "fit_bradley_terry", "BradleyTerrySolution"]
@@ -150,8 +151,6 @@ def _smoothed(c, prior):
 
 
 def _fit_newton(c, prior, tol, max_iter):
-    from jaxrank.scoring import soft_bt
-
     sol = soft_bt._solve(_smoothed(c, prior), "off", 0.0, 1e-6, 0.0, tol, max_iter)
     return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
 

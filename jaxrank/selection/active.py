@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import uncertainty
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -75,8 +76,6 @@ class ActiveResult(NamedTuple):
                                              "gamma_prior", "score_prior", "tol", "max_iter"))
 def _round(c, k_conf, k_sel, *, num_pairs, symmetric, rule, num_samples, mode, eps, gamma_prior, score_prior, tol,
            max_iter):
-    from jaxrank import uncertainty
-
     post = uncertainty._laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     conf = uncertainty._confidence(post.mean, post.covariance, c.item_mask, k_conf, rule, num_samples)
     i, j = select_from_posterior(c, post, k_sel, num_pairs=num_pairs, symmetric=symmetric)

@@ -43,8 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph
+from jaxrank import _graph, uncertainty
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import soft_bt
 from jaxrank.selection import _common
 
 __all__ = ["greedy_comparisons", "laplace_comparisons", "chain_inverse", "TIE_TOL"]
@@ -204,8 +205,6 @@ def greedy_comparisons(key, num_items: int, budget: int, *, symmetric: bool = Fa
 
 # ------------------------------------------------------------------ Laplace-BT selection
 def _laplace_select_one(c, key, *, num_pairs, symmetric, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    from jaxrank import uncertainty
-
     post = uncertainty._laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
     return select_from_posterior(c, post, key, num_pairs=num_pairs, symmetric=symmetric)
 
@@ -262,8 +261,6 @@ def laplace_comparisons(c: Comparisons, num_new: int, *, key, symmetric: bool = 
     Returns:
         ``(i, j)`` int32 ``[..., num_new]``; slots with ``i == j`` when no pair is left.
     """
-    from jaxrank.scoring import soft_bt
-
     k = _common.check_int("num_new", num_new, minimum=1)
     if symmetric and k % 2:
         raise ValueError(f"num_new={k} must be even with symmetric=True")
