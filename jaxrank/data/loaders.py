@@ -56,8 +56,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-import jaxrank
-
 if TYPE_CHECKING:  # imported by load_dataset on first use: data_dir and label_matrix need no `datasets`
     import datasets
 
@@ -131,7 +129,7 @@ def data_dir() -> Path:
     if env:
         tried = [Path(env)]
     else:
-        repo_root = Path(jaxrank.__file__).resolve().parent.parent
+        repo_root = Path(__file__).resolve().parents[2]       # jaxrank/data/loaders.py -> the repository
         tried = [repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
     for folder in tried:
         if folder.is_dir():
