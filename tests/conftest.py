@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 
 
 def load_model_or_skip(name):
-    """A registered model (``jaxrank.judges.load_model``); skips the test if its package is not installed."""
+    """A registered model (``jaxrank.models.load_model``); skips the test if its package is not installed."""
     from jaxrank.models import load_model
 
     try:
