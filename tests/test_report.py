@@ -5,7 +5,7 @@ import pytest
 import scipy.stats
 
 import jaxrank as jr
-from jaxrank.judges.report import MIN_CONTEXTS, assess_comparisons
+from jaxrank.assessment.report import MIN_CONTEXTS, assess_comparisons
 
 
 def _batch(rows, n):
