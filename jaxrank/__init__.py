@@ -52,8 +52,8 @@ _LAZY: dict[str, str] = {
 """Every public function and class, by the module it is loaded from on first use."""
 
 _SUBMODULES = frozenset({
-    "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
-    "scoring", "selection", "sharding", "simulate", "uncertainty",
+    "assessment", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
+    "models", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })
 """Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
 

@@ -333,7 +333,7 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
     if not per_ctx:
         raise ValueError(f"{src.label}: no comparisons (no rows after the header)")
 
-    from jaxrank.comparisons import Comparisons, stack_contexts
+    from jaxrank.comparisons import Comparisons, stack_contexts  # deliberately lazy: reading a file needs no JAX
 
     sets = [Comparisons.from_pairs(np.array(d["i"]), np.array(d["j"]), np.array(d["p"], np.float32),
                                    num_items=len(d["items"]), weight=np.array(d["w"], np.float32))
