@@ -89,8 +89,9 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
         ``components`` (connected components among them), ``strong_components``
         (strongly connected components of the win graph among them) and
         ``without_finite_score``: sorted item indices outside the largest
-        strongly connected set of their component, in components that are not
-        strongly connected (their ML score differences to the rest are infinite).
+        strongly connected set of their component (of equal ones, that with the
+        smallest item), in components that are not strongly connected (their ML
+        score differences to the rest are infinite).
     """
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
@@ -110,9 +111,10 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
     outside = []
     for comp in np.unique(weak[compared]):
         members = np.nonzero((weak == comp) & compared)[0]
-        labels, sizes = np.unique(strong[members], return_counts=True)
-        if len(labels) > 1:
-            outside.extend(members[strong[members] != labels[np.argmax(sizes)]].tolist())
+        labels, first, sizes = np.unique(strong[members], return_index=True, return_counts=True)
+        if len(labels) > 1:      # the largest; among equals, the one with the smallest item
+            keep = labels[min(range(len(labels)), key=lambda k: (-sizes[k], members[first[k]]))]
+            outside.extend(members[strong[members] != keep].tolist())
     return {"compared": int(compared.sum()), "components": len(np.unique(weak[compared])),
             "strong_components": len(np.unique(strong[compared])), "without_finite_score": sorted(outside)}
 
