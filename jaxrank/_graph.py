@@ -24,9 +24,12 @@ comparisons, and loses for 1000 items with 26k comparisons).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import math
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -232,6 +235,45 @@ def components(c, *, e=None, w=None):
     return labels
 
 
+def reached_both_ways(e, ab, ba, labels):
+    """Bool ``[N]``: items reachable from their component's first item along arcs, and back to it.
+
+    Arcs run ``a -> b`` on edges with ``ab != 0`` and ``b -> a`` on edges with
+    ``ba != 0`` (``e``'s space; ``a, b`` in positions A, B). ``labels`` are the
+    (weakly) connected components of :func:`components`; a component is
+    strongly connected exactly when all its items are reached both ways. Two
+    boolean reachability vectors grow by one arc per sweep of a ``while_loop``
+    (at most the longest shortest path from a component's first item, plus one,
+    sweeps; each a pass over the edges), from every component at once.
+    """
+    n = e.num_items
+    root = labels == jnp.arange(n, dtype=labels.dtype)
+    fa, fb = ab != 0, ba != 0
+    if _is_dense(e):
+        arc = fa | fb.T                                   # arc[u, v]: u -> v
+
+        def sweep(x, y):
+            return x | jnp.any(arc & x[:, None], axis=0), y | jnp.any(arc & y[None, :], axis=1)
+    else:
+        f32 = lambda v: v.astype(jnp.float32)
+
+        def spread(x, src, dst, ok):
+            return jax.ops.segment_sum(f32(x[src] & ok), dst, n) > 0
+
+        def sweep(x, y):
+            fwd = spread(x, e.i, e.j, fa) | spread(x, e.j, e.i, fb)
+            bwd = spread(y, e.j, e.i, fa) | spread(y, e.i, e.j, fb)
+            return x | fwd, y | bwd
+
+    def body(state):
+        x, y, _ = state
+        nx, ny = sweep(x, y)
+        return nx, ny, jnp.any(nx != x) | jnp.any(ny != y)
+
+    x, y, _ = jax.lax.while_loop(lambda st: st[2], body, (root, root, jnp.asarray(True)))
+    return x & y
+
+
 def component_projector(labels, dtype):
     """``P = sum_c 1_c 1_c^T / |c|``: the projector onto per-component constants.
 
@@ -248,6 +290,88 @@ def component_projector(labels, dtype):
 def centre_per_component(s, labels):
     """Subtract each connected component's mean score."""
     return s - component_projector(labels, s.dtype) @ s
+
+
+BLAS_SINGLE_THREAD_MIN_ITEMS = 32
+"""Solvers on at least this many items run their LAPACK calls single-threaded (:func:`single_threaded_lapack`)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas_thread_controls():
+    """``(get, set)`` thread-count functions of every OpenBLAS loaded in this process (Linux; else ``()``).
+
+    On a CPU, jaxlib's factorisations (Cholesky, triangular solves) call the
+    LAPACK that SciPy links, usually its bundled OpenBLAS.
+    """
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and "/" in ln})
+    except OSError:
+        return ()
+    found = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in ("scipy_openblas", "scipy_openblas64_", "openblas"):
+            get = getattr(lib, f"{prefix}_get_num_threads", None)
+            put = getattr(lib, f"{prefix}_set_num_threads", None)
+            if get is not None and put is not None:
+                get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+                found.append((get, put))
+                break
+    return tuple(found)
+
+
+_lapack_lock = threading.Lock()
+_lapack_depth = 0
+_lapack_saved: list = []
+
+
+@contextlib.contextmanager
+def single_threaded_lapack():
+    """Run the enclosed (blocking) JAX calls with OpenBLAS limited to one thread; restore it afterwards.
+
+    Measured on the football results (316 teams, a 316 x 316 Cholesky per
+    Newton step) on 2 cores shared with other jobs: OpenBLAS's threads, which
+    busy-wait for each other, made a 9 ms solve take 135 ms in the median and
+    up to 2 s (``benchmarks/football_bt.py``); single-threaded it stayed at
+    9 ms. The limit is process-wide while it lasts (OpenBLAS has no per-call
+    setting), so the caller must block on its results inside the ``with``;
+    it is never set at import. Nested and concurrent uses restore the count
+    once the last one leaves. Without an OpenBLAS (another LAPACK, or not
+    Linux) it does nothing.
+    """
+    global _lapack_depth
+    controls = _openblas_thread_controls()
+    with _lapack_lock:
+        if _lapack_depth == 0:
+            _lapack_saved[:] = [get() for get, _ in controls]
+            for _, put in controls:
+                put(1)
+        _lapack_depth += 1
+    try:
+        yield
+    finally:
+        with _lapack_lock:
+            _lapack_depth -= 1
+            if _lapack_depth == 0:
+                for (_, put), n in zip(controls, _lapack_saved):
+                    put(n)
+
+
+def run_single_threaded_lapack(fn, *args, num_items: int, **kwargs):
+    """``fn(*args, **kwargs)`` blocked on, under :func:`single_threaded_lapack` when worth it.
+
+    Worth it at the top level (no argument is a tracer) for at least
+    :data:`BLAS_SINGLE_THREAD_MIN_ITEMS` items; otherwise a plain call (no block).
+    """
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
+    if traced or num_items < BLAS_SINGLE_THREAD_MIN_ITEMS:
+        return fn(*args, **kwargs)
+    with single_threaded_lapack():
+        return jax.block_until_ready(fn(*args, **kwargs))
 
 
 def psd_solve(a, b):

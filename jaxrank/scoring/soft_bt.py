@@ -49,6 +49,7 @@ import numpy as np
 
 from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import existence
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
 
@@ -243,7 +244,8 @@ class _State(NamedTuple):
 
 def _pass(ops, state: _State, mode, st) -> _State:
     """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
-    pr, proj, labels, r_start = ops
+    pr, proj, labels, r_start, prior = ops
+    st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
     dt = pr.w.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
     x, f, delta, slope, t, it = state[:6]
@@ -331,8 +333,8 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     return x, g, diag, scale, jnp.sum(deg)
 
 
-def _pass_operands(pr, proj):
-    """Per-context constants of the loop: component labels and the start's residuals."""
+def _pass_operands(pr, proj, prior):
+    """Per-context constants of the loop: component labels, the start's residuals, the score prior."""
     # Each edge's mean probability clipped to [0.01, 0.99] (logits within +-4.6): finite with
     # eps = 0, and an edge of one decisive comparison (hard outcomes) does not start the
     # fit at +-14, far out where Newton crawls (measured: 6 steps instead of 100+ on the
@@ -340,10 +342,10 @@ def _pass_operands(pr, proj):
     pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
     r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
     labels = jnp.argmax(proj > 0, axis=1).astype(jnp.int32)   # first item of each one's component
-    return pr, proj, labels, r_start
+    return pr, proj, labels, r_start, prior
 
 
-def _newton(c, proj, mode, st):
+def _newton(c, proj, prior, mode, st):
     """Newton's method with backtracking on a batch ``[B]`` of contexts.
 
     Per context, every pass of the loop evaluates the trial point
@@ -359,7 +361,7 @@ def _newton(c, proj, mode, st):
     state (contexts converge independently).
     """
     pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
-    ops = jax.vmap(_pass_operands)(pr, proj)
+    ops = jax.vmap(_pass_operands)(pr, proj, prior)
     b, n = proj.shape[0], c.num_items + (mode == "learn")
     dt = c.p.dtype
     z = jnp.zeros((b, n), dt)
@@ -380,52 +382,69 @@ second compiled loop costs more compilation (about 1-2 s) than it saves per
 call (about 0.05 s of 0.25 s on 10,000 contexts)."""
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _argmin(c, proj, st, mode):
-    return _newton(c, proj, mode, st)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _argmin(c, proj, prior, st, mode):
+    return _newton(c, proj, prior, mode, st)
 
 
-def _argmin_fwd(c, proj, st, mode):
-    out = _newton(c, proj, mode, st)
-    return out, (c, proj, st, out[0])
+def _argmin_fwd(c, proj, prior, st, mode):
+    out = _newton(c, proj, prior, mode, st)
+    return out, (c, proj, prior, st, out[0])
 
 
 def _argmin_bwd(mode, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
-    def one(c, proj, x, ctx):
-        u = _graph.psd_solve(_hessian(x, c, mode, st, proj), ctx)
-        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, st), c)
+    def one(c, proj, prior, x, ctx):
+        stc = st._replace(score_prior=prior)
+        u = _graph.psd_solve(_hessian(x, c, mode, stc, proj), ctx)
+        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, stc), c)
         return vjp(-u)[0]
 
-    c, proj, st, x = res
+    c, proj, prior, st, x = res
     zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
                       else np.zeros(a.shape, jax.dtypes.float0))
-    return jax.vmap(one)(c, proj, x, ct[0]), jnp.zeros_like(proj), jax.tree.map(zero, st)
+    return (jax.vmap(one)(c, proj, prior, x, ct[0]), jnp.zeros_like(proj), jnp.zeros_like(prior),
+            jax.tree.map(zero, st))
 
 
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 
-def _finish(c, labels, x, it, done, mode, st):
+def _finish(c, labels, x, it, done, prior, mode, st):
     n = c.num_items
+    st = st._replace(score_prior=prior)
     s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, st.eps))
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
     gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, st)))
     return SoftBTSolution(s, g, it, done, gn)
 
 
-def _fit_flat(c, mode, st):
+def _fit_flat(c, mode, st, check=False):
+    """``(solution, finite)`` for a batch ``[B]``; ``finite[b]``: context ``b``'s ML scores are finite.
+
+    With ``check`` (``eps = 0`` and no score prior), a context whose win graph
+    is not strongly connected within its components (``existence.finite_ml``,
+    tested before the first Newton step) is fitted with the score prior
+    ``existence.AUTO_SCORE_PRIOR`` instead; without it every context is taken
+    to be finite (``eps > 0`` or a prior guarantees it).
+    """
     labels = jax.vmap(_graph.components)(c)
     proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
-    x, it, done = _argmin(c, proj, st, mode)
-    return jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done)
+    prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
+    finite = jnp.ones(labels.shape[:1], bool)
+    if check:
+        finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
+        prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
+    x, it, done = _argmin(c, proj, prior, st, mode)
+    sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, prior)
+    return sol, finite
 
 
 def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     """:class:`SoftBTSolution` of one context (unbatched ``c``)."""
     st = _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
     flat = jax.tree.map(lambda x: x[None], c)
-    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, st))
+    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, st)[0])
 
 
 CHUNK = 32
@@ -435,11 +454,11 @@ chunk iterates only as long as its own slowest context needs and stays in cache 
 slower than 32)."""
 
 
-@functools.partial(jax.jit, static_argnames=("mode",))
-def _fit(c, st, mode):
+@functools.partial(jax.jit, static_argnames=("mode", "check"))
+def _fit(c, st, mode, check=False):
     flat, shape = _graph.flatten_batch(c)
-    sol = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st), flat, CHUNK)
-    return _graph.unflatten_batch(sol, shape)
+    out = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
+    return _graph.unflatten_batch(out, shape)
 
 
 def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
@@ -459,9 +478,20 @@ def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
     return mode, float(eps), float(gamma_prior), float(score_prior), float(tol), int(max_iter)
 
 
-def _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter) -> SoftBTSolution:
-    """The shared compiled solver (also used by hard Bradley-Terry): settings are traced."""
-    return _fit(c, _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter), mode)
+def _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter, check=False) -> SoftBTSolution:
+    """The shared compiled solver (also used by hard Bradley-Terry): settings are traced.
+
+    At the top level a problem of more than a few dozen items is solved with
+    single-threaded LAPACK and blocked on (``_graph.run_single_threaded_lapack``).
+    ``check``: test every context for finite ML scores first (``_fit_flat``) and
+    warn about those without (at the top level; inside a trace the prior is
+    still applied, silently).
+    """
+    st = _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
+    sol, finite = _graph.run_single_threaded_lapack(_fit, c, st, mode, check, num_items=c.num_items)
+    if check and not isinstance(finite, jax.core.Tracer):
+        existence.warn_if_infinite(c, np.asarray(finite), eps)
+    return sol
 
 
 def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
@@ -483,8 +513,21 @@ def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
 
     Returns:
         :class:`SoftBTSolution`.
+
+    With ``eps=0`` and ``score_prior=0`` (maximum likelihood of counts or hard
+    outcomes) the ML scores are finite only if every component's win graph is
+    strongly connected (:mod:`jaxrank.scoring.existence`). This is tested per
+    context before the first Newton step; a context that fails gets the MAP
+    under an ``N(0, 100)`` score prior (``score_prior =
+    existence.AUTO_SCORE_PRIOR = 0.01``) and a
+    :class:`~jaxrank.scoring.existence.NotStronglyConnectedWarning` names its
+    items without a finite score (the warning needs concrete values: inside a
+    caller's ``jax.jit`` the prior is applied silently).
     """
-    return _solve(c, *_settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
+    mode, eps, gamma_prior, score_prior, tol, max_iter = _settings(c, debias, eps, gamma_prior, score_prior,
+                                                                   tol, max_iter)
+    return _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter,
+                  check=eps == 0 and score_prior == 0)
 
 
 def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, score_prior=0.0, tol=None,

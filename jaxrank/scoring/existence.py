@@ -1,0 +1,150 @@
+"""Whether maximum-likelihood Bradley-Terry scores exist, and what jaxrank returns when they do not.
+
+With probabilities allowed to reach 0 and 1 (``eps = 0``) and no score prior,
+the soft Bradley-Terry likelihood (PoE eq. 3) has a finite maximiser exactly
+when, within every connected component of the comparison graph, the *win
+graph* is strongly connected (Zermelo 1929; Ford 1957; Hunter 2004, condition
+A): an arc ``a -> b`` for every comparison in which ``a`` won some mass from
+``b`` (``w p > 0`` with ``a`` in position A, or ``w (1 - p) > 0`` with ``a`` in
+position B). Otherwise some set of items never lost (or never won) against the
+rest of its component; the likelihood keeps rising as that set moves away, the
+maximum-likelihood score differences are infinite, and an iterative solver runs
+to its iteration cap (283 ms and no convergence on all 337 football teams).
+
+jaxrank tests the condition for every context before the first Newton step
+(:func:`finite_ml`: two reachability sweeps from each component's first item,
+on the device). A context that fails it is fitted as the MAP under an
+independent Gaussian prior ``N(0, 1 / AUTO_SCORE_PRIOR)`` on every score
+(precision :data:`AUTO_SCORE_PRIOR` = 0.01, i.e. a standard deviation of 10
+log-strength units), which is finite and ranks an undefeated item first; a
+:class:`NotStronglyConnectedWarning` names the items outside the largest
+strongly connected set (:func:`warn_if_infinite`). Contexts that pass are
+fitted by plain maximum likelihood, as before. Pass ``score_prior > 0`` to
+choose the prior yourself, or fit the strongly connected set alone.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank import _graph
+
+__all__ = ["AUTO_SCORE_PRIOR", "NotStronglyConnectedWarning", "finite_ml", "win_graph_report",
+           "warn_if_infinite"]
+
+AUTO_SCORE_PRIOR = 0.01
+"""Precision of the ``N(0, 100)`` score prior applied to contexts without finite ML scores.
+
+Weak: on a team with a few hundred matches (Fisher information about 50) it
+moves the score by about 2e-4 of its size; an item that won its single
+comparison against an average item ends about 4.3 above it."""
+
+
+DENSE_MAX_ITEMS = 1024
+""":func:`finite_ml` sweeps ``[N, N]`` arc matrices up to this many items (the comparisons' own edge
+space above): on all 337 football teams (12,309 ordered pairs) a dense check took 0.4-0.6 ms, a
+sparse one (four scatter-adds per sweep) 0.7-1.6 ms."""
+
+
+class NotStronglyConnectedWarning(UserWarning):
+    """Some context has no finite maximum-likelihood scores (its win graph is not strongly connected)."""
+
+
+def _win_mass(c, eps):
+    pc = jnp.clip(c.p, eps, 1 - eps)
+    return c.weight * pc, c.weight * (1 - pc)
+
+
+def finite_ml(c, labels, eps):
+    """Whether ONE context's maximum-likelihood scores are finite (module docstring).
+
+    Args:
+        c: one context (no batch axes).
+        labels: ``[N]`` its connected components (``jaxrank.Comparisons.components``).
+        eps: the probability clip of the fit (the condition matters only for 0).
+
+    Returns:
+        Scalar bool: every item is reached from its component's first item along
+        win arcs, and reaches it.
+    """
+    e = _graph.edges(c, dense=c.num_items <= DENSE_MAX_ITEMS or None)
+    won_a, won_b = _graph.reduce(e, *_win_mass(c, eps))
+    return jnp.all(_graph.reached_both_ways(e, won_a, won_b, labels))
+
+
+def win_graph_report(i, j, p, weight, num_items, eps=0.0):
+    """Strongly connected structure of one context's win graph, on the host (SciPy).
+
+    Args:
+        i, j: ``[R]`` items in positions A and B.
+        p, weight: ``[R]`` probabilities that A wins, and weights.
+        num_items: ``N``.
+        eps: the probability clip.
+
+    Returns:
+        Dict with ``compared`` (items in a comparison of non-zero weight),
+        ``components`` (connected components among them), ``strong_components``
+        (strongly connected components of the win graph among them) and
+        ``without_finite_score``: sorted item indices outside the largest
+        strongly connected set of their component (of equal ones, that with the
+        smallest item), in components that are not strongly connected (their ML
+        score differences to the rest are infinite).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    p, w = np.asarray(p, np.float64), np.asarray(weight, np.float64)
+    pc = np.clip(p, eps, 1 - eps)
+    live = w > 0
+    a_won, b_won = live & (w * pc > 0), live & (w * (1 - pc) > 0)
+    src = np.concatenate([i[a_won], j[b_won]])       # winner -> loser
+    dst = np.concatenate([j[a_won], i[b_won]])
+    g = coo_matrix((np.ones(len(src)), (src, dst)), shape=(num_items, num_items)).tocsr()
+    _, weak = connected_components(g, directed=True, connection="weak")
+    _, strong = connected_components(g, directed=True, connection="strong")
+    compared = np.zeros(num_items, bool)
+    compared[i[live]] = compared[j[live]] = True
+    outside = []
+    for comp in np.unique(weak[compared]):
+        members = np.nonzero((weak == comp) & compared)[0]
+        labels, first, sizes = np.unique(strong[members], return_index=True, return_counts=True)
+        if len(labels) > 1:      # the largest; among equals, the one with the smallest item
+            keep = labels[min(range(len(labels)), key=lambda k: (-sizes[k], members[first[k]]))]
+            outside.extend(members[strong[members] != keep].tolist())
+    return {"compared": int(compared.sum()), "components": len(np.unique(weak[compared])),
+            "strong_components": len(np.unique(strong[compared])), "without_finite_score": sorted(outside)}
+
+
+def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10):
+    """Warn (:class:`NotStronglyConnectedWarning`) when some context of ``c`` has ``finite`` False.
+
+    Args:
+        c: the comparisons that were fitted (any batch shape).
+        finite: bool array of ``c``'s batch shape, from the fit.
+        eps: the probability clip of the fit.
+        caller: the function named in the message.
+        show: at most this many item indices are listed.
+    """
+    finite = np.asarray(finite, bool).reshape(c.batch_shape)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)
+    first = tuple(int(k) for k in bad[0])
+    pick = lambda x: np.asarray(x)[first] if first else np.asarray(x)
+    rep = win_graph_report(pick(c.i), pick(c.j), pick(c.p), pick(c.weight), c.num_items, eps)
+    items = rep["without_finite_score"]
+    listed = ", ".join(map(str, items[:show])) + (", ..." if len(items) > show else "")
+    where = (f"{len(bad)} of {finite.size} contexts have" if first else "the comparisons have")
+    ctx = f" In context {first}" if first else ""
+    warnings.warn(
+        f"{caller}(eps={eps:g}, score_prior=0): {where} no finite maximum-likelihood scores: the win graph is "
+        f"not strongly connected.{ctx} {rep['compared']} compared items form {rep['components']} connected and "
+        f"{rep['strong_components']} strongly connected components; the {len(items)} items outside the largest "
+        f"strongly connected set of their component ({listed}) never lost, or never won, against the rest. "
+        f"Returned the MAP scores under an N(0, 1/{AUTO_SCORE_PRIOR:g}) prior on every score "
+        f"(score_prior={AUTO_SCORE_PRIOR:g}) there; pass score_prior > 0 or eps > 0 to choose, or fit the "
+        "strongly connected set alone.", NotStronglyConnectedWarning, stacklevel=4)
