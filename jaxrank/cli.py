@@ -13,7 +13,7 @@ human scores, positional bias P(A), pairwise accuracy, verdict). Without
 options, ``assess`` runs the embedded default: all 100 SummEval articles x 16
 summaries, relevance, the MiniLM-L6 similarity judge (chosen by measurement).
 ``assess --active`` asks the judge, per context, only for the most informative
-comparisons in batches (:func:`jaxrank.judges.active_judge_contexts`) until the
+comparisons in batches (:func:`jaxrank.assessment.active_judge_contexts`) until the
 budget is spent or the Laplace posterior is confident enough of the ranking,
 through the same resumable store, and reports the comparisons used.
 

@@ -5,7 +5,7 @@ informative comparisons in batches, refits the soft Bradley-Terry (PoE)
 posterior after each batch and stops at the budget or when the Laplace
 posterior is confident enough of the ranking. Its ``judge_fn`` here is a
 :class:`StoreJudgeFn`: a requested pair already in the
-:class:`~jaxrank.judges.store.JudgementStore` is answered from the store;
+:class:`~jaxrank.assessment.store.JudgementStore` is answered from the store;
 the others are judged by the LLM, in chunks, and each chunk is appended (and
 ``fsync``-ed) to the store before the loop sees the answers. The answers the
 loop receives are always the stored values, so a rerun after a crash replays
