@@ -342,8 +342,7 @@ def _rank_scores(c, method, debias, score_prior):
         c = jr.permutation_average(c)
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
-        post = jr.laplace_bradley_terry(c, debias=mode, score_prior=score_prior)
-        sol = jr.fit_poe_bradley_terry(c, debias=mode, score_prior=score_prior)
+        sol, post = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias=mode, score_prior=score_prior))   # one fit
         out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
                    iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):

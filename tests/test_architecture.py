@@ -90,15 +90,6 @@ KNOWN_UPWARD = {
 KNOWN_PRIVATE = {
     # phase 2 removes all of these: one public solver/settings object for the Bradley-Terry family
     # replaces soft BT's private helpers, and the Laplace posterior gets a public entry point
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_fit_one"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_traced"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_hessian"),
-    ("jaxrank.selection.active", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.selection.active", "jaxrank.uncertainty", "_laplace_one"),
-    ("jaxrank.selection.active", "jaxrank.uncertainty", "_confidence"),
-    ("jaxrank.selection.greedy", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.selection.greedy", "jaxrank.uncertainty", "_laplace_one"),
     # benchmarks: the edge-space benchmark times the private graph algebra; compile_options (an option the
     # project dropped) calls the scorers' private solvers
     ("benchmarks.edge_space", "jaxrank._graph", ""),

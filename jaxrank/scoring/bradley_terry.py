@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jaxrank import _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
+from jaxrank.scoring.solver import BradleyTerrySolver
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["bradley_terry", "fit_bradley_terry", "BradleyTerrySolution"]
@@ -151,7 +152,8 @@ def _smoothed(c, prior):
 
 
 def _fit_newton(c, prior, tol, max_iter):
-    sol = soft_bt._solve(_smoothed(c, prior), "off", 0.0, 1e-6, 0.0, tol, max_iter)
+    solver = BradleyTerrySolver(eps=0.0, tol=tol, max_iter=max_iter)
+    sol = soft_bt.solve(_smoothed(c, prior), solver, check=False)   # the smoothing keeps every score finite
     return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
 
 
