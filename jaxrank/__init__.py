@@ -55,7 +55,7 @@ _LAZY: dict[str, str] = {
 
 _SUBMODULES = frozenset({
     "assessment", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
-    "models", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
+    "models", "scorer_table", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })
 """Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
 
@@ -101,18 +101,9 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
 
 
 def _scorers() -> dict:
-    from jaxrank import scoring
-    from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+    from jaxrank import scorer_table
 
-    return {
-        "win_ratio": scoring.win_ratio,
-        "average_probability": scoring.average_probability,
-        "bradley_terry": scoring.bradley_terry,
-        "poe_gaussian": scoring.poe_gaussian,
-        "poe_gaussian_hard": lambda c, **kw: scoring.poe_gaussian(c, hard=True, **kw),
-        "poe_bradley_terry": scoring.poe_bradley_terry,
-        "max_likelihood_ranking": max_likelihood_ranking,
-    }
+    return scorer_table.functions()
 
 
 def __getattr__(name: str):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _deprecation, _graph, metrics
+from jaxrank import _batching, _deprecation, _graph, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -73,7 +73,7 @@ def _laplace_one(c, solver):
 
 @functools.partial(jax.jit, static_argnames=("solver",))
 def _laplace(c, solver):
-    return _graph.batched(_laplace_one, c, solver=solver)
+    return _batching.batched(_laplace_one, c, solver=solver)
 
 
 def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | None = None) -> LaplaceFit:

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
 from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
@@ -336,7 +336,7 @@ def _newton(c, proj, prior, mode, st):
     ``s_i - s_j - gamma`` to the edges' mean logits (one Laplacian solve; soft
     BT matches those logits wherever the graph lets it), which pass 1 accepts
     unconditionally. No nested loop and one copy of the likelihood code keep
-    the compiled program small; ``_graph.while_per_context`` keeps per-context
+    the compiled program small; ``_batching.while_per_context`` keeps per-context
     state (contexts converge independently).
     """
     pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
@@ -348,7 +348,7 @@ def _newton(c, proj, prior, mode, st):
     init = _State(z, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
                   jnp.zeros(b, bool), jnp.zeros(b, bool))
     cont = lambda s: ~s.stop & (s.it <= st.max_iter)
-    out = _graph.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
+    out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
                                    compact=COMPACT)
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
@@ -356,7 +356,7 @@ def _newton(c, proj, prior, mode, st):
 
 
 COMPACT = False
-"""Finish the slowest contexts of a batch in a compacted sub-batch (``_graph.while_per_context``).
+"""Finish the slowest contexts of a batch in a compacted sub-batch (``_batching.while_per_context``).
 
 Off: Newton needs few passes (mean 5, at most 9 on the PoE protocol), so the
 second compiled loop costs more compilation (about 1-2 s) than it saves per
@@ -422,7 +422,7 @@ def _fit_flat(c, mode, st, check=False):
 
 
 CHUNK = 32
-"""Contexts are solved in chunks of this many, one after another (``_graph.map_chunks``): a
+"""Contexts are solved in chunks of this many, one after another (``_batching.map_chunks``): a
 chunk iterates only as long as its own slowest context needs and stays in cache (measured
 1.6x faster than one batch of 10,000 contexts of 16 items; chunks of 128 or 512 were 5-15%
 slower than 32)."""
@@ -430,9 +430,9 @@ slower than 32)."""
 
 @functools.partial(jax.jit, static_argnames=("mode", "check"))
 def _fit(c, st, mode, check=False):
-    flat, shape = _graph.flatten_batch(c)
-    out = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
-    return _graph.unflatten_batch(out, shape)
+    flat, shape = _batching.flatten_batch(c)
+    out = _batching.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
+    return _batching.unflatten_batch(out, shape)
 
 
 def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None) -> SoftBTSolution:
@@ -441,7 +441,7 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
     Settings are traced: one compiled program serves every setting, and hard
     Bradley-Terry (:func:`jaxrank.bradley_terry`) too. At the top level a
     problem of more than a few dozen items is solved with single-threaded
-    LAPACK and blocked on (``_graph.run_single_threaded_lapack``).
+    LAPACK and blocked on (``_batching.run_single_threaded_lapack``).
 
     Args:
         c: comparisons, any batch shape.
@@ -457,7 +457,7 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
     """
     check = solver.checks_existence if check is None else bool(check)
     st = solver.settings(c.p.dtype)
-    sol, finite = _graph.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)
+    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)
     if check and not isinstance(finite, jax.core.Tracer):
         existence.warn_if_infinite(c, np.asarray(finite), solver.eps)
     solver.check(sol.result)
