@@ -67,7 +67,7 @@ from scipy.sparse.csgraph import connected_components
 from scipy.special import expit, log_expit
 
 import jaxrank as jr
-from jaxrank import metrics
+from jaxrank import metrics, scorer_table
 from jaxrank.data import label_matrix, load_dataset
 
 # ----------------------------------------------------------------- simulated judge
@@ -77,8 +77,7 @@ ITEM_NOISE = 2.0   # std of the judge's per-summary misjudgement u (times K)
 PAIR_NOISE = 1.5   # std of the per-comparison logit noise e
 JUDGE = dict(K=K, BIAS=BIAS, ITEM_NOISE=ITEM_NOISE, PAIR_NOISE=PAIR_NOISE)
 
-SCORERS = ("win_ratio", "average_probability", "bradley_terry",
-           "poe_gaussian", "poe_gaussian_hard", "poe_bradley_terry")
+SCORERS = tuple(name for name, entry in scorer_table.SCORERS.items() if entry.in_report)   # the report's six
 TOL_BT = 1e-3
 
 

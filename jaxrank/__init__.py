@@ -32,9 +32,11 @@ _LAZY: dict[str, str] = {
     "poe_gaussian_posterior": "jaxrank.scoring",
     "SoftBTSolution": "jaxrank.scoring", "poe_bradley_terry": "jaxrank.scoring",
     "fit_poe_bradley_terry": "jaxrank.scoring",
-    "average_probability": "jaxrank.scoring", "win_ratio": "jaxrank.scoring",
-    "max_likelihood_ranking": "jaxrank.scoring.ml_ranking",
+    "BradleyTerrySolver": "jaxrank.scoring", "RESULTS": "jaxrank.scoring", "SolverError": "jaxrank.scoring",
+    "average_probability": "jaxrank.scoring", "win_ratio": "jaxrank.scoring", "decisions": "jaxrank.scoring",
+    "max_likelihood_ranking": "jaxrank.scoring",
     "RankIntervals": "jaxrank.uncertainty", "laplace_bradley_terry": "jaxrank.uncertainty",
+    "laplace_posterior": "jaxrank.uncertainty", "LaplaceFit": "jaxrank.uncertainty",
     "posterior_samples": "jaxrank.uncertainty", "rank_intervals": "jaxrank.uncertainty",
     "ranking_confidence": "jaxrank.uncertainty", "score_intervals": "jaxrank.uncertainty",
     "enable_compilation_cache": "jaxrank.compilation",
@@ -53,7 +55,7 @@ _LAZY: dict[str, str] = {
 
 _SUBMODULES = frozenset({
     "assessment", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
-    "models", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
+    "models", "scorer_table", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })
 """Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
 
@@ -62,10 +64,10 @@ imported (:class:`_Package`), as with the eager imports before."""
 
 __all__ = [
     "Comparisons", "stack_contexts",
-    "win_ratio", "average_probability", "bradley_terry", "fit_bradley_terry", "BradleyTerrySolution",
+    "win_ratio", "average_probability", "decisions", "bradley_terry", "fit_bradley_terry", "BradleyTerrySolution",
     "poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior",
-    "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution",
-    "laplace_bradley_terry", "max_likelihood_ranking",
+    "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "BradleyTerrySolver", "RESULTS", "SolverError",
+    "laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "max_likelihood_ranking",
     "positional_bias", "debias_threshold", "threshold_debias", "permutation_average",
     "score_intervals", "posterior_samples", "rank_intervals", "RankIntervals", "ranking_confidence",
     "bootstrap", "bootstrap_intervals", "bootstrap_outcomes", "percentile_intervals", "resample_comparisons",
@@ -84,33 +86,24 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
     from jaxrank.comparisons import Comparisons, stack_contexts
     from jaxrank.compilation import enable_compilation_cache
     from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
-    from jaxrank.scoring import (BradleyTerrySolution, GaussianPosterior, SoftBTSolution, average_probability,
-                                 bradley_terry, fit_bradley_terry, fit_poe_bradley_terry, poe_bradley_terry,
-                                 poe_gaussian, poe_gaussian_posterior, win_ratio)
-    from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+    from jaxrank.scoring import (RESULTS, BradleyTerrySolution, BradleyTerrySolver, GaussianPosterior,
+                                 SoftBTSolution, SolverError, average_probability, bradley_terry, decisions,
+                                 fit_bradley_terry, fit_poe_bradley_terry, max_likelihood_ranking,
+                                 poe_bradley_terry, poe_gaussian, poe_gaussian_posterior, win_ratio)
     from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons,
                                    greedy_comparisons, laplace_comparisons, pairs_rank, random_comparisons)
     from jaxrank.sharding import shard_contexts
     from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
-    from jaxrank.uncertainty import (RankIntervals, laplace_bradley_terry, posterior_samples, rank_intervals,
-                                     ranking_confidence, score_intervals)
+    from jaxrank.uncertainty import (LaplaceFit, RankIntervals, laplace_bradley_terry, laplace_posterior,
+                                     posterior_samples, rank_intervals, ranking_confidence, score_intervals)
 
     SCORERS: dict
 
 
 def _scorers() -> dict:
-    from jaxrank import scoring
-    from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+    from jaxrank import scorer_table
 
-    return {
-        "win_ratio": scoring.win_ratio,
-        "average_probability": scoring.average_probability,
-        "bradley_terry": scoring.bradley_terry,
-        "poe_gaussian": scoring.poe_gaussian,
-        "poe_gaussian_hard": lambda c, **kw: scoring.poe_gaussian(c, hard=True, **kw),
-        "poe_bradley_terry": scoring.poe_bradley_terry,
-        "max_likelihood_ranking": max_likelihood_ranking,
-    }
+    return scorer_table.functions()
 
 
 def __getattr__(name: str):

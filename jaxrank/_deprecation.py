@@ -25,7 +25,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 
-__all__ = ["forward_name", "renamed", "forward_modules"]
+__all__ = ["forward_name", "renamed", "forward_modules", "renamed_keyword", "UNSET"]
 
 
 def _warn(old: str, new: str, stacklevel: int) -> None:
@@ -108,3 +108,23 @@ def forward_modules(moved: Mapping[str, str]) -> None:
     moved = dict(moved)
     if not any(isinstance(f, _ModuleForwards) and f.moved == moved for f in sys.meta_path):
         sys.meta_path.insert(0, _ModuleForwards(moved))
+
+
+UNSET = object()
+"""Default of a deprecated keyword: distinguishes "not passed" from ``None``."""
+
+
+def renamed_keyword(function: str, old: str, new: str, old_value, new_value):
+    """The value of keyword ``new`` of ``function``, taking the deprecated ``old`` with a ``DeprecationWarning``.
+
+    ``old_value`` is :data:`UNSET` when the caller did not pass ``old``.
+
+    Raises:
+        ValueError: both ``old`` and ``new`` were passed.
+    """
+    if old_value is UNSET:
+        return new_value
+    if new_value is not None:
+        raise ValueError(f"{function}: pass {new}= only ({old}= is its deprecated old name)")
+    _warn(f"{function}({old}=)", f"{function}({new}=)", stacklevel=4)
+    return old_value

@@ -33,10 +33,11 @@ import sys
 import time
 from pathlib import Path
 
+from jaxrank import scorer_table   # JAX-free: the scorer names and debias choices for --help
 
-METHODS = ("poe_bradley_terry", "poe_gaussian", "poe_gaussian_hard", "bradley_terry",
-           "average_probability", "win_ratio", "max_likelihood_ranking")
-DEBIAS = ("none", "mean", "learn", "threshold", "permutation")
+
+METHODS = tuple(scorer_table.SCORERS)
+DEBIAS = scorer_table.DEBIAS
 DEFAULT_JUDGE, DEFAULT_ASPECT = "minilm-l6", "relevance"
 """The embedded default of ``judge``/``assess``, chosen by measurement (README, "The main job"): on
 SummEval the MiniLM similarity judge agrees with the humans (relevance: Spearman +0.29, 95% interval
@@ -99,7 +100,7 @@ def _parser():
         if name == "assess":
             j.add_argument("--methods", default=",".join(_report_methods()),
                            help="comma-separated scorers (default: all but max_likelihood_ranking)")
-            j.add_argument("--debias", choices=("none", "permutation", "threshold"), default="none")
+            j.add_argument("--debias", choices=("none",) + scorer_table.TRANSFORMS, default="none")
             j.add_argument("--output", "-o", default="results", help="folder for the report and scores")
             j.add_argument("--active", action="store_true",
                            help="active assessment: ask for the most informative comparisons in batches until "
@@ -125,8 +126,7 @@ def _confidence(text):
 
 
 def _report_methods():
-    return ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_gaussian_hard",
-            "poe_bradley_terry")
+    return tuple(name for name, entry in scorer_table.SCORERS.items() if entry.in_report)
 
 
 def _make_judge(args):
@@ -296,10 +296,10 @@ def _check_rank_options(args):
         raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
     if args.score_prior is not None and not args.score_prior >= 0:
         raise SystemExit(f"jaxrank: --score-prior must be >= 0, got {args.score_prior}")
-    if args.debias == "learn" and args.method != "poe_bradley_terry":
-        raise SystemExit("jaxrank: --debias learn applies to poe_bradley_terry only")
-    if args.debias == "mean" and not args.method.startswith("poe_"):
-        raise SystemExit("jaxrank: --debias mean applies to the PoE methods only; use threshold or permutation")
+    try:
+        scorer_table.check_debias(args.method, args.debias, argument="--debias")
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: {e}")
 
 
 def _bucket(n, least):
@@ -336,21 +336,18 @@ def _rank_scores(c, method, debias, score_prior):
 
     # games, connectivity and P(A) describe the comparisons as given, before any debiasing
     out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
-    if debias == "threshold":
-        c = jr.threshold_debias(c)
-    elif debias == "permutation":
-        c = jr.permutation_average(c)
+    c = scorer_table.transform(c, debias)
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
-        post = jr.laplace_bradley_terry(c, debias=mode, score_prior=score_prior)
-        sol = jr.fit_poe_bradley_terry(c, debias=mode, score_prior=score_prior)
+        sol, post = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias=mode, score_prior=score_prior))   # one fit
         out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
                    iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):
         post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"))
         out.update(scores=post.mean, stderr=post.stderr)
     else:
-        out["scores"] = jr.SCORERS[method](c)
+        entry = scorer_table.SCORERS[method]      # c is transformed already: only the model term is left
+        out["scores"] = entry.load()(c, **entry.keywords(debias))
     return out
 
 

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 
 __all__ = ["Comparisons", "stack_contexts"]
 
@@ -267,7 +267,7 @@ class Comparisons:
 
     def games(self) -> jax.Array:
         """``[..., N]`` total weight of the comparisons each item takes part in (0 flags an unjudged item)."""
-        return _graph.batched(_graph.item_sums, self, self.weight, self.weight)
+        return _batching.batched(_graph.item_sums, self, self.weight, self.weight)
 
     def components(self) -> jax.Array:
         """``[..., N]`` connected-component label of every item (the smallest item index in it).
@@ -275,7 +275,7 @@ class Comparisons:
         Scores are only comparable within a component: every scorer centres
         each component on its own. Items in no comparison are their own component.
         """
-        return _graph.batched(_graph.components, self)
+        return _batching.batched(_graph.components, self)
 
     def is_connected(self) -> jax.Array:
         """``[...]`` True where all real items form one connected comparison graph."""

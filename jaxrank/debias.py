@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -111,4 +111,4 @@ def permutation_average(c: Comparisons) -> Comparisons:
     reverse keep their ``p``. On a symmetric set this removes any constant
     positional offset.
     """
-    return dataclasses.replace(c, p=_graph.batched(_permutation_average_one, c))
+    return dataclasses.replace(c, p=_batching.batched(_permutation_average_one, c))

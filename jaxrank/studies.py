@@ -31,11 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _deprecation, metrics
+from jaxrank import _deprecation, metrics, scorer_table
 from jaxrank.comparisons import Comparisons
-from jaxrank.debias import debias_threshold, permutation_average
-from jaxrank.scoring import average_probability, bradley_terry, poe_bradley_terry, poe_gaussian, win_ratio
-from jaxrank.scoring.ml_ranking import max_likelihood_ranking
+from jaxrank.debias import debias_threshold
+from jaxrank.scoring import win_ratio
 from jaxrank.selection import gather_comparisons, greedy_comparisons, random_comparisons
 from jaxrank.simulate import calibrate_judge, simulate_judge
 
@@ -43,24 +42,18 @@ __all__ = ["SCORERS", "JudgeMatrix", "simulated_judge", "budget_grid", "select_n
            "run_study", "summarise", "judge_human_pairs", "binned_mean"]
 
 SCORERS: dict[str, Callable[[Comparisons], jax.Array]] = {
-    "win_ratio": win_ratio,
-    "average_probability": average_probability,
-    "bradley_terry": bradley_terry,
-    "poe_gaussian": poe_gaussian,
-    "poe_gaussian_hard": lambda c: poe_gaussian(c, hard=True),
-    "poe_bradley_terry": poe_bradley_terry,
-    "max_likelihood_ranking": max_likelihood_ranking,
+    **{name: scorer_table.scorer(name) for name in scorer_table.SCORERS},
     # debiased variants (LCA eq. 9-10; PoE eq. 12, App. A.8-A.9)
     "win_ratio_debiased": lambda c: win_ratio(c, threshold=debias_threshold(c)),
-    "poe_gaussian_debiased": lambda c: poe_gaussian(c, debias="mean"),
-    "poe_bradley_terry_debiased": lambda c: poe_bradley_terry(c, debias="mean"),
-    "poe_bradley_terry_learnt": lambda c: poe_bradley_terry(c, debias="learn"),
+    "poe_gaussian_debiased": scorer_table.scorer("poe_gaussian", "mean"),
+    "poe_bradley_terry_debiased": scorer_table.scorer("poe_bradley_terry", "mean"),
+    "poe_bradley_terry_learnt": scorer_table.scorer("poe_bradley_terry", "learn"),
     # permutation debiasing: average both orders before deciding (symmetric selections). The soft
     # scorers need no variant: on a symmetric set, average probability, PoE-g and PoE-BT (gamma = 0)
     # depend on p_ab and p_ba only through p_ab + 1 - p_ba, so they are permutation-averaged already.
-    "win_ratio_permavg": lambda c: win_ratio(permutation_average(c)),
-    "bradley_terry_permavg": lambda c: bradley_terry(permutation_average(c)),
-    "poe_gaussian_hard_permavg": lambda c: poe_gaussian(permutation_average(c), hard=True),
+    "win_ratio_permavg": scorer_table.scorer("win_ratio", "permutation"),
+    "bradley_terry_permavg": scorer_table.scorer("bradley_terry", "permutation"),
+    "poe_gaussian_hard_permavg": scorer_table.scorer("poe_gaussian_hard", "permutation"),
 }
 """Every scorer (and debiased variant) of the experiments, by name: ``Comparisons -> [..., N]`` scores."""
 

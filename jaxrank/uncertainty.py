@@ -20,13 +20,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph, metrics
+from jaxrank import _batching, _deprecation, _graph, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
+from jaxrank.scoring.soft_bt import SoftBTSolution
+from jaxrank.scoring.solver import BradleyTerrySolver
 
-__all__ = ["laplace_bradley_terry", "posterior_samples", "score_intervals", "rank_intervals", "RankIntervals",
-           "ranking_confidence"]
+__all__ = ["laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "posterior_samples", "score_intervals",
+           "rank_intervals", "RankIntervals", "ranking_confidence"]
 
 
 def _projector_scale(h, n):
@@ -34,14 +36,25 @@ def _projector_scale(h, n):
     return jnp.maximum(jnp.trace(h[:n, :n]) / n, 1e-30)
 
 
-def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    sol = soft_bt._fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
+class LaplaceFit(NamedTuple):
+    """Result of :func:`laplace_posterior`: the fitted solution and the Laplace posterior at it.
+
+    Attributes:
+        solution: the :class:`jaxrank.SoftBTSolution` (scores, ``gamma``,
+            iterations, convergence, result code).
+        posterior: the :class:`jaxrank.GaussianPosterior` at ``solution``.
+    """
+
+    solution: SoftBTSolution
+    posterior: GaussianPosterior
+
+
+def _laplace_one(c, solver):
+    sol = soft_bt.solve_context(c, solver)
     n = c.num_items
     proj = _graph.component_projector(_graph.components(c), c.p.dtype)
-    x = sol.scores if mode != "learn" else jnp.concatenate([sol.scores, sol.gamma[None]])
-    st = soft_bt._traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
-    h = soft_bt._hessian(x, c, mode, st, proj)
-    if mode == "learn":
+    h = soft_bt.hessian(c, sol, solver, proj)
+    if solver.mode == "learn":
         hsg, hgg = h[:n, n], h[n, n]
         h = h[:n, :n] - jnp.outer(hsg, hsg) / hgg
     eye = jnp.eye(n, dtype=h.dtype)
@@ -50,18 +63,42 @@ def _laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
     # P / (a + lambda). a = the mean diagonal of H keeps both terms on H's scale, so the
     # subtraction loses no float32 precision when H is large (millions of comparisons).
     a = _projector_scale(h, n)
-    cov = _graph.psd_solve(h + (a - 1) * proj, eye) - proj / (a + score_prior)
+    cov = _graph.psd_solve(h + (a - 1) * proj, eye) - proj / (a + solver.score_prior)
     # An item alone in its component (padded, or in no comparison) has a centred score of
     # exactly 0: zero its row and column (the subtraction leaves rounding there).
     alone = jnp.diagonal(proj) >= 1
     cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
-    return GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj)
+    return LaplaceFit(sol, GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj))
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "eps", "gamma_prior", "score_prior", "tol", "max_iter"))
-def _laplace(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    return _graph.batched(_laplace_one, c, mode=mode, eps=eps, gamma_prior=gamma_prior,
-                          score_prior=score_prior, tol=tol, max_iter=max_iter)
+@functools.partial(jax.jit, static_argnames=("solver",))
+def _laplace(c, solver):
+    return _batching.batched(_laplace_one, c, solver=solver)
+
+
+def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | None = None) -> LaplaceFit:
+    """Fit soft Bradley-Terry with ``solver`` and its Laplace posterior, in one pass (PoE App. A.5).
+
+    Traceable: callable inside ``jax.jit`` on one context or a batch. Callers
+    that need both the fit (``gamma``, convergence) and the standard errors
+    fit once.
+
+    Args:
+        c: comparisons, any batch shape.
+        solver: a :class:`jaxrank.BradleyTerrySolver` (default: its defaults).
+            No existence test is made (``eps = 0`` with no score prior gives
+            infinite scores where :func:`jaxrank.fit_poe_bradley_terry` would
+            warn); with ``throw`` a concrete unsuccessful result raises.
+
+    Returns:
+        :class:`LaplaceFit` ``(solution, posterior)``.
+    """
+    solver = BradleyTerrySolver() if solver is None else solver
+    if not isinstance(solver, BradleyTerrySolver):
+        raise ValueError(f"solver must be a BradleyTerrySolver, got {type(solver).__name__}")
+    fit = _laplace(c, solver)
+    solver.check(fit.solution.result)
+    return fit
 
 
 def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
@@ -72,15 +109,19 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
         c: comparisons, any batch shape.
         debias: as in :func:`jaxrank.poe_bradley_terry`.
         eps, gamma_prior, score_prior, tol, max_iter: solver settings, as in
-            :func:`jaxrank.fit_poe_bradley_terry`.
+            :func:`jaxrank.fit_poe_bradley_terry` (the fields of
+            :class:`jaxrank.BradleyTerrySolver`).
 
     Returns:
         :class:`jaxrank.GaussianPosterior` with ``mean = s*``, ``precision = H``
         (the weighted Laplacian, singular along per-component constants) and
         ``covariance = H^+`` (the covariance of the centred scores);
-        ``.stderr`` gives every score's standard error.
+        ``.stderr`` gives every score's standard error. :func:`laplace_posterior`
+        returns the fitted solution beside it.
     """
-    return _laplace(c, *soft_bt._settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter))
+    solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
+                                max_iter=max_iter)
+    return laplace_posterior(c, solver).posterior
 
 
 # ====================================================================== intervals and ranks
@@ -180,7 +221,7 @@ def _rank_intervals(mean, cov, mask, key, num_samples, level):
 
 
 def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, level: float = 0.95,
-                   item_mask=None) -> RankIntervals:
+                   where=None, item_mask=_deprecation.UNSET) -> RankIntervals:
     """Rank intervals by sampling the Gaussian posterior (PoE App. A.5; METHODS.md §4).
 
     Draws ``num_samples`` score vectors from ``N(mean, covariance)`` in one
@@ -193,7 +234,8 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
         key: a ``jax.random`` key.
         num_samples: static number of draws.
         level: nominal coverage.
-        item_mask: optional bool ``[..., N]`` of real items (padded ones get rank 0).
+        where: optional bool ``[..., N]`` of real items (padded ones get rank 0).
+        item_mask: deprecated old name of ``where``.
 
     Returns:
         :class:`RankIntervals`.
@@ -202,8 +244,9 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
     level = _check_level(level)
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
-    mask = jnp.ones(post.mean.shape, bool) if item_mask is None else jnp.broadcast_to(
-        jnp.asarray(item_mask, bool), post.mean.shape)
+    where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
+    mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
+        jnp.asarray(where, bool), post.mean.shape)
     return _rank_intervals(post.mean, post.covariance, mask, key, num_samples, level)
 
 
@@ -234,7 +277,7 @@ def _confidence(mean, cov, mask, key, rule, num_samples):
 
 
 def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=None, num_samples: int = 256,
-                       item_mask=None) -> jax.Array:
+                       where=None, item_mask=_deprecation.UNSET) -> jax.Array:
     """How certain the posterior is of the ranking of its mean.
 
     Args:
@@ -248,7 +291,8 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
             (closed form, no sampling).
         key: a ``jax.random`` key (``"spearman"`` only).
         num_samples: draws for ``"spearman"``.
-        item_mask: optional bool ``[..., N]`` of real items.
+        where: optional bool ``[..., N]`` of real items.
+        item_mask: deprecated old name of ``where``.
 
     Returns:
         ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``).
@@ -260,8 +304,9 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
         raise ValueError("rule='spearman' samples the posterior: pass key=")
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
-    mask = jnp.ones(post.mean.shape, bool) if item_mask is None else jnp.broadcast_to(
-        jnp.asarray(item_mask, bool), post.mean.shape)
+    where = _deprecation.renamed_keyword("ranking_confidence", "item_mask", "where", item_mask, where)
+    mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
+        jnp.asarray(where, bool), post.mean.shape)
     if key is None:
         key = jax.random.key(0)
     return _confidence(post.mean, post.covariance, mask, key, rule, num_samples)

@@ -54,13 +54,13 @@ PACKAGE = ROOT / "jaxrank"
 
 FLOORS = {
     # 0 core: the comparison pytree, graph algebra, metrics, data sets, file formats, the compilation cache
-    "jaxrank.comparisons": 0, "jaxrank._graph": 0, "jaxrank.metrics": 0, "jaxrank.data": 0, "jaxrank.io": 0,
+    "jaxrank.comparisons": 0, "jaxrank._graph": 0, "jaxrank._batching": 0, "jaxrank.metrics": 0, "jaxrank.data": 0, "jaxrank.io": 0,
     "jaxrank.compilation": 0, "jaxrank._deprecation": 0,
     # 1 scorers
     "jaxrank.scoring": 1,
     # 2 statistics of scores and judges: debiasing, uncertainty, bootstrap, simulated judges, sharding
     "jaxrank.debias": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2, "jaxrank.simulate": 2,
-    "jaxrank.sharding": 2,
+    "jaxrank.sharding": 2, "jaxrank.scorer_table": 2,
     # 3 which comparisons to make
     "jaxrank.selection": 3,
     # 4 language models: networks, checkpoint and GGUF loading, the registry
@@ -80,32 +80,14 @@ FLOORS = {
 
 FACADE = "jaxrank"
 
-KNOWN_UPWARD = {
-    # phase 2 removes: the report reaches the scorer table (and debias) through the package root;
-    # one scorer table defined below the pipeline replaces it
-    ("jaxrank.assessment.report", "jaxrank"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 """(importer, imported) pairs that import a higher floor today."""
 
 KNOWN_PRIVATE = {
     # phase 2 removes all of these: one public solver/settings object for the Bradley-Terry family
     # replaces soft BT's private helpers, and the Laplace posterior gets a public entry point
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_fit_one"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_traced"),
-    ("jaxrank.uncertainty", "jaxrank.scoring.soft_bt", "_hessian"),
-    ("jaxrank.selection.active", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.selection.active", "jaxrank.uncertainty", "_laplace_one"),
-    ("jaxrank.selection.active", "jaxrank.uncertainty", "_confidence"),
-    ("jaxrank.selection.greedy", "jaxrank.scoring.soft_bt", "_settings"),
-    ("jaxrank.selection.greedy", "jaxrank.uncertainty", "_laplace_one"),
-    # benchmarks: the edge-space benchmark times the private graph algebra; compile_options (an option the
-    # project dropped) calls the scorers' private solvers
+    # the edge-space benchmark times the private graph algebra (the choice of DENSE_RATIO)
     ("benchmarks.edge_space", "jaxrank._graph", ""),
-    ("benchmarks.compile_options", "jaxrank.scoring.soft_bt", "_traced"),
-    ("benchmarks.compile_options", "jaxrank.scoring.soft_bt", "_fit"),
-    ("benchmarks.compile_options", "jaxrank.scoring.gaussian", "_solve"),
-    ("benchmarks.compile_options", "jaxrank.scoring.counting", "_counting"),
 }
 """(user, module, private attribute) triples used across packages today ("" = the private module itself)."""
 

@@ -81,7 +81,7 @@ def multi_device_checks():
     warnings.simplefilter("ignore", RuntimeWarning)
 
     # 261 contexts, two batch axes: padded to 264, 33 a device, so each device's while loops
-    # also move their last straggler to a small batch (_graph.while_per_context) on their own
+    # also move their last straggler to a small batch (_batching.while_per_context) on their own
     c = _contexts((3, 87), seed=1)
     for name, (scorer, kw) in _SCORERS.items():
         _assert_same(shard_contexts(scorer, c, **kw), scorer(c, **kw), name)

@@ -381,11 +381,11 @@ def test_rank_intervals_padding_and_ranking_confidence():
         ctxs.append(Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n, weight=w.astype(np.float32)))
     b = stack_contexts(ctxs)
     post = laplace_bradley_terry(b)
-    ri = rank_intervals(post, key=jax.random.key(0), num_samples=500, item_mask=b.item_mask)
+    ri = rank_intervals(post, key=jax.random.key(0), num_samples=500, where=b.item_mask)
     assert np.all(np.asarray(ri.lower)[0, 5:] == 0) and np.asarray(ri.upper)[0, :5].max() <= 5
     assert sorted(np.asarray(ri.rank)[0, :5].tolist()) == [1, 2, 3, 4, 5]
-    sp = ranking_confidence(post, key=jax.random.key(1), item_mask=b.item_mask)
-    adj = ranking_confidence(post, rule="adjacent", item_mask=b.item_mask)
+    sp = ranking_confidence(post, key=jax.random.key(1), where=b.item_mask)
+    adj = ranking_confidence(post, rule="adjacent", where=b.item_mask)
     assert sp.shape == adj.shape == (2,)
     assert np.all((-1 <= np.asarray(sp)) & (np.asarray(sp) <= 1)) and np.all((0.5 <= adj) & (adj <= 1))
     # "adjacent" against its closed form, context 1 (no padding)
@@ -397,7 +397,7 @@ def test_rank_intervals_padding_and_ranking_confidence():
     # more data, more confidence: the same comparisons made 10 times
     import dataclasses
     post10 = laplace_bradley_terry(dataclasses.replace(b, weight=b.weight * 10))
-    assert np.all(np.asarray(ranking_confidence(post10, key=jax.random.key(1), item_mask=b.item_mask)) > np.asarray(sp))
+    assert np.all(np.asarray(ranking_confidence(post10, key=jax.random.key(1), where=b.item_mask)) > np.asarray(sp))
     with pytest.raises(ValueError, match="key"):
         ranking_confidence(post)
     with pytest.raises(ValueError, match="rule"):

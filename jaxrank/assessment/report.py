@@ -28,13 +28,12 @@ import dataclasses
 
 import numpy as np
 
-import jaxrank as jr
-from jaxrank import metrics
+from jaxrank import metrics, scorer_table
+from jaxrank.debias import positional_bias
 
 __all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
 DEFAULT_METHODS = ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_bradley_terry")
-_HARD = ("win_ratio", "bradley_terry", "poe_gaussian_hard", "max_likelihood_ranking")
 
 
 def _constant(values: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -165,7 +164,7 @@ class Assessment:
             one_sided = (self.positional_bias >= 1.0) | (self.positional_bias <= 0.0)
             if self.constant_judge[const].all():
                 why = " (the judge gave the same p to every comparison there)"
-            elif one_sided[const].all() and m in _HARD:
+            elif one_sided[const].all() and scorer_table.SCORERS[m].hard:
                 why = (" (the judge chose the same position in every comparison there, so every item has the "
                        "same wins)")
             else:
@@ -242,9 +241,10 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
         labels: human scores aligned with the items (NaN for a missing score:
             that item is left out of its context's correlation and accuracy).
         contexts: context ids for the report.
-        methods: names of :data:`jaxrank.SCORERS`.
-        debias: ``"none"``, ``"permutation"`` (average both orders) or
-            ``"threshold"`` (LCA eq. 9-10) applied before scoring.
+        methods: names of :data:`jaxrank.scorer_table.SCORERS`.
+        debias: ``"none"``, or a transform of the comparisons applied before
+            scoring (:data:`jaxrank.scorer_table.TRANSFORMS`): ``"permutation"``
+            (average both orders) or ``"threshold"`` (LCA eq. 9-10).
         level: coverage of the bootstrap intervals, in (0, 1).
         num_bootstrap: bootstrap resamples of the contexts.
         seed: seed of the bootstrap.
@@ -252,9 +252,9 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     Raises:
         ValueError: an unknown method or debias, labels of the wrong shape, a bad level.
     """
-    unknown = [m for m in methods if m not in jr.SCORERS]
+    unknown = [m for m in methods if m not in scorer_table.SCORERS]
     if unknown:
-        raise ValueError(f"unknown methods {unknown}; known: {', '.join(jr.SCORERS)}")
+        raise ValueError(f"unknown methods {unknown}; known: {', '.join(scorer_table.SCORERS)}")
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     if num_bootstrap < 1:
@@ -263,18 +263,16 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     labels = np.asarray(labels, np.float32)
     if labels.shape != c.item_mask.shape:
         raise ValueError(f"labels must have shape {c.item_mask.shape} (contexts x items), got {labels.shape}")
-    if debias == "permutation":
-        c = jr.permutation_average(c)
-    elif debias == "threshold":
-        c = jr.threshold_debias(c)
-    elif debias != "none":
+    if debias not in ("none",) + scorer_table.TRANSFORMS:
         raise ValueError(f"debias must be 'none', 'permutation' or 'threshold', got {debias!r}")
+    c = scorer_table.transform(c, debias)
     where = np.asarray(c.item_mask) & np.isfinite(labels)
     gold = np.where(where, labels, 0.0)
     human_const = _constant(gold, where)
     spear, mean, interval, scores, const = {}, {}, {}, {}, {}
     for m in methods:
-        s = np.asarray(jr.SCORERS[m](c))
+        entry = scorer_table.SCORERS[m]
+        s = np.asarray(entry.load()(c, **entry.keywords()))
         rho = np.asarray(metrics.spearman(s, gold, where=where), np.float64)
         const[m] = _constant(s, where)
         rho = np.where(const[m] | human_const, np.nan, rho)
@@ -286,7 +284,7 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     i, j = np.asarray(comparisons.i), np.asarray(comparisons.j)
     p, w = np.asarray(comparisons.p, np.float64), np.asarray(comparisons.weight, np.float64)
     active = w > 0
-    pa = np.asarray(jr.positional_bias(comparisons))
+    pa = np.asarray(positional_bias(comparisons))
     won = (p > 0.5) + 0.5 * (p == 0.5)
     overall_pa = float((w * won).sum() / max(w.sum(), 1e-30))
     hi_ = np.take_along_axis(gold, i, -1)

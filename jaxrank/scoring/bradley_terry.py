@@ -39,9 +39,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
+from jaxrank.scoring.solver import BradleyTerrySolver
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["bradley_terry", "fit_bradley_terry", "BradleyTerrySolution"]
@@ -116,14 +117,14 @@ def _step(pr: _Problem, state, method, tol):
 
 
 def _fit_flat(c: Comparisons, prior, method, tol, max_iter):
-    """Fit a batch ``[B]`` of contexts (``_graph.while_per_context``)."""
+    """Fit a batch ``[B]`` of contexts (``_batching.while_per_context``)."""
     pr = jax.vmap(functools.partial(_prepare, prior=prior))(c)
     z = jnp.zeros(c.item_mask.shape, c.p.dtype)
     b = z.shape[0]
     state = (z, z, jnp.zeros(b, jnp.int32), jnp.zeros(b, bool))
     cont = lambda st: (~st[3]) & (st[2] < max_iter)
     step = functools.partial(_step, method=method, tol=tol)
-    s, _, it, done = _graph.while_per_context(cont, step, pr, state)
+    s, _, it, done = _batching.while_per_context(cont, step, pr, state)
     s = jnp.where(c.item_mask & pr.live, s, 0)
     return BradleyTerrySolution(s - jnp.einsum("bnm,bm->bn", pr.proj, s), it, done)
 
@@ -151,7 +152,8 @@ def _smoothed(c, prior):
 
 
 def _fit_newton(c, prior, tol, max_iter):
-    sol = soft_bt._solve(_smoothed(c, prior), "off", 0.0, 1e-6, 0.0, tol, max_iter)
+    solver = BradleyTerrySolver(eps=0.0, tol=tol, max_iter=max_iter)
+    sol = soft_bt.solve(_smoothed(c, prior), solver, check=False)   # the smoothing keeps every score finite
     return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
 
 
@@ -168,8 +170,8 @@ def _check(prior, method, tol, max_iter):
 
 @functools.partial(jax.jit, static_argnames=("prior", "method", "tol", "max_iter"))
 def _fit(c, prior, method, tol, max_iter):
-    flat, shape = _graph.flatten_batch(c)
-    return _graph.unflatten_batch(_fit_flat(flat, prior, method, tol, max_iter), shape)
+    flat, shape = _batching.flatten_batch(c)
+    return _batching.unflatten_batch(_fit_flat(flat, prior, method, tol, max_iter), shape)
 
 
 def fit_bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3,

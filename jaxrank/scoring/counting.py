@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["win_ratio", "average_probability", "decisions"]
@@ -32,7 +32,7 @@ def _ratio(c: Comparisons, x):
 def _counting(c, threshold, hard):
     # ``hard`` is traced: win ratio and average probability share one compiled program.
     one = lambda cc, t: _ratio(cc, jnp.where(hard, decisions(cc.p, t), cc.p))
-    return _graph.batched(one, c, jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape))
+    return _batching.batched(one, c, jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape))
 
 
 def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -85,7 +85,7 @@ def _check_debias(debias):
 
 @functools.partial(jax.jit, static_argnames=("with_cov",))
 def _solve(c, debias, hard, alpha, with_cov):
-    return _graph.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=with_cov)
+    return _batching.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=with_cov)
 
 
 def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.Array:

@@ -20,7 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.gaussian import poe_gaussian
 
@@ -79,7 +79,7 @@ def _local_search_one(c, init, eps, tol, max_moves):
 
 @functools.partial(jax.jit, static_argnames=("eps", "tol", "max_moves"))
 def _search(c, init, eps, tol, max_moves):
-    return _graph.batched(_local_search_one, c, init, eps=eps, tol=tol, max_moves=max_moves)
+    return _batching.batched(_local_search_one, c, init, eps=eps, tol=tol, max_moves=max_moves)
 
 
 def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max_moves=None) -> jax.Array:

@@ -47,11 +47,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph
+from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
+from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
 
-__all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution"]
+__all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
+           "solution_vector"]
 
 _STEPS = 30  # a step halved 30 times without sufficient decrease ends the solve, unconverged
 
@@ -68,6 +70,8 @@ class SoftBTSolution(NamedTuple):
             (max-norm) or every gradient entry reached its float rounding level
             (``64 eps`` times the sum of the magnitudes of its terms).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
+        result: ``[...]`` int32 :data:`jaxrank.scoring.RESULTS` code of each context
+            (``successful``, ``max_steps_reached``, ``line_search_failed``).
     """
 
     scores: jax.Array
@@ -75,32 +79,7 @@ class SoftBTSolution(NamedTuple):
     iterations: jax.Array
     converged: jax.Array
     grad_norm: jax.Array
-
-
-class _Settings(NamedTuple):
-    """Solver settings as traced scalars, so changing one never recompiles."""
-
-    eps: jax.Array
-    gamma_prior: jax.Array
-    score_prior: jax.Array
-    tol: jax.Array
-    max_iter: jax.Array
-
-
-def _traced(dtype, eps, gamma_prior, score_prior, tol, max_iter) -> _Settings:
-    # NumPy scalars: passed to the compiled solver as arguments without an eager cast program.
-    f = lambda v: np.asarray(v, dtype)
-    return _Settings(f(eps), f(gamma_prior), f(score_prior), f(tol), np.asarray(max_iter, np.int32))
-
-
-def _mode(debias):
-    if debias is False or debias is None or debias == "off":
-        return "off"
-    if debias is True or debias == "mean":
-        return "mean"
-    if debias == "learn":
-        return "learn"
-    raise ValueError(f"debias must be False, True, 'mean' or 'learn'; got {debias!r}")
+    result: jax.Array
 
 
 def _fixed_gamma(c, mode, eps):
@@ -357,7 +336,7 @@ def _newton(c, proj, prior, mode, st):
     ``s_i - s_j - gamma`` to the edges' mean logits (one Laplacian solve; soft
     BT matches those logits wherever the graph lets it), which pass 1 accepts
     unconditionally. No nested loop and one copy of the likelihood code keep
-    the compiled program small; ``_graph.while_per_context`` keeps per-context
+    the compiled program small; ``_batching.while_per_context`` keeps per-context
     state (contexts converge independently).
     """
     pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
@@ -369,13 +348,15 @@ def _newton(c, proj, prior, mode, st):
     init = _State(z, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
                   jnp.zeros(b, bool), jnp.zeros(b, bool))
     cont = lambda s: ~s.stop & (s.it <= st.max_iter)
-    out = _graph.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
+    out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
                                    compact=COMPACT)
-    return out.x, jnp.maximum(out.it - 1, 0), out.converged
+    result = jnp.where(out.converged, RESULTS.successful,
+                       jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
+    return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32)
 
 
 COMPACT = False
-"""Finish the slowest contexts of a batch in a compacted sub-batch (``_graph.while_per_context``).
+"""Finish the slowest contexts of a batch in a compacted sub-batch (``_batching.while_per_context``).
 
 Off: Newton needs few passes (mean 5, at most 9 on the PoE protocol), so the
 second compiled loop costs more compilation (about 1-2 s) than it saves per
@@ -410,13 +391,13 @@ def _argmin_bwd(mode, res, ct):
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 
-def _finish(c, labels, x, it, done, prior, mode, st):
+def _finish(c, labels, x, it, done, result, prior, mode, st):
     n = c.num_items
     st = st._replace(score_prior=prior)
     s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, st.eps))
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
     gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, st)))
-    return SoftBTSolution(s, g, it, done, gn)
+    return SoftBTSolution(s, g, it, done, gn, result)
 
 
 def _fit_flat(c, mode, st, check=False):
@@ -435,20 +416,13 @@ def _fit_flat(c, mode, st, check=False):
     if check:
         finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
-    x, it, done = _argmin(c, proj, prior, st, mode)
-    sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, prior)
+    x, it, done, result = _argmin(c, proj, prior, st, mode)
+    sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
     return sol, finite
 
 
-def _fit_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    """:class:`SoftBTSolution` of one context (unbatched ``c``)."""
-    st = _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
-    flat = jax.tree.map(lambda x: x[None], c)
-    return jax.tree.map(lambda x: x[0], _fit_flat(flat, mode, st)[0])
-
-
 CHUNK = 32
-"""Contexts are solved in chunks of this many, one after another (``_graph.map_chunks``): a
+"""Contexts are solved in chunks of this many, one after another (``_batching.map_chunks``): a
 chunk iterates only as long as its own slowest context needs and stays in cache (measured
 1.6x faster than one batch of 10,000 contexts of 16 items; chunks of 128 or 512 were 5-15%
 slower than 32)."""
@@ -456,42 +430,62 @@ slower than 32)."""
 
 @functools.partial(jax.jit, static_argnames=("mode", "check"))
 def _fit(c, st, mode, check=False):
-    flat, shape = _graph.flatten_batch(c)
-    out = _graph.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
-    return _graph.unflatten_batch(out, shape)
+    flat, shape = _batching.flatten_batch(c)
+    out = _batching.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
+    return _batching.unflatten_batch(out, shape)
 
 
-def _settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter):
-    mode = _mode(debias)
-    if not 0 <= eps < 0.5:
-        raise ValueError(f"eps must be in [0, 0.5), got {eps!r}")
-    if not score_prior >= 0:
-        raise ValueError(f"score_prior must be >= 0, got {score_prior!r}")
-    if not gamma_prior > 0:
-        raise ValueError(f"gamma_prior must be > 0, got {gamma_prior!r}")
-    if tol is None:
-        tol = 1e-10 if c.p.dtype == jnp.float64 else 1e-5
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if not (isinstance(max_iter, (int, np.integer)) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
-    return mode, float(eps), float(gamma_prior), float(score_prior), float(tol), int(max_iter)
+def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None) -> SoftBTSolution:
+    """Fit soft Bradley-Terry to ``c`` (any batch shape) with ``solver``; the entry point of the whole family.
 
+    Settings are traced: one compiled program serves every setting, and hard
+    Bradley-Terry (:func:`jaxrank.bradley_terry`) too. At the top level a
+    problem of more than a few dozen items is solved with single-threaded
+    LAPACK and blocked on (``_batching.run_single_threaded_lapack``).
 
-def _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter, check=False) -> SoftBTSolution:
-    """The shared compiled solver (also used by hard Bradley-Terry): settings are traced.
+    Args:
+        c: comparisons, any batch shape.
+        solver: the settings.
+        check: test every context for finite ML scores first and fit those
+            without with the score prior ``existence.AUTO_SCORE_PRIOR``, warning
+            at the top level (:mod:`jaxrank.scoring.existence`); default
+            ``solver.checks_existence``.
 
-    At the top level a problem of more than a few dozen items is solved with
-    single-threaded LAPACK and blocked on (``_graph.run_single_threaded_lapack``).
-    ``check``: test every context for finite ML scores first (``_fit_flat``) and
-    warn about those without (at the top level; inside a trace the prior is
-    still applied, silently).
+    Returns:
+        :class:`SoftBTSolution`; with ``solver.throw`` an unsuccessful concrete
+        result raises :class:`~jaxrank.scoring.solver.SolverError`.
     """
-    st = _traced(c.p.dtype, eps, gamma_prior, score_prior, tol, max_iter)
-    sol, finite = _graph.run_single_threaded_lapack(_fit, c, st, mode, check, num_items=c.num_items)
+    check = solver.checks_existence if check is None else bool(check)
+    st = solver.settings(c.p.dtype)
+    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)
     if check and not isinstance(finite, jax.core.Tracer):
-        existence.warn_if_infinite(c, np.asarray(finite), eps)
+        existence.warn_if_infinite(c, np.asarray(finite), solver.eps)
+    solver.check(sol.result)
     return sol
+
+
+def solve_context(c: Comparisons, solver: BradleyTerrySolver) -> SoftBTSolution:
+    """:class:`SoftBTSolution` of one context (unbatched ``c``), traceable: for use inside ``jit`` and ``vmap``.
+
+    No existence check and no ``throw`` (read ``result``); otherwise as :func:`solve`.
+    """
+    st = solver.settings(c.p.dtype)
+    flat = jax.tree.map(lambda x: x[None], c)
+    return jax.tree.map(lambda x: x[0], _fit_flat(flat, solver.mode, st)[0])
+
+
+def solution_vector(sol: SoftBTSolution, solver: BradleyTerrySolver) -> jax.Array:
+    """The solver's unknowns ``x`` of one context: ``s``, or ``[s, gamma]`` when ``gamma`` is learnt."""
+    return jnp.concatenate([sol.scores, sol.gamma[None]]) if solver.mode == "learn" else sol.scores
+
+
+def hessian(c: Comparisons, sol: SoftBTSolution, solver: BradleyTerrySolver, proj: jax.Array) -> jax.Array:
+    """Hessian of the negative log-likelihood (PoE eq. 3) of one context at ``sol``, plus ``proj`` on the score block.
+
+    ``[[L(h) + lambda I + P, -W^T h], [-h^T W, 1^T h + lambda_g]]`` with
+    ``h = w q (1 - q)`` (the last row and column only when ``gamma`` is learnt).
+    """
+    return _hessian(solution_vector(sol, solver), c, solver.mode, solver.settings(c.p.dtype), proj)
 
 
 def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
@@ -524,10 +518,9 @@ def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
     items without a finite score (the warning needs concrete values: inside a
     caller's ``jax.jit`` the prior is applied silently).
     """
-    mode, eps, gamma_prior, score_prior, tol, max_iter = _settings(c, debias, eps, gamma_prior, score_prior,
-                                                                   tol, max_iter)
-    return _solve(c, mode, eps, gamma_prior, score_prior, tol, max_iter,
-                  check=eps == 0 and score_prior == 0)
+    solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
+                                max_iter=max_iter)
+    return solve(c, solver)
 
 
 def poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, score_prior=0.0, tol=None,

@@ -39,7 +39,7 @@ import numpy as np
 
 from jaxrank import uncertainty
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import soft_bt
+from jaxrank.scoring import BradleyTerrySolver
 from jaxrank.scoring.gaussian import GaussianPosterior
 from jaxrank.selection import _common
 from jaxrank.selection.greedy import select_from_posterior
@@ -72,12 +72,10 @@ class ActiveResult(NamedTuple):
     history: np.ndarray
 
 
-@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "rule", "num_samples", "mode", "eps",
-                                             "gamma_prior", "score_prior", "tol", "max_iter"))
-def _round(c, k_conf, k_sel, *, num_pairs, symmetric, rule, num_samples, mode, eps, gamma_prior, score_prior, tol,
-           max_iter):
-    post = uncertainty._laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
-    conf = uncertainty._confidence(post.mean, post.covariance, c.item_mask, k_conf, rule, num_samples)
+@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "rule", "num_samples", "solver"))
+def _round(c, k_conf, k_sel, *, num_pairs, symmetric, rule, num_samples, solver):
+    post = uncertainty.laplace_posterior(c, solver).posterior
+    conf = uncertainty.ranking_confidence(post, rule=rule, key=k_conf, num_samples=num_samples, where=c.item_mask)
     i, j = select_from_posterior(c, post, k_sel, num_pairs=num_pairs, symmetric=symmetric)
     return post, conf, i, j
 
@@ -142,13 +140,10 @@ def active_assess(judge_fn: Callable, num_items: int, *, batch_size: int, budget
         raise ValueError(f"rank_confidence must lie in (-1, 1) or be None, got {rank_confidence!r}")
     if stop_rule not in ("spearman", "adjacent"):
         raise ValueError(f"stop_rule must be 'spearman' or 'adjacent', got {stop_rule!r}")
-    probe = Comparisons(i=jnp.zeros(1, jnp.int32), j=jnp.zeros(1, jnp.int32), p=jnp.zeros(1, dtype),
-                        weight=jnp.zeros(1, dtype), item_mask=jnp.ones(n, bool), num_items=n)
-    mode, eps, gamma_prior, score_prior, tol, max_iter = soft_bt._settings(probe, debias, eps, gamma_prior,
-                                                                           score_prior, tol, max_iter)
+    solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
+                                max_iter=max_iter)
     settings = dict(num_pairs=bs // 2 if symmetric else bs, symmetric=bool(symmetric), rule=stop_rule,
-                    num_samples=int(num_samples), mode=mode, eps=eps, gamma_prior=gamma_prior,
-                    score_prior=score_prior, tol=tol, max_iter=max_iter)
+                    num_samples=int(num_samples), solver=solver)
 
     np_dtype = np.dtype(jnp.dtype(dtype).name)
     bi, bj = np.zeros(r, np.int32), np.zeros(r, np.int32)

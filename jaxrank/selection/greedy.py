@@ -45,7 +45,7 @@ import numpy as np
 
 from jaxrank import _graph, uncertainty
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import soft_bt
+from jaxrank.scoring import BradleyTerrySolver
 from jaxrank.selection import _common
 
 __all__ = ["greedy_comparisons", "laplace_comparisons", "chain_inverse", "TIE_TOL"]
@@ -204,8 +204,8 @@ def greedy_comparisons(key, num_items: int, budget: int, *, symmetric: bool = Fa
 
 
 # ------------------------------------------------------------------ Laplace-BT selection
-def _laplace_select_one(c, key, *, num_pairs, symmetric, mode, eps, gamma_prior, score_prior, tol, max_iter):
-    post = uncertainty._laplace_one(c, mode, eps, gamma_prior, score_prior, tol, max_iter)
+def _laplace_select_one(c, key, *, num_pairs, symmetric, solver):
+    post = uncertainty.laplace_posterior(c, solver).posterior
     return select_from_posterior(c, post, key, num_pairs=num_pairs, symmetric=symmetric)
 
 
@@ -228,8 +228,7 @@ def select_from_posterior(c, post, key, *, num_pairs, symmetric):
     return _interleave(a, b, symmetric)
 
 
-@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "mode", "eps", "gamma_prior",
-                                             "score_prior", "tol", "max_iter"))
+@functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "solver"))
 def _laplace_select(c, key, **kw):
     fn = functools.partial(_laplace_select_one, **kw)
     for _ in c.batch_shape:
@@ -264,12 +263,11 @@ def laplace_comparisons(c: Comparisons, num_new: int, *, key, symmetric: bool = 
     k = _common.check_int("num_new", num_new, minimum=1)
     if symmetric and k % 2:
         raise ValueError(f"num_new={k} must be even with symmetric=True")
-    settings = soft_bt._settings(c, debias, eps, gamma_prior, score_prior, tol, max_iter)
-    mode, eps, gamma_prior, score_prior, tol, max_iter = settings
+    solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
+                                max_iter=max_iter)
     if c.batch_shape:
         keys = jax.random.split(key, int(np.prod(c.batch_shape))).reshape(
             c.batch_shape + jnp.shape(key)[len(_common.key_batch_shape(key)):])
     else:
         keys = key
-    return _laplace_select(c, keys, num_pairs=k // 2 if symmetric else k, symmetric=bool(symmetric), mode=mode,
-                           eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol, max_iter=max_iter)
+    return _laplace_select(c, keys, num_pairs=k // 2 if symmetric else k, symmetric=bool(symmetric), solver=solver)

@@ -1,0 +1,166 @@
+"""The solver of the Bradley-Terry family: its settings as one object, and a result code per context.
+
+:class:`BradleyTerrySolver` holds every setting of the Newton solver of the
+soft Bradley-Terry likelihood (PoE eq. 3; :mod:`jaxrank.scoring.soft_bt`) as
+fields, in the style of optimistix's solver objects: it is validated once when
+built, hashable (a static argument of ``jax.jit``), and passed to the functions
+that solve, rather than seven positional settings. Hard Bradley-Terry
+(:func:`jaxrank.bradley_terry`), the Laplace posterior
+(:func:`jaxrank.uncertainty.laplace_posterior`) and Laplace-BT selection build on
+it; a general Product-of-Experts solver will add an expert log-density as one
+more field.
+
+Every fit reports a :data:`RESULTS` code per context (an int32 array, usable
+under ``vmap``): ``RESULTS.successful``, ``RESULTS.max_steps_reached`` or
+``RESULTS.line_search_failed``. With ``throw=True`` a fit whose result is
+concrete raises :class:`SolverError` for any unsuccessful context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["BradleyTerrySolver", "RESULTS", "SolverError", "SolverSettings", "debias_mode"]
+
+
+class _Results:
+    """Result codes of a fit, one int32 per context (``solution.result``)."""
+
+    successful = 0
+    """The Newton step fell below ``tol`` or the gradient reached its rounding level."""
+    max_steps_reached = 1
+    """``max_iter`` Newton steps ran out first."""
+    line_search_failed = 2
+    """A step halved 30 times found no sufficient decrease."""
+
+    messages = {0: "successful", 1: "max_steps_reached: max_iter Newton steps ran out before convergence",
+                2: "line_search_failed: no step with sufficient decrease"}
+
+    def message(self, code: int) -> str:
+        """A sentence naming ``code``."""
+        return self.messages.get(int(code), f"unknown result code {int(code)}")
+
+
+RESULTS = _Results()
+"""The named result codes (``RESULTS.successful``, ``RESULTS.max_steps_reached``, ``RESULTS.line_search_failed``)."""
+
+
+class SolverError(RuntimeError):
+    """A fit with ``throw=True`` left a context unconverged."""
+
+
+class SolverSettings(NamedTuple):
+    """The solver's numeric settings as traced scalars, so changing one never recompiles."""
+
+    eps: jax.Array
+    gamma_prior: jax.Array
+    score_prior: jax.Array
+    tol: jax.Array
+    max_iter: jax.Array
+
+
+def debias_mode(debias) -> str:
+    """The model term of a ``debias`` choice: ``"off"``, ``"mean"`` or ``"learn"``.
+
+    ``False``, ``None`` and ``"none"`` fit no positional bias; ``True`` and
+    ``"mean"`` the mean-probability bias (PoE App. A.9); ``"learn"`` a learnt one.
+
+    Raises:
+        ValueError: any other value, naming ``debias``.
+    """
+    if debias is False or debias is None or (isinstance(debias, str) and debias in ("none", "off")):
+        return "off"
+    if debias is True or (isinstance(debias, str) and debias == "mean"):
+        return "mean"
+    if isinstance(debias, str) and debias == "learn":
+        return "learn"
+    raise ValueError(f"debias must be 'none', 'mean' or 'learn' (or False/True); got {debias!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BradleyTerrySolver:
+    """Newton's method on the soft Bradley-Terry likelihood (PoE eq. 3), its settings as fields.
+
+    Attributes:
+        debias: ``"none"``/``False`` (``gamma = 0``), ``"mean"``/``True``
+            (``gamma`` from the mean probability, PoE App. A.9) or ``"learn"``
+            (``gamma`` fitted jointly).
+        eps: probabilities are clipped to ``[eps, 1 - eps]``.
+        gamma_prior: precision of the weak ``N(0, 1/gamma_prior)`` prior on a learnt ``gamma``.
+        score_prior: precision ``lambda`` of an ``N(0, 1/lambda)`` prior on every
+            score (MAP instead of maximum likelihood; 0 = off).
+        tol: stop when the Newton step's max-norm is below ``tol`` (``None``:
+            ``1e-5`` in float32, ``1e-10`` in float64).
+        max_iter: Newton iteration cap.
+        throw: raise :class:`SolverError` when a concrete fit leaves a context
+            unsuccessful (inside a caller's ``jax.jit`` read ``solution.result``).
+
+    Raises:
+        ValueError: a setting out of range, naming it.
+    """
+
+    debias: bool | str | None = False
+    eps: float = 1e-6
+    gamma_prior: float = 1e-6
+    score_prior: float = 0.0
+    tol: float | None = None
+    max_iter: int = 100
+    throw: bool = False
+
+    def __post_init__(self):
+        debias_mode(self.debias)
+        if not 0 <= self.eps < 0.5:
+            raise ValueError(f"eps must be in [0, 0.5), got {self.eps!r}")
+        if not self.score_prior >= 0:
+            raise ValueError(f"score_prior must be >= 0, got {self.score_prior!r}")
+        if not self.gamma_prior > 0:
+            raise ValueError(f"gamma_prior must be > 0, got {self.gamma_prior!r}")
+        if self.tol is not None and not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol!r}")
+        if not (isinstance(self.max_iter, (int, np.integer)) and not isinstance(self.max_iter, bool)
+                and self.max_iter >= 1):
+            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        for name in ("eps", "gamma_prior", "score_prior"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.tol is not None:
+            object.__setattr__(self, "tol", float(self.tol))
+        object.__setattr__(self, "max_iter", int(self.max_iter))
+
+    @property
+    def mode(self) -> str:
+        """The positional-bias term: ``"off"``, ``"mean"`` or ``"learn"``."""
+        return debias_mode(self.debias)
+
+    @property
+    def checks_existence(self) -> bool:
+        """Whether a fit tests for infinite ML scores first (``eps = 0`` and no score prior)."""
+        return self.eps == 0 and self.score_prior == 0
+
+    def tolerance(self, dtype) -> float:
+        """``tol``, or its default for ``dtype``."""
+        if self.tol is not None:
+            return self.tol
+        return 1e-10 if jnp.dtype(dtype) == jnp.float64 else 1e-5
+
+    def settings(self, dtype) -> SolverSettings:
+        """The numeric settings as scalars of ``dtype`` (NumPy: no eager cast program when passed to ``jit``)."""
+        f = lambda v: np.asarray(v, dtype)
+        return SolverSettings(f(self.eps), f(self.gamma_prior), f(self.score_prior), f(self.tolerance(dtype)),
+                              np.asarray(self.max_iter, np.int32))
+
+    def check(self, result) -> None:
+        """With ``throw``, raise :class:`SolverError` if a concrete ``result`` has an unsuccessful context."""
+        if not self.throw or isinstance(result, jax.core.Tracer):
+            return
+        codes = np.asarray(result)
+        bad = codes != RESULTS.successful
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            where = f" (context {tuple(int(k) for k in first)})" if codes.ndim else ""
+            raise SolverError(f"{int(bad.sum())} of {codes.size} contexts unsuccessful{where}: "
+                              f"{RESULTS.message(codes[tuple(first)])}")
