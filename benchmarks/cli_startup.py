@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _writer import load as _load, write_results  # benchmarks/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = "left,right,winner\nx,y,left\ny,z,left\nz,x,right\nx,z,tie\n"
 CONSOLE = "import sys; from jaxrank.cli import main; sys.exit(main())"
@@ -51,10 +53,6 @@ winners = df["winner"].str.lower().map({"left": evalica.Winner.X, "right": evali
 result = evalica.bradley_terry(df["left"], df["right"], winners)
 result.scores.rename("score").to_csv(sys.argv[2])
 """
-
-
-def _load():
-    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
 def _timed(argv, env, cwd):
@@ -199,9 +197,7 @@ def main(argv=None):
         lines += [f"| {k} | {np.median([p[k] for p in parts]):.3f} |" for k in parts[0]]
     text = "\n".join(lines)
     print(text)
-    out_md.parent.mkdir(parents=True, exist_ok=True)
-    out_md.write_text(text + "\n")
-    print(f"\nwrote {out_md}")
+    write_results(out_md.with_suffix(""), lines)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ the per-subset mean Spearman between the two on the sampled problems. Writes
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import platform
 import sys
@@ -45,6 +44,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from poe_protocol import SCORERS as _PROTOCOL_SCORERS, np_scorer  # noqa: E402
+from _writer import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 BASELINES = {name: np_scorer(name) for name in _PROTOCOL_SCORERS}
 SCORERS = list(BASELINES) + ["max_likelihood_ranking"]
@@ -174,15 +174,7 @@ def main(argv=None):
     say()
     say(f"Whole sweep with jaxrank ({len(scorers)} scorers, selection included): {t_jax_total:.1f}s "
         f"({t_jax_total / 60:.1f} min). The loop would take about {t_bb / 60:.0f} min for the six scorers it has.")
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text("\n".join(out) + "\n")
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    print(f"wrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}")
+    write_results(stem, out, rows)
     return rows
 
 

@@ -50,7 +50,6 @@ Speed ratio = baseline seconds per (article, repeat) / jaxrank seconds per
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -69,6 +68,7 @@ from scipy.special import expit, log_expit
 import jaxrank as jr
 from jaxrank import metrics, scorer_table
 from jaxrank.data import label_matrix, load_dataset
+from _writer import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 # ----------------------------------------------------------------- simulated judge
 K = 1.0            # slope on the human-score difference (scores are 1-5)
@@ -517,14 +517,7 @@ def main(argv=None):
         f"PoE-g-hard = win ratio exactly (PoE App. A.3) and BT orders items by wins, so the two groups "
         f"must agree within themselves; soft vs hard differ by the information lost in thresholding.")
 
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text("\n".join(out) + "\n")
-    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    print(f"\nwrote {stem.with_suffix('.md')} and {stem.with_suffix('.csv')}")
+    write_results(stem, out, rows)
 
 
 if __name__ == "__main__":
