@@ -1,56 +1,110 @@
-"""Pairwise judging speed: jaxrank's PromptJudge vs a plain PyTorch loop, same model, same CPU.
+"""Pairwise judging speed: jaxrank's PromptJudge against PyTorch (with and without a KV cache) and llama.cpp.
 
 One SummEval article with its candidates (default all 16, so all 240 ordered
 comparisons), the SmolLM2-135M-Instruct judge (GGUF), coherence prompt of the
-PoE paper (Table 4) in the model's chat template.
+PoE paper (Table 4) in the model's chat template. Every side reads the same
+token ids and computes ``p = softmax(logit_A, logit_B)[0]`` from the two
+label-token logits at the last position (METHODS.md §1).
 
 (a) jaxrank: ``PromptJudge.compare`` on all comparisons of the context: the
     article's key/value cache is computed once, then once more per candidate in
     position A, and each comparison runs only candidate B and the question,
-    batched and padded to length buckets. Timed on a first call (including
-    compilation) and a second call (steady state).
-(b) baseline: transformers' ``LlamaForCausalLM`` (PyTorch, weights dequantised
-    from the same GGUF by transformers' own loader), one forward pass per
-    comparison on the full prompt (the same token ids), reading the logits of
-    the two label tokens at the last position; ``torch.inference_mode``, all
-    CPU threads. Run on ``--baseline-comparisons`` of the comparisons (default
-    all) and reported per comparison.
+    in batches cut where they pad least (``plan_batches``). Timed on a first call (including
+    compilation) and on repeated calls (steady state). Float32 weights
+    (dequantised from the GGUF's Q4_1 blocks).
+(b) PyTorch with the KV cache (``benchmarks/judge_peers.py``,
+    ``TorchJudge.cached``): transformers' ``LlamaModel`` with the same
+    dequantised float32 weights, batched the same way (prefix once, A once per
+    A, right-padded B batches of ``--batch-size`` against the expanded A cache,
+    attention mask and position ids), ``torch.inference_mode``.
+(c) PyTorch without a cache (``TorchJudge.full_prompt``): one forward pass of the
+    whole prompt per comparison, on ``--baseline-comparisons`` of them.
+(d) llama.cpp (``llama-cpp-python``, when it is installed): the GGUF file
+    itself, its quantised Q4_1 kernels; prefix once, KV cache rewound to the
+    prefix per A and to prefix + A per comparison.
 
-Reports comparisons per second of both, their ratio, and the largest
-difference between the two sides' ``p``. Writes ``benchmarks/results/judge_speed.md``.
+The peers' OpenMP threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless
+set) and each peer runs with 1 thread or all cores, whichever was faster on a
+few comparisons (on a shared machine spinning OpenMP threads cost 3-5x).
+The timed sides run interleaved, ``--repeats`` times, each repeat with the
+machine's load average; reported are the median rate and its range, and the
+ratio jaxrank / peer per repeat (median, range). A profile of one steady jaxrank
+call splits its time into prefix, per-A, B batches, projection and host work,
+with real and padded token counts. Writes ``benchmarks/results/judge_speed.md``.
 
     python benchmarks/judge_speed.py [--candidates 16] [--article 0] [--batch-size 8]
-                                     [--baseline-comparisons N] [--smoke]
+                                     [--repeats 3] [--baseline-comparisons 24] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import collections
+import dataclasses
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")    # before torch / llama.cpp load their OpenMP runtime
+sys.path.insert(0, str(Path(__file__).parent))
+from judge_peers import LlamaCppJudge, TorchJudge, llama_cpp_unavailable  # noqa: E402
 
-def torch_model(path):
-    import torch
-    import transformers
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    cfg = transformers.LlamaConfig(**load_gguf_checkpoint(str(path))["config"])
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # pragma: no cover
-        no_init_weights = contextlib.nullcontext
-    with no_init_weights():
-        m = transformers.LlamaForCausalLM(cfg).eval()
-    sd = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=m)["tensors"]
-    m.load_state_dict(sd, strict=False)
-    m.tie_weights()
-    return torch, m
+def load_now() -> str:
+    """The 1/5/15-minute load averages (as ``uptime`` prints them)."""
+    return "load %.2f, %.2f, %.2f" % os.getloadavg()
+
+
+class TimedModel:
+    """Wraps a ``LlamaModel``: wall time, calls and real / padded tokens per stage of the judge's path.
+
+    Stages: ``prefix`` (``prefill``), ``per-A`` (``extend(update=True)``),
+    ``B batches`` (``extend``), ``projection`` (``logits_at``). Each call is
+    waited for (``block_until_ready``) so its time is its own.
+    """
+
+    def __init__(self, model):
+        import jax
+
+        self._model, self._jax = model, jax
+        self.seconds = collections.Counter()
+        self.calls = collections.Counter()
+        self.real = collections.Counter()
+        self.padded = collections.Counter()
+        self.shapes: set = set()
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def _timed(self, stage, fn, *a, ids=None, mask=None, **kw):
+        t0 = time.perf_counter()
+        out = self._jax.block_until_ready(fn(*a, **kw))
+        self.seconds[stage] += time.perf_counter() - t0
+        self.calls[stage] += 1
+        if ids is not None:
+            self.padded[stage] += int(np.prod(np.shape(ids)))
+            self.real[stage] += int(np.asarray(mask).sum())
+            self.shapes.add((stage, np.shape(ids)))
+        return out
+
+    def prefill(self, ids, mask=None, **kw):
+        return self._timed("prefix", self._model.prefill, ids, mask, ids=ids, mask=mask, **kw)
+
+    def extend(self, cache, ids, mask=None, *, update=False):
+        return self._timed("per-A" if update else "B batches", self._model.extend, cache, ids, mask,
+                           ids=ids, mask=mask, update=update)
+
+    def logits_at(self, *a, **kw):
+        return self._timed("projection", self._model.logits_at, *a, **kw)
+
+
+def stats(values) -> str:
+    v = np.asarray(values, float)
+    return f"{np.median(v):.3f} [{v.min():.3f}-{v.max():.3f}]" if len(v) > 1 else f"{v[0]:.3f}"
 
 
 def main(argv=None):
@@ -59,21 +113,24 @@ def main(argv=None):
     ap.add_argument("--article", type=int, default=0, help="SummEval article (position)")
     ap.add_argument("--candidates", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--baseline-comparisons", type=int, default=None,
-                    help="comparisons the PyTorch loop runs (default all; it is the slow side)")
-    ap.add_argument("--smoke", action="store_true", help="4 candidates, baseline on 4 comparisons")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline-comparisons", type=int, default=24,
+                    help="comparisons the no-cache PyTorch loop runs per repeat (it is the slow side)")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
+    ap.add_argument("--smoke", action="store_true", help="3 candidates, one repeat, no-cache loop on 2, peers on all cores")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.smoke:
-        args.candidates = min(args.candidates, 4)
-        args.baseline_comparisons = 4 if args.baseline_comparisons is None else args.baseline_comparisons
+        args.candidates, args.repeats = min(args.candidates, 3), 1
+        args.baseline_comparisons = min(args.baseline_comparisons, 2)
+
+    import jax
 
     from jaxrank.data import load_dataset
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
     from jaxrank.judges.prompts import pairwise_template
     from jaxrank.assessment.run import contexts_of
-    import jax
 
     cs = contexts_of(load_dataset("summeval"), aspect="coherence", contexts=[args.article],
                      max_candidates=args.candidates)
@@ -81,62 +138,152 @@ def main(argv=None):
     n = len(cands)
     i, j = np.nonzero(~np.eye(n, dtype=bool))
     lm = load_model(args.judge)
-    judge = PromptJudge(lm, pairwise_template("summeval", "coherence"), batch_size=args.batch_size)
+    template = pairwise_template("summeval", "coherence")
+    judge = PromptJudge(lm, template, batch_size=args.batch_size)
+    labels = judge._label_ids
 
     lines = []
     say = lambda s="": (print(s, flush=True), lines.append(s))
     say(f"# Judge speed: {lm.name}, SummEval article {cs.ids[0]}, {n} candidates, {len(i)} comparisons")
     say()
-    say(f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, jax {jax.__version__}.")
+    say(f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs), jax {jax.__version__}; "
+        f"jaxrank weights {lm.model.weights()['wq'].dtype} (dequantised from the GGUF); batch size {args.batch_size}.")
 
     t0 = time.perf_counter()
     first = judge.compare(context, cands, i, j)
     t_first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    second = judge.compare(context, cands, i, j)
-    t_steady = time.perf_counter() - t0
-    assert np.array_equal(first.p, second.p)
 
-    torch, tm = torch_model(lm.path)
-    say(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads.")
-    say()
-    nb = len(i) if args.baseline_comparisons is None else min(args.baseline_comparisons, len(i))
+    peers, notes, runners = {}, [], {}
+    nb = min(args.baseline_comparisons, len(i))
     sel = np.random.default_rng(0).permutation(len(i))[:nb]
-    labels = torch.tensor(judge._label_ids.astype(np.int64))
-    p_ref = np.zeros(nb)
-    lengths = []
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        for r, k in enumerate(sel):
-            pre, a, b = judge.token_ids(context, cands[i[k]], cands[j[k]])
-            ids = torch.tensor([pre + a + b])
-            lengths.append(ids.shape[1])
-            logits = tm(ids).logits[0, -1, labels]
-            p_ref[r] = torch.softmax(logits.double(), -1)[0].item()
-        t_base = time.perf_counter() - t0
-    diff = float(np.max(np.abs(p_ref - first.p[sel])))
-
-    rate_first = len(i) / t_first
-    rate_steady = len(i) / t_steady
-    rate_base = nb / t_base
-    say("| | comparisons | seconds | comparisons / s | ratio vs PyTorch loop |")
-    say("|---|---:|---:|---:|---:|")
-    say(f"| PyTorch loop (full prompt per comparison) | {nb} | {t_base:.1f} | {rate_base:.3f} | 1 |")
-    say(f"| jaxrank, first call (incl. compile) | {len(i)} | {t_first:.1f} | {rate_first:.3f} | "
-        f"{rate_first / rate_base:.2f}x |")
-    say(f"| jaxrank, steady state | {len(i)} | {t_steady:.1f} | {rate_steady:.3f} | {rate_steady / rate_base:.2f}x |")
-    say()
-    say(f"Prompt length {int(np.mean(lengths))} tokens on average (max {max(lengths)}); "
-        f"max |p_jaxrank - p_torch| = {diff:.2e} over the {nb} comparisons both ran.")
-    say(f"Judge: P(A) = {float(np.mean(first.p > 0.5)):.3f}, mean p = {float(np.mean(first.p)):.3f}.")
-    if args.smoke:   # 12 comparisons share little of their prompts: the goal is for a whole article (240)
-        say(f"Smoke run (4 candidates): {rate_steady / rate_base:.2f}x; the 4x goal is assessed on a full run.")
+    try:
+        tj = TorchJudge(lm.path, labels, batch_size=args.batch_size)
+        import torch
+        peers["PyTorch, KV cache, same batching"] = (tj.cached, np.arange(len(i)))
+        peers["PyTorch, full prompt per comparison (no cache)"] = (tj.full_prompt, sel)
+        runners["PyTorch"] = (tj, tj.cached)
+    except ImportError as e:
+        notes.append(f"PyTorch rows skipped: {e}.")
+    why = "left out (--no-llama-cpp)" if args.no_llama_cpp else llama_cpp_unavailable()
+    if why is None:
+        lc = LlamaCppJudge(lm.path, labels)
+        peers["llama.cpp (llama-cpp-python), KV cache rewound"] = (lc.cached, np.arange(len(i)))
+        runners["llama.cpp"] = (lc, lc.cached)
     else:
-        say("Goal: at least 4x: " + ("met" if rate_steady / rate_base >= 4 else "NOT met") + " (steady state).")
+        notes.append(f"llama.cpp row skipped: {why}.")
+
+    # ------------------------------------------------------------ the peers' best thread count
+    chosen = {}
+    few = np.flatnonzero(i == i[0])[:args.batch_size]          # one A, one B batch
+    for name, (runner, fn) in runners.items():
+        options = sorted({1, os.cpu_count() or 1})
+        if args.smoke or len(options) == 1:
+            continue
+        t = collections.defaultdict(list)
+        for _ in range(2):
+            for n_threads in options:
+                runner.set_threads(n_threads)
+                t0 = time.perf_counter()
+                fn(judge, context, cands, i[few], j[few])
+                t[n_threads].append(time.perf_counter() - t0)
+        best = min(options, key=lambda k: np.median(t[k]))
+        runner.set_threads(best)
+        chosen[name] = ", ".join(f"{k} thread(s) {len(few) / np.median(v):.2f}/s" for k, v in t.items())
+    if "PyTorch" in runners:
+        say(f"PyTorch {torch.__version__}, {tj.threads} thread(s), weights {tj.dtype} (dequantised by transformers).")
+    if "llama.cpp" in runners:
+        say(f"llama.cpp via llama-cpp-python {lc.version}, {lc.threads} thread(s), the GGUF's own "
+            f"quantised weights ({gguf_types(lm.path)}), KV cache f16.")
+    say(f"OpenMP threads wait passively (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}): on a shared "
+        "machine spinning threads made both OpenMP peers 3-5x slower.")
+    for name, how in chosen.items():
+        say(f"{name} thread count chosen on {len(few)} comparisons, best of: {how}.")
+    say()
+
+    # ------------------------------------------------------------ timed, interleaved
+    rates = collections.defaultdict(list)
+    ratios = collections.defaultdict(list)
+    agree, loads = {}, []
+    for rep in range(args.repeats):
+        loads.append(load_now())
+        t0 = time.perf_counter()
+        again = judge.compare(context, cands, i, j)
+        rj = len(i) / (time.perf_counter() - t0)
+        assert np.array_equal(first.p, again.p)
+        rates["jaxrank"].append(rj)
+        for name, (fn, rows) in peers.items():
+            t0 = time.perf_counter()
+            p = fn(judge, context, cands, i[rows], j[rows])
+            r = len(rows) / (time.perf_counter() - t0)
+            rates[name].append(r)
+            ratios[name].append(rj / r)
+            agree[name] = float(np.max(np.abs(p - first.p[rows])))
+        print(f"repeat {rep + 1}/{args.repeats}: {loads[-1]}; " +
+              ", ".join(f"{k} {v[-1]:.3f}/s" for k, v in rates.items()), flush=True)
+    loads.append(load_now())
+    if why is None:   # the rewound cache must give what a fresh evaluation of the whole prompt gives
+        pre, a, b = judge.token_ids(context, cands[i[0]], cands[j[0]])
+        z = lc.full_prompt_logits(pre + a + b)
+        rewound = lc.cached(judge, context, cands, i[:1], j[:1])[0]
+        notes.append(f"llama.cpp: p from a rewound cache and from the whole prompt in an empty cache differ by "
+                     f"{abs(rewound - 1 / (1 + np.exp(z[1] - z[0]))):.1e} (comparison 0); its p differs from "
+                     "jaxrank's because it multiplies with the Q4_1 blocks and 8-bit-quantised activations, "
+                     "jaxrank and PyTorch with float32 weights dequantised from the same blocks.")
+
+    say(f"Rates in comparisons per second, median [min-max] over {args.repeats} interleaved repeat(s); "
+        "ratio = jaxrank's rate / the peer's, per repeat.")
+    say()
+    say("| | comparisons per repeat | comparisons / s | jaxrank ratio | max abs p difference vs jaxrank |")
+    say("|---|---:|---:|---:|---:|")
+    say(f"| jaxrank PromptJudge, first call (incl. compilation) | {len(i)} | {len(i) / t_first:.3f} | | |")
+    say(f"| jaxrank PromptJudge, steady state | {len(i)} | {stats(rates['jaxrank'])} | 1 | |")
+    for name, (_, rows) in peers.items():
+        say(f"| {name} | {len(rows)} | {stats(rates[name])} | {stats(ratios[name])}x | {agree[name]:.1e} |")
+    say()
+    say("Machine load (1/5/15 min) before each repeat and at the end: " + "; ".join(loads) + ".")
+    for note in notes:
+        say(note)
+
+    # ------------------------------------------------------------ where jaxrank's time goes
+    timed = TimedModel(lm.model)
+    tjudge = PromptJudge(dataclasses.replace(lm, model=timed), template, batch_size=args.batch_size)
+    t0 = time.perf_counter()
+    tjudge.compare(context, cands, i, j)
+    total = time.perf_counter() - t0
+    say()
+    say(f"Profile of one steady jaxrank call ({total:.1f} s with every stage waited for; {load_now()}):")
+    say()
+    say("| stage | calls | real tokens | padded tokens | seconds | share |")
+    say("|---|---:|---:|---:|---:|---:|")
+    for stage in ("prefix", "per-A", "B batches", "projection"):
+        say(f"| {stage} | {timed.calls[stage]} | {timed.real[stage] or ''} | {timed.padded[stage] or ''} | "
+            f"{timed.seconds[stage]:.2f} | {timed.seconds[stage] / total:.0%} |")
+    host = total - sum(timed.seconds.values())
+    say(f"| host (tokenising, grouping, padding, copies) | | | | {host:.2f} | {host / total:.0%} |")
+    real, padded = sum(timed.real.values()), sum(timed.padded.values())
+    say()
+    say(f"Padding: {padded} tokens run for {real} real ({padded / real - 1:.0%} extra); "
+        f"{len(timed.shapes)} distinct (stage, shape) programs; compilation and first-call work "
+        f"about {t_first - len(i) / np.median(rates['jaxrank']):.1f} s (first call minus the median steady call).")
+    for name in peers:
+        r = float(np.median(ratios[name]))
+        say(f"- {name}: " + (f"jaxrank is {r:.2f}x faster." if r >= 1 else
+                             f"jaxrank is {1 / r:.2f}x slower: it needs {1 / r:.2f}x its steady rate to match."))
+    say(f"Judge: P(A) = {float(np.mean(first.p > 0.5)):.3f}, mean p = {float(np.mean(first.p)):.3f}.")
     out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
         ("judge_speed_smoke.md" if args.smoke else "judge_speed.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
+
+
+def gguf_types(path) -> str:
+    """Tensor types of a GGUF file with their counts (``Q4_1 x 211, F32 x 61``), via the ``gguf`` package."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return "types unknown: the gguf package is missing"
+    c = collections.Counter(t.tensor_type.name for t in GGUFReader(str(path)).tensors)
+    return ", ".join(f"{k} x {v}" for k, v in c.most_common())
 
 
 if __name__ == "__main__":

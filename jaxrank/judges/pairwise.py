@@ -9,7 +9,8 @@ Decoders (Llama family) share the context: the prompt is cut before candidate
 A, the prefix (chat header, instruction, article) is encoded once per context
 into a key/value cache, and every comparison of that context runs only its
 own tokens (candidates, question, assistant header) against the shared cache,
-in batches padded to a few length buckets so shapes do not recompile.
+in batches padded to a few length buckets so shapes do not recompile, cut
+where they run the fewest padded tokens (:func:`plan_batches`).
 Encoder-decoders (T5) encode each prompt (bidirectional attention cannot share
 a prefix) and run one decoder step.
 
@@ -31,7 +32,7 @@ from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.models.loading import load_model
 
-__all__ = ["PromptJudge", "Judgement", "bucket"]
+__all__ = ["PromptJudge", "Judgement", "bucket", "plan_batches"]
 
 _SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
 BUCKETS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896,
@@ -47,6 +48,58 @@ def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
             return b
     top = buckets[-1]
     return -(-n // top) * top
+
+
+def batch_sizes(batch_size: int) -> tuple[int, ...]:
+    """The padded batch sizes a judge compiles for: powers of two below ``batch_size``, and ``batch_size``."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return tuple(sorted({min(batch_size, 1 << k) for k in range(batch_size.bit_length() + 1)}))
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int,
+                 buckets: Sequence[int] = BUCKETS) -> list[tuple[int, int, int]]:
+    """Cut rows sorted by length into consecutive batches that run the fewest padded tokens.
+
+    A batch of rows ``start:stop`` runs ``b * bucket(lengths[stop - 1])`` tokens,
+    ``b`` the smallest of :func:`batch_sizes` holding its ``stop - start`` rows
+    (the rest are filler copies). Dynamic programming over the cut points
+    minimises the sum, ``C(e) = min_{s} C(s) + b(e - s) * bucket(lengths[e - 1])``,
+    ties going to fewer batches; fixed chunks of ``batch_size`` instead pad a
+    long row's bucket onto every row of its chunk and fill a short last chunk
+    (41% more tokens than real on a SummEval article, against 8% planned; the
+    cost per token of a forward pass hardly depends on the batch size on CPU).
+
+    Args:
+        lengths: ``[n]`` row lengths, ascending.
+        batch_size: most rows per batch.
+        buckets: the padded lengths (:func:`bucket`).
+
+    Returns:
+        ``[(start, stop, b), ...]`` covering ``0:n`` in order.
+
+    Raises:
+        ValueError: ``lengths`` not ascending, or ``batch_size < 1``.
+    """
+    sizes = batch_sizes(batch_size)
+    n = len(lengths)
+    if any(lengths[k] > lengths[k + 1] for k in range(n - 1)):
+        raise ValueError("lengths must be sorted ascending")
+    cost = [(0, 0)] + [None] * n           # (padded tokens, batches) of the best plan of rows 0:e
+    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)
+    for e in range(1, n + 1):
+        t = bucket(lengths[e - 1], buckets)
+        for s in range(max(0, e - batch_size), e):
+            b = next(x for x in sizes if x >= e - s)
+            c = (cost[s][0] + b * t, cost[s][1] + 1)
+            if cost[e] is None or c < cost[e]:
+                cost[e], cut[e] = c, (s, b)
+    plan, e = [], n
+    while e:
+        s, b = cut[e]
+        plan.append((s, e, b))
+        e = s
+    return plan[::-1]
 
 
 def check_pairs(candidates: Sequence[str], i, j) -> tuple[np.ndarray, np.ndarray]:
@@ -242,24 +295,30 @@ class PromptJudge:
         p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
         return Judgement(p, truncated, logits)
 
+    def _padded(self, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` right-padded to ``[b, bucket(longest)]`` ids and mask; rows past ``len(rows)`` copy row 0."""
+        length = bucket(max(map(len, rows)))
+        ids = np.full((b, length), self.lm.pad_token_id, np.int32)
+        mask = np.zeros((b, length), bool)
+        for r, x in enumerate(rows):
+            ids[r, :len(x)] = x
+            mask[r, :len(x)] = True
+        ids[len(rows):], mask[len(rows):] = ids[0], mask[0]    # filler rows: static shapes
+        return ids, mask
+
     def _batches(self, rows: list[list[int]]):
-        """Padded ``[b, T]`` batches: ``T`` and ``b`` (up to ``batch_size``) rounded up to buckets."""
+        """Padded ``[b, T]`` batches in order: ``T`` and ``b`` (up to ``batch_size``) rounded up to buckets."""
         bs = self.batch_size
         for start in range(0, len(rows), bs):
             chunk = rows[start:start + bs]
-            length = bucket(max(map(len, chunk)))
-            b = min(bs, 1 << (len(chunk) - 1).bit_length())
-            ids = np.full((b, length), self.lm.pad_token_id, np.int32)
-            mask = np.zeros((b, length), bool)
-            for r, x in enumerate(chunk):
-                ids[r, :len(x)] = x
-                mask[r, :len(x)] = True
-            for r in range(len(chunk), b):         # fill the batch with copies: static shapes
-                ids[r], mask[r] = ids[0], mask[0]
-            yield len(chunk), ids, mask
+            yield len(chunk), *self._padded(chunk, min(bs, 1 << (len(chunk) - 1).bit_length()))
 
     def _logits_decoder(self, pairs, progress=None) -> np.ndarray:
-        """Two cache levels: the context once, then context + candidate A once per A."""
+        """Two cache levels: the context once, then context + candidate A once per A.
+
+        The comparisons sharing an A run their B parts in batches cut by
+        :func:`plan_batches` (rows sorted by length, fewest padded tokens).
+        """
         model = self.lm.model
         prefix = pairs[0][0]
         if any(p != prefix for p, _, _ in pairs):            # one context per call
@@ -283,13 +342,12 @@ class PromptJudge:
             amask[0, :len(a)] = True
             cache_a = model.extend(cache, aid, amask, update=True).cache
             rows = sorted(rows, key=lambda r: len(pairs[r][2]))    # similar lengths share a batch
-            done = 0
-            for real, ids, mask in self._batches([pairs[r][2] for r in rows]):
+            for start, stop, b in plan_batches([len(pairs[r][2]) for r in rows], self.batch_size):
+                ids, mask = self._padded([pairs[r][2] for r in rows[start:stop]], b)
                 last = model.extend(cache_a, ids, mask).last_hidden
-                out[rows[done:done + real]] = np.asarray(model.logits_at(last, token_ids=tokens))[:real]
-                done += real
+                out[rows[start:stop]] = np.asarray(model.logits_at(last, token_ids=tokens))[:stop - start]
                 if progress is not None:
-                    progress(real)
+                    progress(stop - start)
         return out
 
     def _logits_t5(self, pairs, progress=None) -> np.ndarray:
