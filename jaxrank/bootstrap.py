@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _graph, _multinomial
+from jaxrank import _batching, _multinomial
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
@@ -210,7 +210,7 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
         raise ValueError(f"scorer_kwargs must be hashable: {err}") from None
     key = jax.random.key(seed) if key is None else key
     frac = jnp.asarray(tree.frac, dt)
-    with _graph.single_threaded_lapack():     # the scorer's factorisations (see _graph)
+    with _batching.single_threaded_lapack():     # the scorer's factorisations (see _batching)
         out = [run(c, jax.random.fold_in(key, b), frac, tree.starts, tree.ends, live, np.asarray(m, dt),
                    size=size, num_categories=tree.num_categories) for b in range(int(chunks))]
         out = jax.block_until_ready(out)
