@@ -39,6 +39,9 @@ import numpy as np
 INVERSION_MAX_MEAN = 10.0
 """Binomials with ``n min(p, 1 - p)`` below this are drawn by inversion, the rest by BTRS."""
 
+INVERSION_BLOCK = 16
+"""Inversion reaches ``k = INVERSION_BLOCK - 1`` in one vectorised block; beyond, a compacted search."""
+
 
 STAGES = (4, 4)
 """Entries still open after the first pass are finished in nested stages: stage ``t`` takes at most
@@ -223,8 +226,70 @@ def _inversion_step(u, k, pmf, cdf, n, q, r):
     return jnp.where(go, k1, k), jnp.where(go, pmf_next, pmf), jnp.where(go, cdf + pmf_next, cdf), go
 
 
+def _inversion(key, v, n, q, inv):
+    """Inversion for the ``inv`` entries (``n q < 10``): ``k``, 0 elsewhere.
+
+    The first ``INVERSION_BLOCK`` probabilities of every entry form a
+    ``[size, INVERSION_BLOCK]`` block (cumulative product and sum along it): a
+    search step by step, even one materialised per step, cost 3-10x more (XLA
+    recomputes an unrolled chain, and pays per step for a loop). Entries beyond
+    the block continue the search compacted.
+    """
+    dt = n.dtype
+    qi, ni = jnp.where(inv, q, 0.25), jnp.where(inv, n, 1)
+    r = qi / (1 - qi)
+    pmf0 = jnp.exp(ni * jnp.log1p(-qi))
+    jj = jnp.arange(1, INVERSION_BLOCK, dtype=dt)
+    ratio = r[:, None] * jnp.maximum(ni[:, None] - jj + 1, 0) / jj
+    pmfs = jnp.concatenate([pmf0[:, None], pmf0[:, None] * jnp.cumprod(ratio, axis=1)], axis=1)
+    cdfs = jnp.cumsum(pmfs, axis=1)
+    k = jnp.sum((v[:, None] > cdfs[:, :-1]) & (jj <= ni[:, None]), axis=1).astype(dt)
+    last = k.astype(jnp.int32)[:, None]
+    pmf, cdf = jnp.take_along_axis(pmfs, last, axis=1)[:, 0], jnp.take_along_axis(cdfs, last, axis=1)[:, 0]
+    more = inv & (k >= INVERSION_BLOCK - 1) & _inversion_step(v, k, pmf, cdf, ni, qi, r)[3]
+
+    def search(_, arrays):                      # one more step of the search
+        v_, k_, pmf_, cdf_, n_, q_ = arrays
+        k_, pmf_, cdf_, go = _inversion_step(v_, k_, pmf_, cdf_, n_, q_, q_ / (1 - q_))
+        return (v_, k_, pmf_, cdf_, n_, q_), ~go
+
+    k = _settle(key, more, (v, k, pmf, cdf, ni, qi), search, (STAGES[0],))[1]
+    return jnp.where(inv, k, 0.0)
+
+
+def _rejection(key, u, v, n, q, rej):
+    """BTRS for the ``rej`` entries (``n q >= 10``): ``k``, 0 elsewhere.
+
+    Proposal, squeeze and the log-free test (:meth:`_Btrs.accept_near`) for
+    every entry; rejected and undecided ones are finished compacted.
+    """
+    dt = n.dtype
+    qb, nb = jnp.where(rej, q, 0.5), jnp.where(rej, n, 100.0)
+    bt = _Btrs(nb, qb)
+    k, us, quick = bt.propose(u, v)
+    ok, decided = bt.accept_near(k, us, v)
+    todo = rej & ~(quick | ok)
+    pending = todo & ~decided                  # a far candidate: its exact test is done compacted
+
+    def retry(key_, arrays):                    # the pending exact test, else a fresh attempt
+        k_, us_, v_, n_, q_, pend = arrays
+        bt_ = _Btrs(n_, q_)
+        uu, vv = jax.random.uniform(key_, (2,) + k_.shape, dt)
+        kn, usn, quick_n = bt_.propose(uu, vv)
+        k_, us_, v_ = jnp.where(pend, k_, kn), jnp.where(pend, us_, usn), jnp.where(pend, v_, vv)
+        ok_ = (~pend & quick_n) | bt_.accept(k_, us_, v_)
+        return (k_, us_, v_, n_, q_, jnp.zeros_like(pend)), ok_
+
+    k = _settle(key, todo, (k, us, v, nb, qb, pending), retry, STAGES)[0]
+    return jnp.where(rej, k, 0.0)
+
+
 def binomial(key, n, p):
     """Draws ``K ~ Binomial(n, p)`` elementwise (``n`` whole numbers, ``p`` in ``[0, 1]``; float arrays).
+
+    Each algorithm runs only if some entry needs it (``lax.cond``): the upper
+    levels of a multinomial tree never need inversion, a sparse bottom level
+    rarely needs BTRS.
 
     Returns:
         Float array of ``n``'s shape and dtype.
@@ -241,49 +306,9 @@ def binomial(key, n, p):
     rej = ~trivial & ~inv
     k_first, k_inv, k_rej = jax.random.split(key, 3)
     u, v = jax.random.uniform(k_first, (2, size), dt)
-
-    # inversion: k <= 3 in closed form for all (an unrolled search, even one materialised step by
-    # step, cost 10x more: XLA:CPU recomputes the chain or pays per step); the rest finish compacted
-    qi, ni = jnp.where(inv, q, 0.25), jnp.where(inv, n, 1)
-    r = qi / (1 - qi)
-    pmf0 = jnp.exp(ni * jnp.log1p(-qi))
-    pmf1 = pmf0 * ni * r
-    pmf2 = pmf1 * (ni - 1) * r / 2
-    pmf3 = pmf2 * (ni - 2) * r / 3
-    cdf1 = pmf0 + pmf1
-    cdf2 = cdf1 + pmf2
-    k_i = jnp.minimum((v > pmf0).astype(dt) + (v > cdf1) + (v > cdf2), ni)     # 0 .. 3
-    pmf_i = jnp.where(k_i >= 3, pmf3, jnp.where(k_i >= 2, pmf2, jnp.where(k_i >= 1, pmf1, pmf0)))
-    cdf_i = jnp.where(k_i >= 3, cdf2 + pmf3, jnp.where(k_i >= 2, cdf2, jnp.where(k_i >= 1, cdf1, pmf0)))
-    open_i = inv & (k_i >= 3) & _inversion_step(v, k_i, pmf_i, cdf_i, ni, qi, r)[3]
-
-    # BTRS: proposal, squeeze and full test for all
-    qb, nb = jnp.where(rej, q, 0.5), jnp.where(rej, n, 100.0)
-    bt = _Btrs(nb, qb)
-    k_b, us, quick = bt.propose(u, v)
-    ok, decided = bt.accept_near(k_b, us, v)
-    open_b = rej & ~(quick | ok)
-    pending = open_b & ~decided                 # a far candidate: its exact test is done compacted
-
-    def search(_, arrays):                      # inversion: one more step
-        v_, k_, pmf_, cdf_, n_, q_ = arrays
-        k_, pmf_, cdf_, go = _inversion_step(v_, k_, pmf_, cdf_, n_, q_, q_ / (1 - q_))
-        return (v_, k_, pmf_, cdf_, n_, q_), ~go
-
-    k_i = _settle(k_inv, open_i, (v, k_i, pmf_i, cdf_i, ni, qi), search, (STAGES[0],))[1]
-
-    def retry(key_, arrays):                    # BTRS: the pending exact test, else a fresh attempt
-        k_, us_, v_, n_, q_, pend = arrays
-        bt_ = _Btrs(n_, q_)
-        uu, vv = jax.random.uniform(key_, (2,) + k_.shape, dt)
-        kn, usn, quick_n = bt_.propose(uu, vv)
-        k_, us_, v_ = jnp.where(pend, k_, kn), jnp.where(pend, us_, usn), jnp.where(pend, v_, vv)
-        ok = (~pend & quick_n) | bt_.accept(k_, us_, v_)
-        return (k_, us_, v_, n_, q_, jnp.zeros_like(pend)), ok
-
-    k_b = _settle(k_rej, open_b, (k_b, us, v, nb, qb, pending), retry, STAGES)[0]
-
-    k = jnp.where(inv, k_i, jnp.where(rej, k_b, 0.0))
+    zero = lambda *_: jnp.zeros_like(n)
+    k = jax.lax.cond(jnp.any(inv), _inversion, zero, k_inv, v, n, q, inv)
+    k = k + jax.lax.cond(jnp.any(rej), _rejection, zero, k_rej, u, v, n, q, rej)
     k = jnp.where(flip, n - k, k)
     return jnp.where(trivial, jnp.where(flip, n, 0.0), k).reshape(shape)
 
