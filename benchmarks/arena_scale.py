@@ -1,6 +1,6 @@
 """Bradley-Terry at Arena scale: jaxrank against evalica, choix and arena-rank.
 
-Three parts, each ending in a table of seconds and of the largest difference of
+Two parts, each ending in a table of seconds and of the largest difference of
 centred scores against jaxrank (goal: the same scores to 1e-4, and jaxrank faster
 than every peer, count aggregation included).
 
@@ -48,28 +48,16 @@ strongly connected set of teams (edge loser -> winner, a draw both ways; the ML
 scores are finite exactly when that graph is strongly connected: 316 teams) and
 the matches among them; no prior or regulariser.
 
-**3. Bootstrap** of the Arena-scale fit: ``B`` replicates (default 1000) of the
-raw comparisons. The resampling unit is the raw match: a replicate draws ``M``
-matches with replacement, i.e. the counts of the categories ``(ordered pair,
-winner)`` are ``Multinomial(M, n_c / M)``. :func:`raw_match_bootstrap` is the one
-call: exact multinomial counts from NumPy (JAX's random samplers are several
-times slower on this CPU), fitted by jaxrank in batches of ``[B / chunks, R]``
-cells, each batch dispatched asynchronously while NumPy draws the next.
-(``jaxrank.bootstrap`` on the aggregated cells resamples whole cells: a cluster
-bootstrap over ordered pairs, not over matches; it is run too, for comparison.)
-The peer is a Python loop of evalica, the fastest peer, in its fastest use: the
-same NumPy multinomial per replicate and the counts as ``weights=``; it is timed
-on ``--peer-replicates`` replicates and extrapolated to ``B`` (and likewise a loop
-that resamples the raw rows). evalica on jaxrank's own replicates checks that
-the per-replicate scores agree; the replicates' standard deviations are compared
-with the float64 asymptotic standard errors.
+The bootstrap of the raw outcomes is ``benchmarks/bootstrap_scale.py``, and the
+football steady state with repeats, load and the all-337-teams case is
+``benchmarks/football_bt.py``.
 
-    python benchmarks/arena_scale.py [--comparisons 10000000] [--items 129] [--replicates 1000]
-        [--arena-python /work/arena-venv/bin/python] [--skip synthetic,football,bootstrap]
+    python benchmarks/arena_scale.py [--comparisons 10000000] [--items 129]
+        [--arena-python /work/arena-venv/bin/python] [--skip synthetic,football]
         [--smoke] [--out FILE]
 
-``--smoke`` (100,000 comparisons, 50 replicates, arena-rank on the synthetic set
-only) writes ``results/arena_scale_smoke.md``; the full run ``results/arena_scale.md``.
+``--smoke`` (100,000 comparisons, arena-rank on the synthetic set only) writes
+``results/arena_scale_smoke.md``; the full run ``results/arena_scale.md``.
 """
 
 from __future__ import annotations
@@ -77,7 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -86,50 +73,10 @@ from pathlib import Path
 
 import numpy as np
 
+import _data
+import _report
+
 HERE = Path(__file__).resolve().parent
-
-
-# ====================================================================== data
-def simulate(n_items, m, seed):
-    rng = np.random.default_rng(seed)
-    s = rng.standard_normal(n_items)
-    a = rng.integers(0, n_items, m)
-    b = (a + rng.integers(1, n_items, m)) % n_items
-    y = rng.random(m) < 1 / (1 + np.exp(-(s[a] - s[b])))
-    return s, a.astype(np.int32), b.astype(np.int32), y
-
-
-def football():
-    """The football results: ``a`` home, ``b`` away, outcome 1 / 0.5 / 0, team names; all teams."""
-    from jaxrank.data import data_dir
-    from jaxrank.io import read_comparisons
-
-    t = read_comparisons(str(data_dir() / "international_football" / "results.csv"), item_a="home_team",
-                         item_b="away_team", score_a="home_score", score_b="away_score")
-    c = t.comparisons
-    assert np.all(np.asarray(c.weight) == 1)
-    return (np.asarray(c.i[0], np.int32), np.asarray(c.j[0], np.int32), np.asarray(c.p[0], np.float64),
-            list(t.items[0]))
-
-
-def strongly_connected(a, b, outcome, n):
-    """Largest strongly connected set of items (edge loser -> winner; a draw both ways).
-
-    Returns the matches among its items, re-indexed ``0..n'-1``, and the kept item indices.
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    src = np.concatenate([b[outcome > 0], a[outcome < 1]])      # loser (or drawer) -> winner
-    dst = np.concatenate([a[outcome > 0], b[outcome < 1]])
-    g = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)).tocsr()
-    _, lab = connected_components(g, directed=True, connection="strong")
-    big = np.bincount(lab).argmax()
-    keep = np.nonzero(lab == big)[0]
-    new = np.full(n, -1)
-    new[keep] = np.arange(len(keep))
-    m = (new[a] >= 0) & (new[b] >= 0)
-    return new[a[m]].astype(np.int32), new[b[m]].astype(np.int32), outcome[m], keep
 
 
 # ====================================================================== fits
@@ -231,23 +178,6 @@ def arena_run(python, a, b, outcome, n, repeats, ftol, gtol, say):
     return res
 
 
-def jaxrank_source():
-    """Where jaxrank was imported from, with the commit and whether its files differ from it."""
-    import jaxrank
-
-    pkg = Path(jaxrank.__file__).resolve().parent
-    try:
-        root = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--show-toplevel"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", str(pkg)], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return f"jaxrank from {pkg} (commit {head}{', with uncommitted changes' if dirty else ''})"
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        return f"jaxrank from {pkg}"
-
-
 def centre(x):
     x = np.asarray(x, np.float64)
     return x - x.mean()
@@ -319,225 +249,25 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
     return res
 
 
-# ====================================================================== bootstrap
-def _fit_with_counts(cc):
-    sol = jr_fit(cc)
-    return sol.scores, sol.converged, cc.weight, cc.p * cc.weight
-
-
-def jr_fit(cc):
-    import jaxrank as jr
-
-    return jr.fit_poe_bradley_terry(cc, eps=0.0)
-
-
-def raw_match_bootstrap(cell_i, cell_j, counts, n, *, num_replicates, seed, chunks=4):
-    """Bootstrap of the raw matches with :func:`jaxrank.bootstrap_outcomes`.
-
-    Each replicate draws the ``M`` raw matches with replacement: the counts of the
-    ``2R`` categories (cell, winner) are ``Multinomial(M, counts / M)``, drawn
-    exactly by NumPy (JAX's samplers were 5-10x slower on this CPU), and fitted
-    by jaxrank in ``chunks`` batched calls (one compiled program; NumPy draws the
-    next batch while the previous one is being fitted).
-
-    Args:
-        cell_i, cell_j: ``[R]`` the ordered pair (position A, position B) of each cell.
-        counts: ``[R, 2]`` raw matches per cell won by A and by B.
-        n: number of items.
-        num_replicates: ``B``.
-        seed: NumPy seed.
-        chunks: number of batches.
-
-    Returns:
-        ``(scores [B, n], converged [B], games [B, R], wins [B, R])``, scores centred.
-    """
-    import jaxrank as jr
-
-    games = counts.sum(-1).astype(np.float32)
-    c = jr.Comparisons.from_pairs(np.asarray(cell_i, np.int32), np.asarray(cell_j, np.int32),
-                                  (counts[:, 0] / games).astype(np.float32), num_items=n, weight=games)
-    out = jr.bootstrap_outcomes(_fit_with_counts, c, num_replicates=num_replicates, seed=seed, chunks=chunks)
-    return tuple(np.asarray(x) for x in out)
-
-
-_FITTERS = {}
-
-
-def _replicate_fitter(n):
-    if n not in _FITTERS:
-        import jax
-        import jax.numpy as jnp
-
-        import jaxrank as jr
-
-        @jax.jit
-        def fit(i, j, games, wins):
-            shape = games.shape
-            c = jr.Comparisons.from_pairs(jnp.broadcast_to(i, shape), jnp.broadcast_to(j, shape),
-                                          wins / jnp.where(games > 0, games, 1), num_items=n, weight=games)
-            sol = jr.fit_poe_bradley_terry(c, eps=0.0)
-            return sol.scores, sol.converged
-
-        _FITTERS[n] = fit
-    return _FITTERS[n]
-
-
-def fisher_stderr(ci, cj, games, wins, scores, n):
-    """Float64 NumPy standard errors of the centred ML scores: ``sqrt(diag(H^+))``, ``H`` the Fisher information."""
-    q = 1 / (1 + np.exp(-(scores[ci] - scores[cj])))
-    h = games * q * (1 - q)
-    H = np.zeros((n, n))
-    np.add.at(H, (ci, ci), h)
-    np.add.at(H, (cj, cj), h)
-    np.add.at(H, (ci, cj), -h)
-    np.add.at(H, (cj, ci), -h)
-    return np.sqrt(np.diag(np.linalg.pinv(H)))
-
-
-def bootstrap_section(a, b, y, n, args, say):
-    import jax
-
-    import jaxrank as jr
-
-    B = args.replicates
-    idx, games, wins = aggregate(a, b, y.astype(np.float64), n)
-    ci, cj = idx // n, idx % n
-    counts = np.stack([wins, games - wins], -1)
-    m = int(games.sum())
-    say(f"## 3. Bootstrap: {B} replicates of the {m:,}-comparison fit")
-    say()
-    t0 = time.perf_counter()
-    raw_match_bootstrap(ci, cj, counts, n, num_replicates=B, seed=1, chunks=args.chunks)
-    first = time.perf_counter() - t0
-    steady = np.inf
-    for rep in range(2):
-        t0 = time.perf_counter()
-        sc, conv, G, W = raw_match_bootstrap(ci, cj, counts, n, num_replicates=B, seed=2 + rep, chunks=args.chunks)
-        steady = min(steady, time.perf_counter() - t0)
-    # the two parts alone
-    rng = np.random.default_rng(9)
-    flat = counts.reshape(-1)
-    live = np.nonzero(flat)[0]
-    t0 = time.perf_counter()
-    rng.multinomial(m, flat[live] / m, size=B)
-    t_res = time.perf_counter() - t0
-    size = -(-B // args.chunks)
-    fit = _replicate_fitter(n)
-    t0 = time.perf_counter()
-    for k in range(args.chunks):                       # the compiled batch shape, one batch after another
-        r = np.arange(k * size, (k + 1) * size) % B
-        jax.block_until_ready(fit(ci.astype(np.int32), cj.astype(np.int32), G[r], W[r]))
-    t_fit = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    rows = []
-    diff, peer_sd, t_draw, t_peer = float("nan"), None, float("nan"), float("nan")
-    try:
-        import evalica
-        import pandas as pd
-
-        index = pd.Index(range(n))
-        xs, ys = np.concatenate([ci, ci]), np.concatenate([cj, cj])
-        winners = [evalica.Winner.X] * len(ci) + [evalica.Winner.Y] * len(ci)
-        rng = np.random.default_rng(3)
-        k = args.peer_replicates
-        peer, t_draw = [], 0.0
-        t0 = time.perf_counter()
-        for _ in range(k):
-            t1 = time.perf_counter()
-            rep = np.zeros(flat.size)
-            rep[live] = rng.multinomial(m, flat[live] / m)
-            rep = rep.reshape(-1, 2)
-            t_draw += time.perf_counter() - t1
-            s, ok, _ = evalica_fit(xs, ys, winners, index, np.concatenate([rep[:, 0], rep[:, 1]]))
-            peer.append(s)
-        t_peer = (time.perf_counter() - t0) / k
-        t_draw /= k
-        # the same replicates as jaxrank: per-replicate agreement
-        diff = 0.0
-        for r in range(min(5, B)):
-            s, _, _ = evalica_fit(xs, ys, winners, index, np.concatenate([W[r], G[r] - W[r]]).astype(np.float64))
-            diff = max(diff, np.abs(centre(s) - centre(sc[r])).max())
-        rows.append((f"evalica loop: NumPy multinomial + `bradley_terry(..., weights=)` per replicate "
-                     f"({k} timed, x {B / k:g})", t_peer * B))
-        peer_sd = np.std(np.stack([centre(s) for s in peer]), axis=0, ddof=1)
-        if args.peer_raw_replicates:
-            t0 = time.perf_counter()
-            rr = np.random.default_rng(4)
-            for _ in range(args.peer_raw_replicates):
-                pick = rr.integers(0, len(a), len(a))
-                pr = evalica_prepare(a[pick], b[pick], y[pick].astype(np.float64), n)
-                evalica_fit(*pr)
-                del pick, pr
-            t_raw = (time.perf_counter() - t0) / args.peer_raw_replicates
-            rows.append((f"evalica loop on the raw rows: index resample, `Winner` list, `bradley_terry` "
-                         f"({args.peer_raw_replicates} timed, x {B / args.peer_raw_replicates:g})", t_raw * B))
-    except ImportError:
-        say("evalica not installed: no peer loop")
-    say("| method | seconds for all replicates | vs jaxrank steady |")
-    say("|---|---:|---:|")
-    say(f"| jaxrank `raw_match_bootstrap`, first call (incl. compilation) | {first:.2f} | {first / steady:.1f}x |")
-    say(f"| jaxrank `raw_match_bootstrap`, steady (best of 2) | {steady:.2f} | 1 |")
-    for label, t in rows:
-        say(f"| {label} | {t:.1f} | {t / steady:.1f}x |")
-    say()
-    say(f"The two parts of jaxrank's call alone: NumPy multinomial of all {B} replicates {t_res:.2f} s; batched "
-        f"jaxrank fit per batch, {args.chunks} batches of {size} ({size * len(ci):,} cells each), {t_fit:.2f} s "
-        f"in all; the call overlaps the two. The evalica loop per replicate: NumPy multinomial "
-        f"{1e3 * t_draw:.1f} ms + evalica {1e3 * (t_peer - t_draw):.1f} ms. All {B} jaxrank replicates converged: {bool(conv.all())}. evalica on "
-        f"jaxrank's first {min(5, B)} replicates: max abs diff of centred scores {diff:.1e}. Peak memory of "
-        f"this process (max RSS): {rss:.2f} GiB.")
-    # bootstrap standard deviations against the float64 Fisher information
-    c = jr.Comparisons.from_pairs(ci, cj, (wins / games).astype(np.float32), num_items=n,
-                                  weight=games.astype(np.float32))
-    est = np.asarray(jr.poe_bradley_terry(c, eps=0.0), np.float64)
-    se = fisher_stderr(ci, cj, games, wins, est, n)
-    lap = np.asarray(jr.laplace_bradley_terry(c, eps=0.0).stderr, np.float64)
-    cell = np.asarray(jr.bootstrap(jr.poe_bradley_terry, c, key=jax.random.key(0), num_replicates=B, eps=0.0))
-    sd_cell = np.std(cell - cell.mean(-1, keepdims=True), axis=0, ddof=1)
-    say()
-    say("Standard deviation of the scores over the replicates, as a ratio to the asymptotic standard error "
-        "(float64 NumPy, `sqrt(diag(H^+))` of the Fisher information at the estimate), mean [min, max] over "
-        f"items; with {B} replicates one item's ratio has a Monte Carlo error of about "
-        f"{100 / np.sqrt(2 * (B - 1)):.1f}%:")
-    say()
-    say("| | sd / asymptotic s.e. |")
-    say("|---|---|")
-    for label, sd in [("raw matches, jaxrank `raw_match_bootstrap`", np.std(sc, axis=0, ddof=1)),
-                      (f"raw matches, evalica loop ({args.peer_replicates} replicates)", peer_sd),
-                      ("aggregated cells, `jaxrank.bootstrap` on the count cells (a cluster bootstrap over "
-                       "ordered pairs)", sd_cell),
-                      ("`jaxrank.laplace_bradley_terry(...).stderr` (float32; no resampling)", lap)]:
-        if sd is not None:
-            r = sd / se
-            say(f"| {label} | {r.mean():.3f} [{r.min():.3f}, {r.max():.3f}] |")
-    say()
-
-
 # ====================================================================== main
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--comparisons", type=int, default=10_000_000)
     ap.add_argument("--items", type=int, default=129)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--replicates", type=int, default=1000, help="bootstrap replicates (jaxrank, one call)")
-    ap.add_argument("--peer-replicates", type=int, default=50, help="evalica loop: replicates timed")
-    ap.add_argument("--chunks", type=int, default=4, help="jaxrank bootstrap: batches overlapped with resampling")
-    ap.add_argument("--peer-raw-replicates", type=int, default=1,
-                    help="evalica loop on the raw rows: replicates timed (0: skip)")
     ap.add_argument("--arena-python", default=None,
                     help="a Python where `pip install arena-rank` was done (default: skip arena-rank)")
     ap.add_argument("--arena-repeats", type=int, default=2)
     ap.add_argument("--arena-ftol", type=float, default=0.0,
                     help="arena-rank L-BFGS ftol (its default 1e-9 stops early: 1.7e-2 off on football)")
     ap.add_argument("--arena-gtol", type=float, default=1e-10, help="arena-rank L-BFGS gtol (its default 1e-9)")
-    ap.add_argument("--skip", default="", help="comma-separated parts to skip: synthetic,football,bootstrap")
+    ap.add_argument("--skip", default="", help="comma-separated parts to skip: synthetic,football")
     ap.add_argument("--smoke", action="store_true",
-                    help="100,000 comparisons, 50 bootstrap replicates (10 in the evalica loop), "
-                         "one arena-rank call, on the synthetic set only")
+                    help="100,000 comparisons, one arena-rank call, on the synthetic set only")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.smoke:
-        args.comparisons, args.replicates, args.peer_replicates, args.arena_repeats = 100_000, 50, 10, 1
+        args.comparisons, args.arena_repeats = 100_000, 1
     skip = set(filter(None, args.skip.split(",")))
     n, m = args.items, args.comparisons
     lines = []
@@ -548,13 +278,13 @@ def main(argv=None):
 
     load0 = os.getloadavg()[0]
     import jax
-    say(f"# Bradley-Terry at Arena scale: {m:,} comparisons among {n} items; football; bootstrap")
+    say(f"# Bradley-Terry at Arena scale: {m:,} comparisons among {n} items; football")
     say()
-    say(f"{os.cpu_count()} CPU cores, jax {jax.__version__} ({jax.default_backend()}); {jaxrank_source()}. "
+    say(f"{os.cpu_count()} CPU cores, jax {jax.__version__} ({jax.default_backend()}); {_report.jaxrank_source()}. "
         "Seconds are wall-clock in this process (arena-rank: inside its worker process). See the module "
         "docstring for what is timed.")
     say()
-    s, a, b, y = simulate(n, m, args.seed)
+    s, a, b, y = _data.simulate(n, m, args.seed)
     if "synthetic" not in skip:
         say(f"## 1. Synthetic: {m:,} comparisons among {n} items")
         say()
@@ -563,9 +293,9 @@ def main(argv=None):
         say(f"max |jaxrank score - true strength| = {err:.3f} (sampling error).")
         say()
     if "football" not in skip:
-        fa, fb, fo, names = football()
+        fa, fb, fo, names = _data.football()
         n0 = len(names)
-        fa, fb, fo, keep = strongly_connected(fa, fb, fo, n0)
+        fa, fb, fo, keep = _data.strongly_connected(fa, fb, fo, n0)
         nk = len(keep)
         say(f"## 2. International football: {len(fa):,} of 49,520 matches among the {nk} of {n0} teams "
             "in the largest strongly connected set")
@@ -579,8 +309,6 @@ def main(argv=None):
         top = np.argsort(-sc)[:5]
         say("jaxrank's top 5: " + ", ".join(f"{names[keep[t]]} {sc[t] - sc.mean():+.2f}" for t in top) + ".")
         say()
-    if "bootstrap" not in skip:
-        bootstrap_section(a, b, y, n, args, say)
     say(f"Load average (1 min) at the start {load0:.2f}, at the end {os.getloadavg()[0]:.2f} "
         f"(on {os.cpu_count()} cores; other jobs on the machine slow every row).")
     out = Path(args.out) if args.out else HERE / "results" / (

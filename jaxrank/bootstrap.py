@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import _batching, _multinomial
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
@@ -117,8 +118,13 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
 def _outcome_scorer(scorer, kwargs):
     f = functools.partial(scorer, **dict(kwargs))
 
-    @jax.jit
-    def run(c, games, wins):
+    @functools.partial(jax.jit, static_argnames=("size", "num_categories"))
+    def run(c, key, frac, starts, ends, live, total, size, num_categories):
+        """Draw ``size`` replicates on the device and score them (one program per shape)."""
+        draws = _multinomial.multinomial(key, frac, starts, ends, total, size, num_categories)
+        cats = jnp.zeros((size, 3 * c.num_comparisons), draws.dtype).at[:, live].set(draws)
+        cats = cats.reshape(size, -1, 3)
+        games, wins = jnp.sum(cats, -1), cats[..., 0] + 0.5 * cats[..., 2]
         shape = games.shape
         reps = dataclasses.replace(
             c, i=jnp.broadcast_to(c.i, shape), j=jnp.broadcast_to(c.j, shape),
@@ -129,8 +135,8 @@ def _outcome_scorer(scorer, kwargs):
     return run
 
 
-def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, seed: int = 0, chunks: int = 4,
-                       draws=None, **scorer_kwargs):
+def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, key=None, seed: int = 0,
+                       chunks: int = 4, draws=None, **scorer_kwargs):
     """Bootstrap over the raw outcomes behind count-aggregated comparisons (one context).
 
     For count data (e.g. Arena battles summed per ordered pair), comparison
@@ -140,12 +146,14 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     bootstrap over ordered pairs); this resamples the ``M = sum_k w_k`` raw
     outcomes with replacement, as a bootstrap of the underlying matches does:
     the counts of the ``3 R`` categories (comparison; A won, B won or a draw)
-    are ``Multinomial(M, n / M)``, drawn exactly with NumPy (float64). Replicate
-    ``b`` is the comparison set with ``weight = games_b`` and
-    ``p = (A's wins + draws / 2)_b / games_b``, and the replicates are scored in
-    ``chunks`` batched calls of ``scorer`` (one compiled program; each call is
-    dispatched asynchronously, so NumPy draws the next chunk while the previous
-    one is being fitted).
+    are ``Multinomial(M, n / M)``. They are drawn exactly on the device from
+    ``key`` (``jax.random``): conditional binomials along a balanced binary
+    tree over the categories, each an exact binomial draw (inversion, or
+    Hoermann's BTRS rejection), vectorised over replicates and tree nodes
+    (``jaxrank/_multinomial.py``). Replicate ``b`` is the comparison set with
+    ``weight = games_b`` and ``p = (A's wins + draws / 2)_b / games_b``, drawn
+    and scored in ``chunks`` calls of one compiled program (draws and
+    ``scorer`` together).
 
     Args:
         scorer: a jaxrank scorer (``scorer(c, **scorer_kwargs)``), e.g.
@@ -154,9 +162,10 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
             numbers) and whose ``p * weight`` count A's wins plus half its
             draws (whole numbers once the draws are taken out).
         num_replicates: ``B``.
-        seed: NumPy seed of the resampling.
-        chunks: number of batched scorer calls (``B`` is rounded up to a
-            multiple of it; the extra replicates are dropped).
+        key: a ``jax.random`` key for the resampling (default ``jax.random.key(seed)``).
+        seed: used only without ``key``.
+        chunks: number of calls (``B`` is rounded up to a multiple of it; the
+            extra replicates are dropped). More chunks use less memory.
         draws: optional ``[R]`` number of drawn outcomes of every comparison
             (whole numbers, at most its weight); default none. Without it a
             draw cannot be told from a win and a loss, so data with draws
@@ -171,7 +180,9 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
         ValueError: ``c`` has batch axes; weights, ``draws`` or A's wins
             (``p * weight - draws / 2``) that are not whole numbers in
             ``[0, weight]`` (for soft probabilities use :func:`bootstrap`);
-            bad ``num_replicates``/``chunks``; ``scorer`` not callable.
+            more than ``2^24`` outcomes in float32 (not exactly representable:
+            enable ``jax_enable_x64`` and pass float64 comparisons); bad
+            ``num_replicates``/``chunks``; ``scorer`` not callable.
     """
     if not callable(scorer):
         raise ValueError(f"scorer must be callable, got {scorer!r}")
@@ -182,6 +193,32 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     for name, v in (("num_replicates", num_replicates), ("chunks", chunks)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    counts = _outcome_counts(c, draws)
+    m = int(counts.sum())
+    if m < 1:
+        raise ValueError("c holds no outcomes (all weights are 0)")
+    dt = jnp.dtype(c.p.dtype)
+    if dt == jnp.float32 and m > _multinomial.MAX_COUNT_FLOAT32:
+        raise ValueError(f"c holds {m:,} outcomes, more than float32 counts represent exactly "
+                         f"({_multinomial.MAX_COUNT_FLOAT32:,}); enable jax_enable_x64 and pass float64 comparisons")
+    live = np.nonzero(counts)[0].astype(np.int32)
+    tree = _multinomial.tree(counts[live])
+    size = -(-int(num_replicates) // int(chunks))
+    try:
+        run = _outcome_scorer(scorer, tuple(sorted(scorer_kwargs.items())))
+    except TypeError as err:
+        raise ValueError(f"scorer_kwargs must be hashable: {err}") from None
+    key = jax.random.key(seed) if key is None else key
+    frac = jnp.asarray(tree.frac, dt)
+    with _batching.single_threaded_lapack():     # the scorer's factorisations (see _batching)
+        out = [run(c, jax.random.fold_in(key, b), frac, tree.starts, tree.ends, live, np.asarray(m, dt),
+                   size=size, num_categories=tree.num_categories) for b in range(int(chunks))]
+        out = jax.block_until_ready(out)
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *out)
+
+
+def _outcome_counts(c, draws):
+    """``[3 R]`` float64 counts (A won, B won, drawn) per comparison, validated (see :func:`bootstrap_outcomes`)."""
     w = np.asarray(c.weight, np.float64)
     if draws is None:
         d = np.zeros_like(w)
@@ -200,27 +237,7 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
             raise ValueError(f"{name} must count raw outcomes (whole numbers in [0, weight]); comparison {k} has "
                              f"{x[k]!r}. For soft probabilities use jaxrank.bootstrap")
     won, d = np.round(won), np.round(d)
-    counts = np.stack([won, np.round(w) - won - d, d], axis=-1).reshape(-1)
-    m = int(counts.sum())
-    if m < 1:
-        raise ValueError("c holds no outcomes (all weights are 0)")
-    live = np.nonzero(counts)[0]
-    size = -(-int(num_replicates) // int(chunks))
-    try:
-        run = _outcome_scorer(scorer, tuple(sorted(scorer_kwargs.items())))
-    except TypeError as err:
-        raise ValueError(f"scorer_kwargs must be hashable: {err}") from None
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(jnp.dtype(c.p.dtype).name)
-    pending = []
-    for _ in range(int(chunks)):
-        rep = np.zeros((size, counts.size), dt)
-        rep[:, live] = rng.multinomial(m, counts[live] / m, size=size)
-        rep = rep.reshape(size, -1, 3)
-        wins = np.ascontiguousarray(rep[..., 0] + 0.5 * rep[..., 2])
-        pending.append(run(c, rep.sum(-1), wins))   # runs while NumPy draws the next chunk
-    out = jax.block_until_ready(pending)
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *out)
+    return np.stack([won, np.round(w) - won - d, d], axis=-1).reshape(-1)
 
 
 def percentile_intervals(samples, *, level: float = 0.95, axis: int = 0) -> tuple[jax.Array, jax.Array]:

@@ -148,6 +148,30 @@ def test_bootstrap_outcomes_resamples_raw_outcomes_multinomially():
     cat = np.stack([wins, games - wins], -1).reshape(len(rep), -1)
     np.testing.assert_allclose(cat.mean(0), q * m, atol=4 * np.sqrt(m * q * (1 - q) / len(rep)).max())
     np.testing.assert_allclose(cat.var(0, ddof=1), m * q * (1 - q), rtol=0.2)
+    # covariances -M q_i q_j: the sum over half of the categories has variance M Q (1 - Q), not M Q
+    for seed in range(3):
+        sub = np.random.default_rng(seed).random(len(q)) < 0.5
+        qs = q[sub].sum()
+        np.testing.assert_allclose(cat[:, sub].sum(1).var(ddof=1), m * qs * (1 - qs), rtol=0.12)
+    c01 = np.cov(cat[:, 0], cat[:, 1])[0, 1]
+    assert abs(c01 + m * q[0] * q[1]) < 5 * np.sqrt(m * q[0] * m * q[1] / len(rep))
+
+
+def test_bootstrap_outcomes_draws_on_the_device_from_its_key():
+    a, b, g, won, n = _count_data(7)
+    c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
+    games = lambda cc: cc.weight
+    k = jax.random.key(11)
+    one = np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=8, key=k))
+    np.testing.assert_array_equal(one, np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=8, key=k)))
+    assert not np.array_equal(one, np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=8,
+                                                                    key=jax.random.key(12))))
+    np.testing.assert_array_equal(jr.bootstrap_outcomes(games, c, num_replicates=8, seed=5),
+                                  jr.bootstrap_outcomes(games, c, num_replicates=8, key=jax.random.key(5)))
+    big = jr.Comparisons.from_pairs(a[:2], b[:2], np.array([0.5, 0.5]), num_items=n,
+                                    weight=np.array([2.0**24, 2.0]))
+    with pytest.raises(ValueError, match="float32"):
+        jr.bootstrap_outcomes(games, big, num_replicates=2)
 
 
 def test_bootstrap_outcomes_spread_matches_the_fisher_standard_error():

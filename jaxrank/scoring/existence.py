@@ -93,7 +93,7 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
         smallest item), in components that are not strongly connected (their ML
         score differences to the rest are infinite).
     """
-    from scipy.sparse import coo_matrix
+    from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
     i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
@@ -103,7 +103,7 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
     a_won, b_won = live & (w * pc > 0), live & (w * (1 - pc) > 0)
     src = np.concatenate([i[a_won], j[b_won]])       # winner -> loser
     dst = np.concatenate([j[a_won], i[b_won]])
-    g = coo_matrix((np.ones(len(src)), (src, dst)), shape=(num_items, num_items)).tocsr()
+    g = csr_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(num_items, num_items))
     _, weak = connected_components(g, directed=True, connection="weak")
     _, strong = connected_components(g, directed=True, connection="strong")
     compared = np.zeros(num_items, bool)

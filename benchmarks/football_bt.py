@@ -1,0 +1,164 @@
+"""Maximum-likelihood Bradley-Terry on the real football results, counts given: jaxrank against evalica.
+
+The men's international results of ``shared/data`` (49,520 matches, 337 teams;
+home team in position A, a draw half a win each way, no home advantage) are
+aggregated once, outside every timer, into ordered-pair counts: games, wins
+of A, draws (``np.bincount``). Two questions:
+
+1. **Steady state on the strongly connected set** (316 teams, 49,463 matches,
+   where the ML scores are finite): jaxrank builds ``Comparisons.from_pairs``
+   from the NumPy counts and runs ``fit_poe_bradley_terry(eps=0)`` (Newton),
+   scores back to NumPy; evalica gets its fastest input prepared outside its
+   timer (one row per pair and outcome with the count as ``weights=``, the
+   ``Winner`` list built beforehand) and runs ``bradley_terry`` to tolerance
+   1e-10. Both maximise the same likelihood; their centred scores are compared.
+2. **All 337 teams**, not strongly connected (some teams never lost, or never
+   won, against the rest: no finite ML scores). jaxrank detects it before the
+   first Newton step, warns, and returns the MAP under an ``N(0, 100)`` score
+   prior (``jaxrank.scoring.existence``); evalica runs as it does.
+
+Each round times every method once, alternating, so machine load hits all
+alike; the table gives the median and [min, max] over ``--repeats`` rounds
+and the median of the per-round ratios. The first call (with compilation) is
+reported apart. ``--busy K`` starts K CPU-spinning processes of its own for the
+timed rounds (a reproducible loaded machine); the load average is recorded
+either way.
+
+    python benchmarks/football_bt.py [--repeats 15] [--busy 0] [--smoke] [--out FILE]
+
+``--smoke`` (5 rounds) writes ``results/football_bt_smoke.{md,csv}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import time
+import warnings
+
+import numpy as np
+
+import _data
+from _report import Report, interleaved, load, machine, spread
+
+
+def _spin():
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy(k: int):
+    """``k`` CPU-spinning processes while the block runs (ended by their handles afterwards)."""
+    procs = [mp.Process(target=_spin, daemon=True) for _ in range(k)]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join()
+
+
+def jaxrank_fit(i, j, games, won, drawn, n):
+    """NumPy counts -> ``fit_poe_bradley_terry(eps=0)`` -> NumPy scores (all timed)."""
+    import jaxrank as jr
+
+    c = jr.Comparisons.from_pairs(i, j, ((won + drawn / 2) / games).astype(np.float32), num_items=n,
+                                  weight=games.astype(np.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sol = jr.fit_poe_bradley_terry(c, eps=0.0)
+        scores = np.asarray(sol.scores, np.float64)
+    return scores, int(sol.iterations), bool(sol.converged), [str(w.message) for w in caught]
+
+
+def centred(x):
+    x = np.asarray(x, np.float64)
+    return x - x.mean()
+
+
+def one_set(rep, label, counts, n, repeats, k_busy):
+    """First call and interleaved steady rounds of jaxrank and evalica on one count set."""
+    import evalica
+
+    t0 = time.perf_counter()
+    first = jaxrank_fit(*counts, n)
+    t_first = time.perf_counter() - t0
+    ev_in = _data.evalica_inputs(*counts)
+    jr_out, ev_out = {}, {}
+    fns = {"jaxrank": lambda: jr_out.update(r=jaxrank_fit(*counts, n)),
+           "evalica": lambda: ev_out.update(r=_data.evalica_scores(*ev_in, n))}
+    with busy(k_busy):
+        times, loads = interleaved(fns, repeats)
+    ratio = np.asarray(times["evalica"]) / np.asarray(times["jaxrank"])
+    scores, iters, conv, warned = jr_out["r"]
+    ev_scores, ev_iters = ev_out["r"]
+    rep.table(["method", "ms, median [min, max]", "evalica / jaxrank, median of rounds [min, max]"], [
+        ["jaxrank `fit_poe_bradley_terry(eps=0)`, steady", spread(times["jaxrank"], 1e3, "{:.1f}"),
+         spread(ratio, 1, "{:.2f}") + "x"],
+        [f"evalica {evalica.__version__} `bradley_terry(weights=)`, steady", spread(times["evalica"], 1e3, "{:.1f}"),
+         "1"],
+        ["jaxrank first call (incl. compilation)", f"{1e3 * t_first:.0f}", ""],
+    ])
+    rep.say(f"{repeats} rounds; load average over the rounds {min(loads):.2f}-{max(loads):.2f}"
+            f"{f' with {k_busy} spinning processes of this benchmark' if k_busy else ''}. jaxrank: "
+            f"{iters} Newton steps, converged {conv}; evalica: {ev_iters} iterations.")
+    for k, name in ((0, "jaxrank"), (1, "evalica")):
+        rep.row(part=label, method=name, median_ms=1e3 * np.median(times[name]), min_ms=1e3 * min(times[name]),
+                max_ms=1e3 * max(times[name]), ratio_median=float(np.median(ratio)) if k == 0 else 1.0,
+                load_min=min(loads), load_max=max(loads), busy=k_busy, first_call_ms=1e3 * t_first if k == 0 else "")
+    return scores, ev_scores, warned
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--busy", type=int, default=0, help="CPU-spinning processes during the timed rounds")
+    ap.add_argument("--smoke", action="store_true", help="5 rounds")
+    ap.add_argument("--out", default=None, help="output path without suffix (default results/football_bt)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.repeats = min(args.repeats, 5)
+    rep = Report("football_bt", smoke=args.smoke, out=args.out)
+    rep.say("# Football Bradley-Terry, counts given: jaxrank against evalica")
+    rep.say()
+    rep.say(machine() + ". See the module docstring for what is timed.")
+    rep.say()
+    a, b, o, names = _data.football()
+    n_all = len(names)
+    sa, sb, so, keep = _data.strongly_connected(a, b, o, n_all)
+    n_scc = len(keep)
+
+    rep.say(f"## 1. Strongly connected set: {len(sa):,} matches among {n_scc} teams (ML scores finite)")
+    rep.say()
+    s_jr, s_ev, warned = one_set(rep, "strongly connected", _data.counts(sa, sb, so, n_scc), n_scc, args.repeats,
+                                 args.busy)
+    rep.say(f"Max abs difference of centred scores, jaxrank (float32) vs evalica: "
+            f"{np.abs(centred(s_jr) - centred(s_ev)).max():.1e}; warnings: {len(warned)}.")
+    rep.say()
+
+    rep.say(f"## 2. All {n_all} teams, {len(a):,} matches (not strongly connected: no finite ML scores)")
+    rep.say()
+    m_jr, m_ev, warned = one_set(rep, "all teams", _data.counts(a, b, o, n_all), n_all, args.repeats, args.busy)
+    rep.say("jaxrank's warning (once per call): " + (f"`{warned[0]}`" if warned else "none (unexpected)"))
+    rep.say()
+    sub = centred(m_jr[keep])
+    rep.say(f"On the {n_scc} strongly connected teams, jaxrank's MAP scores (centred on them) differ from their "
+            f"ML scores by at most {np.abs(sub - centred(s_jr)).max():.3f}; outside it, jaxrank's scores span "
+            f"[{np.delete(m_jr, keep).min():.2f}, {np.delete(m_jr, keep).max():.2f}] against "
+            f"[{m_jr[keep].min():.2f}, {m_jr[keep].max():.2f}] inside. evalica's scores outside span "
+            f"[{np.nanmin(np.delete(m_ev, keep)):.2f}, {np.nanmax(np.delete(m_ev, keep)):.2f}] "
+            f"(no finite optimum exists; its values there depend on where its iteration stops).")
+    rep.say()
+    top = np.argsort(-s_jr)[:5]
+    rep.say("jaxrank's top 5 (strongly connected set): " + ", ".join(
+        f"{names[keep[t]]} {s_jr[t] - s_jr.mean():+.2f}" for t in top) + f". Load now {load():.2f}.")
+    rep.say()
+    rep.write()
+
+
+if __name__ == "__main__":
+    main()
