@@ -98,12 +98,46 @@ class Report:
     def write(self):
         self.say(f"Load average (1 min) at the start {self.load_start:.2f}, at the end {load():.2f} "
                  f"(on {os.cpu_count()} cores; other jobs slow every row).")
-        self.md.parent.mkdir(parents=True, exist_ok=True)
-        self.md.write_text("\n".join(self.lines) + "\n")
-        if self.rows:
-            keys = list(dict.fromkeys(k for r in self.rows for k in r))
-            with open(self.csv, "w", newline="") as fh:
-                w = csv.DictWriter(fh, keys)
-                w.writeheader()
-                w.writerows(self.rows)
-        print(f"wrote {self.md}" + (f" and {self.csv}" if self.rows else ""), file=sys.stderr)
+        write_results(self.md.with_suffix(""), self.lines, self.rows)
+
+
+def load_line() -> str:
+    """The load average over 1, 5 and 15 minutes, as ``"a b c"``."""
+    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def _cell(v):
+    return f"{v:.6g}" if isinstance(v, float) else v
+
+
+def write_results(stem, lines, rows=None) -> list[Path]:
+    """Write ``stem.md`` (the report's lines) and, with ``rows``, ``stem.csv`` (floats to 6 digits).
+
+    The one writer of every benchmark (:class:`Report` uses it too).
+
+    Args:
+        stem: path without suffix; a bare name goes under :data:`RESULTS`.
+        lines: the Markdown report, one line per item.
+        rows: dicts, one per CSV row; the header is the union of their keys in first-seen order.
+
+    Returns:
+        The paths written.
+    """
+    stem = Path(stem)
+    if stem.parent == Path("."):
+        stem = RESULTS / stem
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    md = stem.with_suffix(".md")
+    md.write_text("\n".join(lines) + "\n")
+    written = [md]
+    rows = list(rows or [])
+    if rows:
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        with open(stem.with_suffix(".csv"), "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=keys)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: _cell(v) for k, v in r.items()})
+        written.append(stem.with_suffix(".csv"))
+    print("wrote " + " and ".join(str(p) for p in written), file=sys.stderr)
+    return written

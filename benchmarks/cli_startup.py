@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _writer import load as _load, write_results  # benchmarks/ is on sys.path when run as a script
+from _report import load_line as _load, write_results  # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = "left,right,winner\nx,y,left\ny,z,left\nz,x,right\nx,z,tie\n"

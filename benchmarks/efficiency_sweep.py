@@ -44,7 +44,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from poe_protocol import SCORERS as _PROTOCOL_SCORERS, np_scorer  # noqa: E402
-from _writer import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _report import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 BASELINES = {name: np_scorer(name) for name in _PROTOCOL_SCORERS}
 SCORERS = list(BASELINES) + ["max_likelihood_ranking"]

@@ -68,7 +68,7 @@ from scipy.special import expit, log_expit
 import jaxrank as jr
 from jaxrank import metrics, scorer_table
 from jaxrank.data import label_matrix, load_dataset
-from _writer import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _report import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 # ----------------------------------------------------------------- simulated judge
 K = 1.0            # slope on the human-score difference (scores are 1-5)

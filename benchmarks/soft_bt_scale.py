@@ -25,7 +25,7 @@ from scipy import optimize
 from scipy.special import expit, log_expit
 
 import jaxrank as jr
-from _writer import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _report import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def make_problem(n, r, seed):
