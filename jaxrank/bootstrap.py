@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _batching, _multinomial
+from jaxrank import _batching, _deprecation, _multinomial
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
@@ -135,8 +135,8 @@ def _outcome_scorer(scorer, kwargs):
     return run
 
 
-def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, key=None, seed: int = 0,
-                       chunks: int = 4, draws=None, **scorer_kwargs):
+def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, key=None,
+                       seed=_deprecation.UNSET, chunks: int = 4, draws=None, **scorer_kwargs):
     """Bootstrap over the raw outcomes behind count-aggregated comparisons (one context).
 
     For count data (e.g. Arena battles summed per ordered pair), comparison
@@ -162,8 +162,9 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
             numbers) and whose ``p * weight`` count A's wins plus half its
             draws (whole numbers once the draws are taken out).
         num_replicates: ``B``.
-        key: a ``jax.random`` key for the resampling (default ``jax.random.key(seed)``).
-        seed: used only without ``key``.
+        key: a ``jax.random`` key for the resampling, as in :func:`bootstrap`
+            (default ``jax.random.key(0)``).
+        seed: deprecated (an int seed, the old name of ``key``); ``key=jax.random.key(seed)``.
         chunks: number of calls (``B`` is rounded up to a multiple of it; the
             extra replicates are dropped). More chunks use less memory.
         draws: optional ``[R]`` number of drawn outcomes of every comparison
@@ -208,7 +209,10 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
         run = _outcome_scorer(scorer, tuple(sorted(scorer_kwargs.items())))
     except TypeError as err:
         raise ValueError(f"scorer_kwargs must be hashable: {err}") from None
-    key = jax.random.key(seed) if key is None else key
+    key = _deprecation.renamed_keyword("bootstrap_outcomes", "seed", "key", seed, key)
+    if isinstance(key, (int, np.integer)):          # the deprecated int seed
+        key = jax.random.key(int(key))
+    key = jax.random.key(0) if key is None else key
     frac = jnp.asarray(tree.frac, dt)
     with _batching.single_threaded_lapack():     # the scorer's factorisations (see _batching)
         out = [run(c, jax.random.fold_in(key, b), frac, tree.starts, tree.ends, live, np.asarray(m, dt),

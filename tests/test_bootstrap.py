@@ -137,7 +137,7 @@ def test_bootstrap_outcomes_resamples_raw_outcomes_multinomially():
     a, b, g, won, n = _count_data(1)
     c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
     cells = lambda cc: jnp.stack([cc.weight, cc.p * cc.weight], -1)      # the replicate's counts
-    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=2000, seed=3), np.float64)
+    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=2000, key=jax.random.key(3)), np.float64)
     games, wins = rep[..., 0], rep[..., 1]
     m = g.sum()
     np.testing.assert_allclose(games.sum(-1), m)                           # M outcomes in every replicate
@@ -166,7 +166,7 @@ def test_bootstrap_outcomes_draws_on_the_device_from_its_key():
     np.testing.assert_array_equal(one, np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=8, key=k)))
     assert not np.array_equal(one, np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=8,
                                                                     key=jax.random.key(12))))
-    np.testing.assert_array_equal(jr.bootstrap_outcomes(games, c, num_replicates=8, seed=5),
+    np.testing.assert_array_equal(jr.bootstrap_outcomes(games, c, num_replicates=8, key=jax.random.key(5)),
                                   jr.bootstrap_outcomes(games, c, num_replicates=8, key=jax.random.key(5)))
     big = jr.Comparisons.from_pairs(a[:2], b[:2], np.array([0.5, 0.5]), num_items=n,
                                     weight=np.array([2.0**24, 2.0]))
@@ -177,7 +177,7 @@ def test_bootstrap_outcomes_draws_on_the_device_from_its_key():
 def test_bootstrap_outcomes_spread_matches_the_fisher_standard_error():
     a, b, g, won, n = _count_data(2, pairs=60, games=200)
     c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
-    reps = np.asarray(jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=600, seed=0, eps=0.0))
+    reps = np.asarray(jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=600, key=jax.random.key(0), eps=0.0))
     s = np.asarray(jr.poe_bradley_terry(c, eps=0.0), np.float64)
     q = 1 / (1 + np.exp(-(s[a] - s[b])))                                   # float64 Fisher information at the MLE
     h = g * q * (1 - q)
@@ -207,7 +207,7 @@ def test_bootstrap_outcomes_with_draws_resamples_three_categories():
     d = np.floor(rng.random(len(g)) * (g - won + 1))                       # draws among the games A did not win
     c = jr.Comparisons.from_pairs(a, b, (won + d / 2) / g, num_items=n, weight=g)
     cells = lambda cc: jnp.stack([cc.weight, cc.p * cc.weight], -1)
-    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=3000, seed=1, draws=d), np.float64)
+    rep = np.asarray(jr.bootstrap_outcomes(cells, c, num_replicates=3000, key=jax.random.key(1), draws=d), np.float64)
     games, wins = rep[..., 0], rep[..., 1]                                   # wins = A's wins + draws / 2
     m = g.sum()
     np.testing.assert_allclose(games.sum(-1), m)
@@ -237,3 +237,15 @@ def test_bootstrap_outcomes_draws_bad_input():
         jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=ok + 0.5)
     with pytest.raises(ValueError, match="draws must count"):
         jr.bootstrap_outcomes(jr.poe_bradley_terry, c, num_replicates=4, draws=g + 1)
+
+
+def test_bootstrap_outcomes_seed_is_the_deprecated_name_of_key():
+    a, b, g, won, n = _count_data(2, n=5, pairs=12, games=20)
+    c = jr.Comparisons.from_pairs(a, b, won / g, num_items=n, weight=g)
+    games = lambda cc: jnp.stack([cc.weight, cc.p * cc.weight], -1)
+    new = np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=4, key=jax.random.key(7)))
+    with pytest.warns(DeprecationWarning, match="seed"):
+        old = np.asarray(jr.bootstrap_outcomes(games, c, num_replicates=4, seed=7))
+    np.testing.assert_array_equal(old, new)
+    with pytest.raises(ValueError, match="key= only"):
+        jr.bootstrap_outcomes(games, c, num_replicates=4, seed=7, key=jax.random.key(7))
