@@ -83,15 +83,17 @@ TOL_BT = 1e-3
 
 # =================================================================== data + judge
 def simulate_judge(h, seed):
-    """``p [C, N(N-1)]`` for the ordered pairs ``(a, b)``; returns ``p, a, b``."""
+    """``p [C, N(N-1)]`` for the ordered pairs ``(a, b)``; returns ``p, a, b``.
+
+    :func:`jaxrank.simulate_judge` with ``scale = 1`` (so ``K`` is per human-score point):
+    ``p = sigmoid(K (h_a - h_b) + BIAS + K (u_a - u_b) + e_ab)``.
+    """
     c, n = h.shape
     a, b = np.nonzero(~np.eye(n, dtype=bool))
-    rng = np.random.default_rng(seed)
-    u = ITEM_NOISE * rng.standard_normal((c, n))
-    e = PAIR_NOISE * rng.standard_normal((c, len(a)))
-    logit = K * (h[:, a] - h[:, b]) + BIAS + K * (u[:, a] - u[:, b]) + e
+    params = jr.JudgeParams(slope=K, bias=BIAS, item_noise=ITEM_NOISE, pair_noise=PAIR_NOISE, scale=1.0)
+    probs = np.asarray(jr.simulate_judge(jax.random.key(seed), h, np.ones(h.shape, bool), params=params).probs)
     # float32 once, so both sides see bit-identical probabilities (and decisions).
-    return expit(logit).astype(np.float32), a, b
+    return probs[:, a, b].astype(np.float32), a, b
 
 
 def judge_stats(h, p, a, b):
