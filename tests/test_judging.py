@@ -89,6 +89,35 @@ def test_cached_judge_equals_full_forward(tiny):
                                        for a, b in zip(i[::-1][:5], j[::-1][:5])], atol=1e-5)
 
 
+def test_progress_is_told_of_every_batch(tiny, tmp_path, monkeypatch):
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=2)
+    i, j = np.nonzero(~np.eye(4, dtype=bool))
+    calls = []
+    res = judge.compare(CTX, CANDS, i, j, progress=calls.append)
+    # one call per B batch: each A (4 of them) has 3 comparisons, cut into batches of at most 2
+    assert sum(calls) == len(i) == res.p.shape[0] and len(calls) >= 8 and max(calls) <= 2
+    # the run loop moves its bar by the same batches, and counts each comparison once
+    cs = ContextSet(["c0"], [CTX], [["a", "b", "c", "d"]], [list(CANDS)], None)
+
+    updates = []
+
+    class FakeBar:
+        def __init__(self, total, **kw):
+            self.total = total
+
+        def update(self, k):
+            updates.append(k)
+
+        def close(self):
+            pass
+
+    import jaxrank.assessment.run as run_module
+
+    monkeypatch.setattr(run_module, "tqdm", FakeBar)
+    judge_contexts(judge, cs, tmp_path / "s.jsonl", progress=True)
+    assert sum(updates) == 12 and len(updates) >= 8
+
+
 def _brute_force_padded_tokens(lengths, batch_size):
     """Fewest padded tokens over every cut of the sorted rows into consecutive batches (exhaustive)."""
     n, best = len(lengths), None
