@@ -1,0 +1,321 @@
+"""Learning judge calibrations (and any expert parameters) from data with optax.
+
+Two objectives, both over a padded batch of contexts ``[C, R]`` in one
+vectorised expression (no Python loop over contexts), minimised by :func:`fit`
+(an optax optimiser, every step inside one compiled ``lax.scan``):
+
+**(a) Unsupervised: the marginal likelihood of the judge outputs**
+(:func:`marginal_nll`). The calibrated logit margin ``y_k = f_j(x_k)``,
+``x_k = logit p_k`` (:mod:`jaxrank.calibration`), is modelled as a Gaussian
+expert on the score difference (PoE eq. 4) with a Gaussian prior on the scores:
+
+    y_k = s_{i_k} - s_{j_k} + e_k,   e_k ~ N(0, sigma^2 / w_k),   s ~ N(0, tau^2 I).
+
+Marginally ``y ~ N(0, Sigma)``, ``Sigma = sigma^2 D^-1 + tau^2 W W^T`` (``W`` the
+``[R, N]`` incidence matrix, ``D = diag(w)`` over live comparisons), and the
+density of the judge's raw margins ``x`` is, by the change of variables ``y = f(x)``,
+
+    -log p(x) = 1/2 y^T Sigma^-1 y + 1/2 log det Sigma + R/2 log 2 pi - sum_k log f'(x_k)       (E1)
+
+evaluated in item space (``N x N``, never ``R x R``) by Woodbury and the
+matrix-determinant lemma with ``L = W^T D W`` (the weighted Laplacian) and
+``M = I / tau^2 + L / sigma^2``, ``b = W^T D y``:
+
+    y^T Sigma^-1 y = y^T D y / sigma^2 - b^T M^-1 b / sigma^4,
+    log det Sigma = sum_k log(sigma^2 / w_k) + 2 N log tau + log det M.                       (E2)
+
+This is the evidence of PoE-g (PoE eq. 7-8 with a proper score prior; its
+posterior mean ``M^-1 b / sigma^2`` tends to PoE-g as ``tau -> inf``). ``sigma`` is
+fixed (1 by default: it sets the units of ``f``), ``tau`` is learnt
+(:class:`EvidenceParams`). The Jacobian term makes the loss a density of the
+judge's own outputs, so the scale of ``f`` is identified: a noisier judge gets a
+smaller slope (less pull on the scores in a product of judges).
+
+**(b) Supervised: agreement with human scores** (:func:`ranking_loss`): the
+scores of any differentiable scorer on the calibrated comparisons against the
+human order, by the pairwise logistic loss (RankNet) or a soft Spearman, both on
+per-context standardised scores ``z = (s - mean s) / std s``:
+
+    pairwise:  mean over pairs h_a > h_b of  log(1 + exp(-(z_a - z_b) / T))                 (L1)
+    spearman:  -pearson(soft_rank(z), rank(h)),  soft_rank_a = 1/2 + sum_b sigmoid((z_a - z_b) / T)   (L2)
+
+averaged over contexts. The scorer is a function ``score_fn(params, c, judge)``
+(:func:`calibrated` wraps any ``scorer(c)``, e.g. :func:`jaxrank.poe_gaussian` or
+:func:`jaxrank.poe_bradley_terry`, both differentiable in ``p``), so a scorer with
+its own learnable parameters plugs in by taking them inside ``params``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxrank import metrics
+from jaxrank.calibration import Calibration, calibrate, calibrate_logits, log_derivative, logit
+from jaxrank.comparisons import Comparisons
+from jaxrank.scoring.gaussian import poe_gaussian
+
+__all__ = ["EvidenceParams", "FitResult", "gaussian_evidence_nll", "marginal_nll", "calibrated",
+           "pairwise_logistic_loss", "soft_spearman", "ranking_loss", "fit", "make_step", "heldout_spearman",
+           "split_contexts", "CALIBRATED_POE_GAUSSIAN"]
+
+
+class EvidenceParams(NamedTuple):
+    """Parameters of the unsupervised objective (E1).
+
+    Attributes:
+        calibration: the judges' calibration (:mod:`jaxrank.calibration`).
+        log_prior_scale: scalar ``log tau``, the prior scale of the scores.
+    """
+
+    calibration: Any
+    log_prior_scale: jax.Array
+
+
+class FitResult(NamedTuple):
+    """Output of :func:`fit`: the final parameters and the loss before every step ``[steps]``."""
+
+    params: Any
+    losses: jax.Array
+
+
+def _incidence(c: Comparisons):
+    """``[..., R, N]`` rows ``e_i - e_j`` of the incidence matrix ``W``."""
+    return (jax.nn.one_hot(c.i, c.num_items, dtype=c.p.dtype) - jax.nn.one_hot(c.j, c.num_items, dtype=c.p.dtype))
+
+
+def gaussian_evidence_nll(c: Comparisons, y, log_prior_scale, noise_scale=1.0) -> jax.Array:
+    """``-log N(y; 0, Sigma)`` per context, eq. (E1) without the Jacobian, evaluated by (E2).
+
+    Args:
+        c: comparisons ``[..., R]`` (weights: precision multipliers; weight 0 is padding and drops out).
+        y: ``[..., R]`` the Gaussian experts' means (e.g. calibrated logit margins).
+        log_prior_scale: ``log tau`` (scalar or broadcastable to the batch).
+        noise_scale: ``sigma``.
+
+    Returns:
+        ``[...]`` negative log evidence of every context.
+    """
+    w = c.weight
+    live = w > 0
+    y = jnp.where(live, y, 0)
+    e = _incidence(c)
+    lap = jnp.einsum("...rn,...r,...rm->...nm", e, w, e)
+    b = jnp.einsum("...rn,...r->...n", e, w * y)
+    s2 = jnp.asarray(noise_scale, y.dtype) ** 2
+    log_tau = jnp.asarray(log_prior_scale, y.dtype)
+    eye = jnp.eye(c.num_items, dtype=y.dtype)
+    m = eye * jnp.exp(-2 * log_tau)[..., None, None] + lap / s2
+    chol = jnp.linalg.cholesky(m)
+    v = jax.scipy.linalg.solve_triangular(chol, b[..., None], lower=True)[..., 0]
+    quad = jnp.sum(w * y * y, -1) / s2 - jnp.sum(v * v, -1) / s2 ** 2
+    logdet_m = 2 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
+    logdet = (jnp.sum(jnp.where(live, jnp.log(s2) - jnp.log(jnp.where(live, w, 1)), 0), -1)
+              + 2 * c.num_items * log_tau + logdet_m)
+    n_live = jnp.sum(live, -1).astype(y.dtype)
+    return 0.5 * quad + 0.5 * logdet + 0.5 * n_live * math.log(2 * math.pi)
+
+
+def marginal_nll(params: EvidenceParams, c: Comparisons, judge=None, *, noise_scale=1.0, eps=1e-6) -> jax.Array:
+    """The unsupervised loss (E1): negative log-likelihood of the judge outputs per live comparison.
+
+    ``sum over contexts of -log p(x)`` (Gaussian evidence of the calibrated margins
+    plus the log-Jacobian of the calibration), divided by the number of live
+    comparisons so that step sizes do not depend on the batch size.
+
+    Args:
+        params: :class:`EvidenceParams`.
+        c: comparisons ``[..., R]``.
+        judge: ``[..., R]`` integer judge ids (default 0).
+        noise_scale: ``sigma``, the fixed expert noise in calibrated logit units.
+        eps: ``p`` is clipped to ``[eps, 1 - eps]`` before the logit.
+
+    Returns:
+        Scalar loss.
+    """
+    x = logit(c.p, eps)
+    y = calibrate_logits(params.calibration, x, judge)
+    live = c.weight > 0
+    jac = jnp.sum(jnp.where(live, log_derivative(params.calibration, x, judge), 0))
+    nll = jnp.sum(gaussian_evidence_nll(c, y, params.log_prior_scale, noise_scale)) - jac
+    return nll / jnp.maximum(jnp.sum(live), 1)
+
+
+def calibrated(scorer: Callable[[Comparisons], jax.Array]) -> Callable:
+    """``score_fn(calibration, c, judge) = scorer(calibrate(calibration, c, judge))``: a scorer of calibrated comparisons.
+
+    ``scorer`` must be differentiable in ``p`` (:func:`jaxrank.poe_gaussian`,
+    :func:`jaxrank.poe_bradley_terry`, or any ``Comparisons -> [..., N]`` function).
+    """
+    def score_fn(params: Calibration, c: Comparisons, judge=None):
+        return scorer(calibrate(params, c, judge))
+    score_fn.__name__ = f"calibrated_{getattr(scorer, '__name__', 'scorer')}"
+    return score_fn
+
+
+CALIBRATED_POE_GAUSSIAN = calibrated(poe_gaussian)
+"""PoE-g (:func:`jaxrank.poe_gaussian`) of calibrated comparisons: the default ``score_fn``."""
+
+
+def _standardise(scores, mask):
+    m = mask.astype(scores.dtype)
+    n = jnp.maximum(jnp.sum(m, -1, keepdims=True), 1)
+    mean = jnp.sum(m * scores, -1, keepdims=True) / n
+    var = jnp.sum(m * (scores - mean) ** 2, -1, keepdims=True) / n
+    return jnp.where(mask, (scores - mean) * jax.lax.rsqrt(var + 1e-12), 0)
+
+
+def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Array:
+    """Eq. (L1) per context: mean over real pairs with ``h_a > h_b`` of ``softplus(-(z_a - z_b) / T)``.
+
+    Args:
+        scores, labels: ``[..., N]`` predicted and human scores.
+        mask: bool ``[..., N]`` real items.
+        temperature: ``T``, on the standardised scores.
+
+    Returns:
+        ``[...]``; NaN for a context without two different human scores.
+    """
+    z = _standardise(scores, mask)
+    better = (labels[..., :, None] > labels[..., None, :]) & mask[..., :, None] & mask[..., None, :]
+    loss = jax.nn.softplus(-(z[..., :, None] - z[..., None, :]) / temperature)
+    cnt = jnp.sum(better, (-2, -1))
+    return jnp.where(cnt > 0, jnp.sum(jnp.where(better, loss, 0), (-2, -1)) / jnp.maximum(cnt, 1), jnp.nan)
+
+
+def soft_spearman(scores, labels, mask, *, temperature=0.1) -> jax.Array:
+    """Eq. (L2) without the sign: Pearson of the soft ranks of ``z`` with the human average ranks, per context.
+
+    Tends to the Spearman correlation as ``T -> 0``. NaN where either side is constant.
+    """
+    z = _standardise(scores, mask)
+    pair = mask[..., :, None] & mask[..., None, :]
+    soft = 0.5 + jnp.sum(jnp.where(pair, jax.nn.sigmoid((z[..., :, None] - z[..., None, :]) / temperature), 0), -1)
+    return metrics.pearson(soft, metrics.average_ranks(labels, where=mask), where=mask)
+
+
+def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Callable | None = None, kind: str = "pairwise",
+                 temperature: float | None = None) -> jax.Array:
+    """The supervised loss: (L1) or ``-(L2)`` of ``score_fn(params, c, judge)`` against human scores, mean over contexts.
+
+    Args:
+        params: the learnt parameters (a calibration, or any pytree ``score_fn`` reads).
+        c: comparisons ``[C, R]`` of the labelled contexts; ``judge`` their judge ids.
+        labels, mask: ``[C, N]`` human scores and real candidates.
+        score_fn: ``(params, c, judge) -> [C, N]`` scores, differentiable in ``params``
+            (default :data:`CALIBRATED_POE_GAUSSIAN`).
+        kind: ``"pairwise"`` (L1) or ``"spearman"`` (L2).
+        temperature: ``T`` (default 1 for ``"pairwise"``, 0.1 for ``"spearman"``).
+
+    Returns:
+        Scalar; contexts with constant human scores are skipped.
+    """
+    scores = (score_fn or CALIBRATED_POE_GAUSSIAN)(params, c, judge)
+    if kind == "pairwise":
+        per = pairwise_logistic_loss(scores, labels, mask, temperature=1.0 if temperature is None else temperature)
+    elif kind == "spearman":
+        per = -soft_spearman(scores, labels, mask, temperature=0.1 if temperature is None else temperature)
+    else:
+        raise ValueError(f"kind must be 'pairwise' or 'spearman', got {kind!r}")
+    ok = ~jnp.isnan(per)
+    return jnp.sum(jnp.where(ok, per, 0)) / jnp.maximum(jnp.sum(ok), 1)
+
+
+def _with_extra_args(optimizer):
+    if optimizer is None:
+        return optax.adam(0.05)
+    if not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
+    return optax.with_extra_args_support(optimizer)
+
+
+def make_step(loss_fn: Callable, optimizer=None) -> tuple[Callable, Callable]:
+    """``(init, step)`` of one optax step on ``loss_fn(params, *args)``; ``step`` is jitted once per shape.
+
+    ``init(params) -> state``; ``step(params, state, *args) -> (params, state, loss)``,
+    ``loss`` before the step. Works with first-order optimisers (``optax.adam``) and
+    with ``optax.lbfgs`` (it receives ``value``, ``grad`` and ``value_fn``).
+    """
+    opt = _with_extra_args(optimizer)
+
+    @jax.jit
+    def step(params, state, *args):
+        value_fn = lambda q: loss_fn(q, *args)
+        value, grad = jax.value_and_grad(value_fn)(params)
+        updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=value_fn)
+        return optax.apply_updates(params, updates), state, value
+
+    return opt.init, step
+
+
+@functools.partial(jax.jit, static_argnames=("loss_fn", "optimizer", "steps"))
+def _fit(params, args, loss_fn, optimizer, steps):
+    def value_fn(q):
+        return loss_fn(q, *args)
+
+    def body(carry, _):
+        q, state = carry
+        value, grad = jax.value_and_grad(value_fn)(q)
+        updates, state = optimizer.update(grad, state, q, value=value, grad=grad, value_fn=value_fn)
+        return (optax.apply_updates(q, updates), state), value
+
+    (params, _), losses = jax.lax.scan(body, (params, optimizer.init(params)), None, length=steps)
+    return FitResult(params, losses)
+
+
+def fit(loss_fn: Callable, params, *args, optimizer=None, steps: int = 200) -> FitResult:
+    """Minimise ``loss_fn(params, *args)`` with an optax optimiser: ``steps`` steps in one compiled ``lax.scan``.
+
+    The data ``args`` (e.g. ``c, judge, labels, mask``) are traced arguments, so a
+    second fit of the same shapes with the same ``loss_fn`` and optimiser object
+    reuses the compiled program.
+
+    Args:
+        loss_fn: scalar loss, differentiable in ``params`` (e.g. :func:`marginal_nll`, or
+            ``functools.partial(ranking_loss, score_fn=...)``); a hashable function.
+        params: initial parameters (any pytree of float arrays).
+        *args: the data, passed on to ``loss_fn``.
+        optimizer: an optax ``GradientTransformation`` (default ``optax.adam(0.05)``);
+            ``optax.lbfgs()`` works too.
+        steps: number of optimiser steps.
+
+    Returns:
+        :class:`FitResult`.
+
+    Raises:
+        ValueError: ``steps`` not a positive int, or ``optimizer`` not an optax transformation.
+    """
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    return _fit(params, args, loss_fn, _with_extra_args(optimizer), int(steps))
+
+
+def heldout_spearman(score_fn: Callable, params, c: Comparisons, judge, labels, mask) -> jax.Array:
+    """Per-context Spearman of ``score_fn(params, c, judge)`` with the human scores ``[C]`` (NaN: constant side).
+
+    The evaluation of a fit on held-out contexts (METHODS.md §7); average with
+    :func:`jaxrank.metrics.context_mean`.
+    """
+    return metrics.spearman(score_fn(params, c, judge), labels, where=mask)
+
+
+def split_contexts(num_contexts: int, test_fraction: float = 0.5, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A random split of context indices into ``(train, test)`` (sorted index arrays).
+
+    Raises:
+        ValueError: fewer than 2 contexts or ``test_fraction`` outside ``(0, 1)``.
+    """
+    if not isinstance(num_contexts, (int, np.integer)) or num_contexts < 2:
+        raise ValueError(f"num_contexts must be an int >= 2, got {num_contexts!r}")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction!r}")
+    perm = np.random.default_rng(seed).permutation(num_contexts)
+    n_test = min(num_contexts - 1, max(1, round(test_fraction * num_contexts)))
+    return np.sort(perm[n_test:]), np.sort(perm[:n_test])
+
