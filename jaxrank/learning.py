@@ -63,7 +63,7 @@ from jaxrank.scoring.gaussian import poe_gaussian
 
 __all__ = ["EvidenceParams", "FitResult", "gaussian_evidence_nll", "marginal_nll", "calibrated",
            "pairwise_logistic_loss", "soft_spearman", "ranking_loss", "fit", "make_step", "heldout_spearman",
-           "split_contexts", "CALIBRATED_POE_GAUSSIAN"]
+           "split_contexts", "CALIBRATED_POE_GAUSSIAN", "logdet_and_quadratic"]
 
 
 class EvidenceParams(NamedTuple):
@@ -90,6 +90,37 @@ def _incidence(c: Comparisons):
     return (jax.nn.one_hot(c.i, c.num_items, dtype=c.p.dtype) - jax.nn.one_hot(c.j, c.num_items, dtype=c.p.dtype))
 
 
+@jax.custom_vjp
+def logdet_and_quadratic(m, b) -> tuple[jax.Array, jax.Array]:
+    """``(log det M, b^T M^-1 b)`` of symmetric positive-definite ``m [..., K, K]`` and ``b [..., K]``, by one Cholesky.
+
+    Its gradient is analytic (``d log det M = M^-1``, ``d(b^T M^-1 b) = -u u^T dM + 2 u^T db``,
+    ``u = M^-1 b``), from the same factor: autodiff through ``jnp.linalg.cholesky`` is
+    two to three orders of magnitude slower on CPU from ``K`` of about 32.
+    """
+    return _logdet_quadratic_fwd(m, b)[0]
+
+
+def _logdet_quadratic_fwd(m, b):
+    cf = jax.scipy.linalg.cho_factor(m, lower=True)
+    u = jax.scipy.linalg.cho_solve(cf, b[..., None])[..., 0]
+    logdet = 2 * jnp.sum(jnp.log(jnp.diagonal(cf[0], axis1=-2, axis2=-1)), -1)
+    return (logdet, jnp.sum(b * u, -1)), (cf[0], u)
+
+
+def _logdet_quadratic_bwd(res, ct):
+    chol, u = res
+    g_logdet, g_quad = ct
+    eye = jnp.broadcast_to(jnp.eye(chol.shape[-1], dtype=chol.dtype), chol.shape)
+    inv = jax.scipy.linalg.cho_solve((chol, True), eye)
+    inv = 0.5 * (inv + jnp.swapaxes(inv, -1, -2))
+    dm = g_logdet[..., None, None] * inv - g_quad[..., None, None] * u[..., :, None] * u[..., None, :]
+    return dm, 2 * g_quad[..., None] * u
+
+
+logdet_and_quadratic.defvjp(_logdet_quadratic_fwd, _logdet_quadratic_bwd)
+
+
 def gaussian_evidence_nll(c: Comparisons, y, log_prior_scale, noise_scale=1.0) -> jax.Array:
     """``-log N(y; 0, Sigma)`` per context, eq. (E1) without the Jacobian, evaluated by (E2).
 
@@ -112,10 +143,8 @@ def gaussian_evidence_nll(c: Comparisons, y, log_prior_scale, noise_scale=1.0) -
     log_tau = jnp.asarray(log_prior_scale, y.dtype)
     eye = jnp.eye(c.num_items, dtype=y.dtype)
     m = eye * jnp.exp(-2 * log_tau)[..., None, None] + lap / s2
-    chol = jnp.linalg.cholesky(m)
-    v = jax.scipy.linalg.solve_triangular(chol, b[..., None], lower=True)[..., 0]
-    quad = jnp.sum(w * y * y, -1) / s2 - jnp.sum(v * v, -1) / s2 ** 2
-    logdet_m = 2 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1)
+    logdet_m, bmb = logdet_and_quadratic(m, b)
+    quad = jnp.sum(w * y * y, -1) / s2 - bmb / s2 ** 2
     logdet = (jnp.sum(jnp.where(live, jnp.log(s2) - jnp.log(jnp.where(live, w, 1)), 0), -1)
               + 2 * c.num_items * log_tau + logdet_m)
     n_live = jnp.sum(live, -1).astype(y.dtype)
