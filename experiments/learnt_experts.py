@@ -8,7 +8,9 @@ split in half. A calibration of the judge (:mod:`jaxrank.calibration`) is learnt
   outputs (Gaussian evidence of the calibrated logit margins, eq. E1 of
   :mod:`jaxrank.learning`; needs no human scores);
 * ``sup``: temperature + bias, and ``sup-spline`` a monotone spline, to the pairwise
-  logistic loss (eq. L1) of the calibrated scorer's scores against the human order.
+  logistic loss (eq. L1) of the calibrated PoE-g scores against the human order, on
+  random subsets of the train contexts at the budgets below the full set (on the full,
+  symmetric set a positional bias cancels out of the scores and could not be learnt).
 
 Every method is then scored on the *test* half across budgets (fractions of the
 ``N(N-1)`` comparisons, nested random subsets, ``--subsets`` per budget): the mean over
@@ -98,8 +100,14 @@ def full_comparisons(jm, idx):
     return Comparisons(c.i, c.j, c.p, c.weight, jnp.asarray(jm.mask[idx]), c.num_items)
 
 
-def learn(judges, train, labels, mask, steps):
-    """Every learnt calibration of ``judges`` (a list of JudgeMatrix) on the train contexts."""
+def learn(judges, train, labels, mask, steps, seed=0):
+    """Every learnt calibration of ``judges`` (a list of JudgeMatrix) on the train contexts.
+
+    The unsupervised fit sees every comparison of the train contexts. The supervised fits
+    see what the scorer will see at test time: ``TRAIN_SUBSETS`` random subsets per train
+    context, one per budget of ``FRACTIONS`` below 1 (on the full, symmetric set a
+    positional bias cancels out of the scores, so the ranking loss could not learn it).
+    """
     parts = [full_comparisons(j, train) for j in judges]
     c, judge = cal.concatenate_judges(parts)
     nj = len(judges)
@@ -107,10 +115,25 @@ def learn(judges, train, labels, mask, steps):
     ev = learning.fit(learning.marginal_nll, learning.EvidenceParams(cal.identity_temperature_bias(nj), jnp.zeros(())),
                       c, judge, steps=steps)
     out["unsup"] = ev.params.calibration
-    lab, m = jnp.asarray(labels[train]), jnp.asarray(mask[train])
+    n = mask.shape[-1]
+    full = n * (n - 1)
+    fractions = [f for f in FRACTIONS if f < 1]
+    key = jax.random.fold_in(jax.random.key(seed), 1000)
+    subsets = []
+    for k, jm in enumerate(judges):
+        jt = studies.JudgeMatrix(*(x[train] for x in jm[:4]), jm.name)
+        sel = studies.select_nested(jt, num_subsets=len(fractions), max_budget=full, key=jax.random.fold_in(key, k))
+        live = np.arange(full)[None, :] < (np.array(fractions) * full / nj).round()[:, None]     # [F, R]
+        subsets.append(Comparisons(sel.i, sel.j, sel.p, sel.weight * jnp.asarray(live[:, None, :], sel.weight.dtype),
+                                   sel.item_mask, sel.num_items))
+    sub, sub_judge = cal.concatenate_judges(subsets)
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    sub, sub_judge = jax.tree.map(flat, sub), flat(sub_judge)
+    lab = jnp.tile(jnp.asarray(labels[train]), (len(fractions), 1))
+    m = jnp.tile(jnp.asarray(mask[train]), (len(fractions), 1))
     for name, p0 in (("sup", cal.identity_temperature_bias(nj)), ("sup-spline", cal.identity_spline(nj))):
         loss = functools.partial(learning.ranking_loss, score_fn=LEARNT_G)
-        out[name] = learning.fit(loss, p0, c, judge, lab, m, steps=steps).params
+        out[name] = learning.fit(loss, p0, sub, sub_judge, lab, m, steps=steps).params
     return out
 
 
@@ -129,10 +152,10 @@ def study(name, judges, labels, mask, args, say):
     full = n * (n - 1)
     budgets = np.array(sorted({max(n - 1, round(f * full)) for f in FRACTIONS}), np.int32)
     t0 = time.perf_counter()
-    learnt = {"judge 1": learn(judges[:1], train, labels, mask, args.steps)}
+    learnt = {"judge 1": learn(judges[:1], train, labels, mask, args.steps, args.seed)}
     if len(judges) > 1:
-        learnt["judge 2"] = learn(judges[1:2], train, labels, mask, args.steps)
-        learnt["product"] = learn(judges, train, labels, mask, args.steps)
+        learnt["judge 2"] = learn(judges[1:2], train, labels, mask, args.steps, args.seed)
+        learnt["product"] = learn(judges, train, labels, mask, args.steps, args.seed)
     t_learn = time.perf_counter() - t0
     key = jax.random.key(args.seed)
     sels = []
