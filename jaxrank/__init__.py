@@ -54,7 +54,8 @@ _LAZY: dict[str, str] = {
 """Every public function and class, by the module it is loaded from on first use."""
 
 _SUBMODULES = frozenset({
-    "assessment", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges", "metrics",
+    "assessment", "calibration", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges",
+    "learning", "metrics",
     "models", "scorer_table", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })
 """Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
