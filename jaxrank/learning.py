@@ -96,7 +96,8 @@ def logdet_and_quadratic(m, b) -> tuple[jax.Array, jax.Array]:
 
     Its gradient is analytic (``d log det M = M^-1``, ``d(b^T M^-1 b) = -u u^T dM + 2 u^T db``,
     ``u = M^-1 b``), from the same factor: autodiff through ``jnp.linalg.cholesky`` is
-    two to three orders of magnitude slower on CPU from ``K`` of about 32.
+    two to three orders of magnitude slower on CPU from ``K`` of about 32. Reverse mode only
+    (``jax.grad``, ``jax.vjp``; a ``custom_vjp``).
     """
     return _logdet_quadratic_fwd(m, b)[0]
 
