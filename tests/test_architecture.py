@@ -59,7 +59,7 @@ FLOORS = {
     # 1 scorers
     "jaxrank.scoring": 1,
     # 2 statistics of scores and judges: debiasing, uncertainty, bootstrap, simulated judges, sharding
-    "jaxrank.debias": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2, "jaxrank.simulate": 2,
+    "jaxrank.debias": 2, "jaxrank.fairness": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2, "jaxrank.simulate": 2,
     "jaxrank.sharding": 2, "jaxrank.scorer_table": 2,
     # 3 which comparisons to make
     "jaxrank.selection": 3,

@@ -283,6 +283,8 @@ class _Log:
                 with open(self.path, "r+b") as f:
                     f.truncate(min(good, len(raw)))
         old = next((e for e in self.events if e.get("event") == "config"), None)
+        if old is None and self.events:
+            raise ValueError(f"{self.path} holds events but no search config; not a log of this search")
         if old is None:
             self.write({"event": "config", **config})
         elif {k: v for k, v in old.items() if k != "event"} != config:
