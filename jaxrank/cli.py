@@ -160,9 +160,10 @@ def _zepo(args):
 
     for name in ("sample_contexts", "budget", "population", "batch_size"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"jaxrank: --{name.replace('_', '-')} must be >= 1")
-    if args.epochs < 0 or args.temperature < 0:
-        raise SystemExit("jaxrank: --epochs and --temperature must be >= 0")
+            raise SystemExit(f"jaxrank: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("epochs", "temperature"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
     cs = _contexts(args)
     judge = _make_judge(args)
     if not hasattr(judge, "compare_templates"):

@@ -283,3 +283,22 @@ def test_template_file_round_trip(tmp_path):
     (tmp_path / "bad.txt").write_text("no placeholders")
     with pytest.raises(ValueError, match="bad.txt"):
         zepo.load_template(tmp_path / "bad.txt")
+
+
+def test_cli_zepo_options_and_template_file(tmp_path, capsys):
+    import argparse
+
+    from jaxrank import cli
+
+    for bad in (["--population", "0"], ["--budget", "0"], ["--epochs", "-1"]):
+        with pytest.raises(SystemExit, match=bad[0]):
+            cli.main(["zepo", "--no-compilation-cache", *bad])
+    t = zepo.save_template(zepo.with_instruction(SEED, "Better coherence? A or B."), tmp_path / "best.json")
+    ns = argparse.Namespace(template=str(t), data="summeval", aspect="coherence")
+    assert cli._template_option(ns).text.endswith("Better coherence? A or B.")
+    assert cli._template_option(argparse.Namespace(template="zepo", data="summeval", aspect="coherence")) == SEED
+    with pytest.raises(ValueError, match="no file"):
+        cli._template_option(argparse.Namespace(template=str(tmp_path / "none.json"), data="summeval",
+                                                aspect="coherence"))
+    for command in ("judge", "assess"):
+        assert cli._parser().parse_args([command, "--template", str(t)]).template == str(t)
