@@ -37,7 +37,7 @@ from jaxrank.assessment.zepo import with_instruction
 from jaxrank.data import load_dataset
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import pairwise_template
-from jaxrank.models.llama import LlamaConfig, LlamaModel
+from jaxrank.models.llama import LlamaModel
 from jaxrank.models.loading import load_model
 
 INSTRUCTIONS = [
