@@ -163,10 +163,12 @@ def main(argv=None):
     rows = []
     for key, c in prompts.items():
         rho = spearman_per_context(store, judge.name, key, sample, s_labels)
-        rho_p = spearman_per_context(store, judge.name, key, sample, s_labels, debias="permutation")
+        rho_w = spearman_per_context(store, judge.name, key, sample, s_labels, method="win_ratio")
+        rho_wp = spearman_per_context(store, judge.name, key, sample, s_labels, method="win_ratio",
+                                      debias="permutation")
         rows.append({**{k: c[k] for k in ("epoch", "template_key", "decision_rate", *OBJECTIVES)},
-                     "spearman": float(np.nanmean(rho)), "spearman_permutation": float(np.nanmean(rho_p)),
-                     "instruction": c["instruction"]})
+                     "spearman": float(np.nanmean(rho)), "spearman_win_ratio": float(np.nanmean(rho_w)),
+                     "spearman_win_ratio_permutation": float(np.nanmean(rho_wp)), "instruction": c["instruction"]})
     with open(out / f"{tag}-prompts.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -186,19 +188,29 @@ def main(argv=None):
     e_labels = [eval_cs.labels[eval_cs.ids.index(c)] for c in eval_sample.ids]
     say(f"\n## Seed vs ZEPO prompt on {len(eval_sample.ids)} held-out contexts ({eval_sample.size} comparisons "
         f"per prompt)\n")
-    say("| prompt | debias | fairness | P(A) | Spearman (avg. prob.) | 95% CI |\n|---|---|---|---|---|---|")
+    say("Spearman per context with the human scores, mean and bootstrap 95% interval over contexts. "
+        "average_probability reads soft p and, with both orders judged, already averages the two orders "
+        "(so permutation debiasing leaves it unchanged); win_ratio reads hard decisions, where the "
+        "positional bias bites.\n")
+    say("| prompt | scorer | debias | fairness | P(A) | Spearman | 95% CI | contexts with a defined Spearman |\n"
+        "|---|---|---|---|---|---|---|---|")
     per = {}
+    variants = (("average_probability", "none"), ("win_ratio", "none"), ("win_ratio", "permutation"))
     for k, (label, t) in enumerate((("seed", seed_t), ("ZEPO", res.best))):
         kk = min(k, len(ev["fairness"]) - 1)
-        for debias in ("none", "permutation"):
-            rho = spearman_per_context(store, judge.name, t.key, eval_sample, e_labels, debias=debias)
-            per[(label, debias)] = rho
+        for method, debias in variants:
+            rho = spearman_per_context(store, judge.name, t.key, eval_sample, e_labels, debias=debias,
+                                       method=method)
+            per[(label, method, debias)] = rho
             m, lo, hi = boot_mean(rho, rng, args.bootstrap)
-            say(f"| {label} | {debias} | {ev['fairness'][kk]:+.3f} | {ev['decision_rate'][kk]:.2f} | {m:+.3f} | "
-                f"[{lo:+.3f}, {hi:+.3f}] |")
-    for debias in ("none", "permutation"):
-        m, lo, hi = boot_mean(per[("ZEPO", debias)] - per[("seed", debias)], rng, args.bootstrap)
-        say(f"\nZEPO - seed ({debias}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired over contexts)")
+            say(f"| {label} | {method} | {debias} | {ev['fairness'][kk]:+.3f} | {ev['decision_rate'][kk]:.2f} | "
+                f"{m:+.3f} | [{lo:+.3f}, {hi:+.3f}] | {int(np.sum(~np.isnan(rho)))} / {len(rho)} |")
+    say()
+    for method, debias in variants:
+        d = per[("ZEPO", method, debias)] - per[("seed", method, debias)]
+        m, lo, hi = boot_mean(d, rng, args.bootstrap)
+        say(f"- ZEPO - seed ({method}, {debias}): {m:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired over the "
+            f"{int(np.sum(~np.isnan(d)))} contexts where both are defined)")
     say(f"\noptimised template: {tfile.name}\n\n{res.best.text}")
     say(f"\ntime: search {t_search:.0f} s ({res.judged} comparisons judged this run), held-out judging "
         f"{t_eval:.0f} s, total {time.perf_counter() - t0:.0f} s; load {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
