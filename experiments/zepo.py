@@ -17,7 +17,7 @@ resumes where it stopped. Writes ``zepo[_smoke]-*.{md,csv,png}`` and the optimis
 ``zepo-DATA-ASPECT-JUDGE.json`` (for ``jaxrank assess --template FILE``).
 
     python experiments/zepo.py --smoke                      # ~2 min
-    python experiments/zepo.py                              # SmolLM2-135M, SummEval coherence, ~30 min
+    python experiments/zepo.py                              # SmolLM2-135M, SummEval coherence, ~25 min (resumes)
 """
 
 from __future__ import annotations
@@ -94,12 +94,12 @@ def main(argv=None):
     ap.add_argument("--aspect", default="coherence")
     ap.add_argument("--judge", default="smollm2-135m")
     ap.add_argument("--paraphraser", default=None, help="default: the judge's model")
-    ap.add_argument("--candidates", type=int, default=6, help="candidates per context (first N)")
+    ap.add_argument("--candidates", type=int, default=5, help="candidates per context (first N)")
     ap.add_argument("--search-contexts", default="0:50", help="pool the search sample is drawn from")
     ap.add_argument("--sample-contexts", type=int, default=4)
     ap.add_argument("--budget", type=int, default=None, help="unordered pairs per sample context (default all)")
-    ap.add_argument("--eval-contexts", default="50:60", help="held-out contexts for seed vs ZEPO")
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--eval-contexts", default="50:58", help="held-out contexts for seed vs ZEPO")
+    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--population", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
