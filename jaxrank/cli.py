@@ -6,6 +6,8 @@
     jaxrank assess (the same options) [--methods ...] [--debias ...] [--output DIR]
     jaxrank assess --active [--budget B] [--active-batch K] [--rank-confidence 0.9]
                    [--stop-rule spearman|adjacent] (the other assess options)
+    jaxrank zepo   --data summeval --aspect coherence --judge smollm2-135m [--paraphraser M]
+                   [--sample-contexts 4 --budget 6] [--epochs 5 --population 5] [--output FILE]
 
 ``judge`` writes every judgement to a resumable store as it is produced;
 ``assess`` = judge + aggregate with every scorer + report (Spearman with the
@@ -16,6 +18,8 @@ summaries, relevance, the MiniLM-L6 similarity judge (chosen by measurement).
 comparisons in batches (:func:`jaxrank.assessment.active_judge_contexts`) until the
 budget is spent or the Laplace posterior is confident enough of the ranking,
 through the same resumable store, and reports the comparisons used.
+``zepo`` searches a fairer instruction without labels (ZEPO) and writes a template file that
+``judge``/``assess --template FILE`` read.
 
 Without INPUT, ranks the embedded default: the international football results
 of the shared data folder (49k real matches, 337 teams), with the home side in
@@ -93,7 +97,9 @@ def _parser():
         j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default=None,
                        help="how a --budget subset is drawn (default random)")
         j.add_argument("--seed", type=int, default=0)
-        j.add_argument("--template", choices=("poe", "zepo"), default="poe", help="prompt style")
+        j.add_argument("--template", default="poe",
+                       help="prompt: 'poe' (PoE Table 4 style, default), 'zepo' (ZEPO's seed) or a template FILE "
+                            "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -113,7 +119,94 @@ def _parser():
             j.add_argument("--stop-rule", choices=("spearman", "adjacent"), default=None,
                            help="--active: confidence = expected Spearman under the Laplace posterior (default), "
                                 "or mean P(correct order) of adjacent items")
+    _zepo_parser(sub)
     return ap
+
+
+def _zepo_parser(sub):
+    z = sub.add_parser("zepo", help="search a fairer judge instruction without labels (ZEPO)",
+                       description="ZEPO (zepo-fairer-preferences Algorithm 1): an LLM paraphraser proposes "
+                                   "instructions, each judged on a fixed sample of unlabelled pairs (both orders); "
+                                   "the fairest survives. Resumable (judgement store + search log). Writes the "
+                                   "optimised template for 'jaxrank judge/assess --template FILE'.")
+    _cache_option(z)
+    z.add_argument("--data", default="summeval", help="data set name (default summeval)")
+    z.add_argument("--aspect", default="coherence", help="the aspect keyword (default coherence)")
+    z.add_argument("--judge", default="smollm2-135m", help="the LLM judge (registry name, checkpoint or .gguf)")
+    z.add_argument("--paraphraser", default=None, help="the LLM optimiser (default: the judge's model)")
+    z.add_argument("--contexts", default=":", help="contexts the sample is drawn from: START:STOP or i,j,k")
+    z.add_argument("--candidates", type=int, default=None, help="only the first N candidates of each context")
+    z.add_argument("--sample-contexts", type=int, default=4, help="contexts in the fixed sample (default 4)")
+    z.add_argument("--budget", type=int, default=6,
+                   help="unordered pairs per sampled context, judged in both orders (default 6)")
+    z.add_argument("--epochs", type=int, default=5, help="epochs (default 5, as the paper)")
+    z.add_argument("--population", type=int, default=5, help="candidates per epoch (default 5, as the paper)")
+    z.add_argument("--objective", default="fairness",
+                   choices=("fairness", "confidence", "calibration", "context_free"))
+    z.add_argument("--temperature", type=float, default=0.9, help="paraphraser temperature (default 0.9)")
+    z.add_argument("--seed", type=int, default=0, help="seed of the sample and the paraphraser")
+    z.add_argument("--template", default="zepo", help="seed template: 'zepo' (default), 'poe' or a FILE")
+    z.add_argument("--batch-size", type=int, default=8)
+    z.add_argument("--store", help="judgement store (default results/zepo/DATA-ASPECT-JUDGE.jsonl)")
+    z.add_argument("--log", help="search log (default results/zepo/DATA-ASPECT-JUDGE-log.jsonl)")
+    z.add_argument("--output", "-o", help="optimised template file (default results/zepo/DATA-ASPECT-JUDGE.json)")
+    z.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _zepo(args):
+    from tqdm.auto import tqdm
+
+    from jaxrank.assessment import zepo
+
+    for name in ("sample_contexts", "budget", "population", "batch_size"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"jaxrank: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("epochs", "temperature"):
+        if getattr(args, name) < 0:
+            raise SystemExit(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
+    cs = _contexts(args)
+    judge = _make_judge(args)
+    if not hasattr(judge, "compare_templates"):
+        raise SystemExit(f"jaxrank: --judge {args.judge} is not a prompt judge; ZEPO needs an LLM judge")
+    try:
+        para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
+                                seed=args.seed)
+        sample = zepo.sample_pairs(cs, num_contexts=args.sample_contexts, pairs_per_context=args.budget,
+                                   seed=args.seed)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    stem = Path("results/zepo") / f"{args.data}-{args.aspect}-{judge.name}"
+    bar = None if args.no_progress else tqdm(total=(1 + args.epochs * args.population) * sample.size,
+                                             desc="judging candidates", unit="cmp", smoothing=0.1)
+    rows = []
+
+    def show(ep):
+        rows.append(ep)
+        text = f"epoch {ep['epoch']}: fairness {ep['fairness']:+.3f}, P(A) {ep['decision_rate']:.2f}, " \
+               f"{ep['accepted']} scored, {ep['rejected']} rejected"
+        (bar.write if bar is not None else print)(text)
+
+    t0 = time.perf_counter()
+    try:
+        res = zepo.zepo_search(judge, para, judge.template, sample, args.aspect,
+                               store=args.store or f"{stem}.jsonl", log=args.log or f"{stem}-log.jsonl",
+                               epochs=args.epochs, population=args.population, objective=args.objective,
+                               on_epoch=show, progress=None if bar is None else bar.update)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: {e}")
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"\n| epoch | best prompt | fairness | P(A) | scored | rejected |\n|---|---|---|---|---|---|")
+    for ep in rows:
+        short = ep["best"].replace("\n", " ")
+        short = short if len(short) <= 70 else short[:67] + "..."
+        print(f"| {ep['epoch']} | {short} | {ep['fairness']:+.3f} | {ep['decision_rate']:.2f} | "
+              f"{ep['accepted']} | {ep['rejected']} |")
+    out = zepo.save_template(res.best, args.output or f"{stem}.json")
+    print(f"\n{res.judged} comparisons judged now ({sample.size} per candidate), {len(res.rejected)} candidates "
+          f"rejected, {time.perf_counter() - t0:.1f} s; optimised template: {out}\n"
+          f"use it with: jaxrank assess --judge {args.judge} --aspect {args.aspect} --template {out}")
 
 
 def _confidence(text):
@@ -132,10 +225,9 @@ def _report_methods():
 def _make_judge(args):
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
-    from jaxrank.judges.prompts import pairwise_template
 
     try:
-        template = pairwise_template(args.data, args.aspect, style=args.template)
+        template = _template_option(args)
         lm = load_model(args.judge)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
@@ -143,6 +235,19 @@ def _make_judge(args):
         from jaxrank.judges.similarity import SimilarityJudge
         return SimilarityJudge(lm, batch_size=args.batch_size)
     return PromptJudge(lm, template, batch_size=args.batch_size)
+
+
+def _template_option(args):
+    """The template of ``--template``: a built-in style, or a file (``jaxrank zepo`` writes one)."""
+    from jaxrank.judges.prompts import pairwise_template
+
+    if args.template in ("poe", "zepo"):
+        return pairwise_template(args.data, args.aspect, style=args.template)
+    from jaxrank.assessment.zepo import load_template
+
+    if not Path(args.template).is_file():
+        raise ValueError(f"--template must be 'poe', 'zepo' or a template file; no file {args.template!r}")
+    return load_template(args.template)
 
 
 def _contexts(args):
@@ -454,6 +559,8 @@ def main(argv=None):
         _judge(args)
     elif args.command == "assess":
         _assess(args)
+    elif args.command == "zepo":
+        _zepo(args)
 
 
 if __name__ == "__main__":

@@ -58,10 +58,11 @@ FLOORS = {
     "jaxrank.compilation": 0, "jaxrank._deprecation": 0, "jaxrank._multinomial": 0,
     # 1 scorers
     "jaxrank.scoring": 1,
-    # 2 statistics of scores and judges: debiasing, uncertainty, bootstrap, simulated judges, sharding,
-    # learnt calibration and its fit
-    "jaxrank.debias": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2, "jaxrank.simulate": 2,
-    "jaxrank.sharding": 2, "jaxrank.scorer_table": 2, "jaxrank.calibration": 2, "jaxrank.learning": 2,
+    # 2 statistics of scores and judges: debiasing, zero-shot objectives, uncertainty, bootstrap, simulated
+    # judges, sharding, learnt calibration and its fit
+    "jaxrank.debias": 2, "jaxrank.fairness": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2,
+    "jaxrank.simulate": 2, "jaxrank.sharding": 2, "jaxrank.scorer_table": 2, "jaxrank.calibration": 2,
+    "jaxrank.learning": 2,
     # 3 which comparisons to make
     "jaxrank.selection": 3,
     # 4 language models: networks, checkpoint and GGUF loading, the registry

@@ -21,6 +21,7 @@ judgement then carries ``truncated=True`` and a warning says so once.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Sequence
 
@@ -294,6 +295,74 @@ class PromptJudge:
         logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
         p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
         return Judgement(p, truncated, logits)
+
+    def with_template(self, template: PairwiseTemplate) -> "PromptJudge":
+        """The same judge (model, chat, batch size, window) with another template; nothing is reloaded."""
+        other = copy.copy(self)
+        other.template = template
+        other._warned = False
+        other._frame = other._render_frame()
+        other._common, other._label_ids = other._label_tokens()
+        return other
+
+    def compare_templates(self, templates: Sequence[PairwiseTemplate], context: str, candidates: Sequence[str],
+                          i, j, *, progress=None) -> list[Judgement]:
+        """Judge the same pairs under ``K`` templates sharing their prefix, as one batched job.
+
+        The templates must render the same text up to candidate A (chat header,
+        instruction before the context, the context, the text before ``{a}``),
+        the same label words and answer prefix; they may differ after ``{a}``
+        (ZEPO's instruction after the candidates). On a decoder the shared
+        prefix is encoded once into one key/value cache, candidate A extends it
+        once per distinct text up to ``{b}``, and the ``K x R`` remaining parts
+        run in batches together (:func:`plan_batches`): the cost of the prefix
+        is paid once instead of ``K`` times. Each result equals
+        ``self.with_template(t).compare(context, candidates, i, j)``.
+
+        Args:
+            templates: the ``K`` candidate templates.
+            context, candidates, i, j: as :meth:`compare`.
+            progress: optional callable told of every finished batch (comparisons).
+
+        Returns:
+            ``K`` :class:`Judgement`, in the order of ``templates``.
+
+        Raises:
+            ValueError: no template, templates whose prefix, labels or answer
+                prefix differ from the first's (names the template), or bad pairs.
+        """
+        if not templates:
+            raise ValueError("templates must hold at least one template")
+        i, j = check_pairs(candidates, i, j)
+        judges = [self.with_template(t) for t in templates]
+        first = judges[0]
+        for k, jd in enumerate(judges[1:], start=1):
+            t = templates[k]
+            if jd._frame[:2] != first._frame[:2]:
+                raise ValueError(f"templates[{k}] ({t.name}) changes the prefix before {{a}}; "
+                                 "templates judged together must share it")
+            if (jd._common, jd._label_ids.tolist()) != (first._common, first._label_ids.tolist()):
+                raise ValueError(f"templates[{k}] ({t.name}) reads other label tokens "
+                                 f"({t.labels!r}, answer prefix {t.answer_prefix!r}) than templates[0]")
+        n = len(i)
+        if n == 0:
+            return [Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32)) for _ in judges]
+
+        def build(max_ctx=None):
+            return [jd.token_ids(context, candidates[a], candidates[b], max_context_tokens=max_ctx)
+                    for jd in judges for a, b in zip(i, j)]
+
+        pairs = build()
+        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
+        pairs, truncated = fit_context(
+            pairs, longest + 1, max_length=self.max_length,
+            context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
+            rebuild=build, warn=not self._warned, kept="candidates and question",
+            error_tail=": the candidates and question alone do not fit")
+        self._warned = self._warned or truncated
+        logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
+        p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
+        return [Judgement(p[k * n:(k + 1) * n], truncated, logits[k * n:(k + 1) * n]) for k in range(len(judges))]
 
     def _padded(self, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
         """``rows`` right-padded to ``[b, bucket(longest)]`` ids and mask; rows past ``len(rows)`` copy row 0."""
