@@ -1,0 +1,481 @@
+"""The general Product-of-Experts solver: scores from any expert's log-density (PoE eq. 2-3).
+
+With an :class:`~jaxrank.scoring.experts.Expert` ``log q(d | p, theta)`` and the
+comparisons' weights ``w_k``, the scores (and any learnt parameters ``phi`` of
+``theta``) minimise, per context,
+
+    F(s, phi) = - sum_k w_k log q(s_{i_k} - s_{j_k} | p_k, theta(phi))
+                + lambda/2 |s|^2 + lambda_theta/2 |phi - phi_0|^2           (PoE eq. 2-3)
+
+Its gradient and Hessian have the structure of every PoE likelihood: with
+``g_k = d log q / dd`` and the curvature ``c_k = -w_k d^2 log q / dd^2`` of each
+comparison (both from autodiff of the expert, elementwise),
+
+    grad_s F = -W^T (w g) + lambda s,       H_ss = W^T diag(c) W + lambda I,
+
+``W^T diag(c) W`` the comparison graph's Laplacian weighted by ``c`` (METHODS.md §4),
+plus the rows and columns of ``phi`` (``H_s,phi = -W^T (w d^2 log q / dd dphi)``,
+``H_phi,phi = -sum_k w_k d^2 log q / dphi^2 + lambda_theta I``).
+
+Newton's method (``method="newton"``) solves with this Hessian, anchored per
+connected component by the projector ``P`` (``_graph.component_projector``),
+factorised by Cholesky, or for sparse pools of ``_graph.CG_MIN_ITEMS`` items and
+more applied matrix-free in Jacobi-preconditioned conjugate gradients; an Armijo
+backtracking line search tries the full step first. Pass 0 is the weighted
+least-squares fit of the differences to ``expert.start`` (if given). Every
+context of a batch iterates independently in one flat ``lax.while_loop``
+(``_batching.while_per_context``), chunks of :data:`CHUNK` contexts one after
+another.
+
+**Non-concave experts.** Where a comparison's curvature ``c_k`` is negative,
+the Newton system uses ``max(c_k, floor w_k)`` instead (a damped step, still a
+descent direction; the line search keeps every step an ascent of the
+log-likelihood). At the point reached, if any curvature was negative, the true
+Hessian is factorised: if it is not positive definite the point is not a
+maximum, and the context's result is ``RESULTS.nonconcave`` (never reported as
+successful). With only non-negative curvatures the Hessian is a Laplacian and
+positive semi-definite, so no check is needed.
+
+``method="lbfgs"`` runs ``optax.lbfgs`` (zoom line search) per context instead,
+for experts whose curvature is not worth computing; it stops when the gradient's
+max-norm falls below ``tol`` times the mean weighted degree.
+
+Gradients with respect to ``p``, ``weight`` and ``theta`` use implicit
+differentiation of the optimality condition ``grad F(x*) = 0`` (one linear solve
+with the true Hessian per context; the iterations are never unrolled).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxrank import _batching, _graph
+from jaxrank.comparisons import Comparisons
+from jaxrank.scoring.experts import Expert
+from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
+
+__all__ = ["PoESolution", "solve", "solve_context", "hessian", "solution_vector", "poe_scores", "CHUNK"]
+
+_HALVINGS = 30   # a step halved this many times without sufficient decrease ends the solve, unconverged
+
+CHUNK = 32
+"""Contexts are solved in chunks of this many, one after another (``_batching.map_chunks``), as soft BT."""
+
+
+class PoESolution(NamedTuple):
+    """Result of :func:`solve`.
+
+    Attributes:
+        scores: ``[..., N]`` scores, centred per connected component (0 for padded items).
+        theta: dict of the parameters used per context (``[...]`` leading axes
+            for every entry set per context or learnt; the shared ones as given).
+        iterations: ``[...]`` solver passes (Newton steps and line-search halvings,
+            or L-BFGS steps).
+        converged: ``[...]`` whether the stopping test passed.
+        grad_norm: ``[...]`` max-norm of the objective's gradient at the solution.
+        result: ``[...]`` int32 :data:`jaxrank.scoring.RESULTS` code per context.
+    """
+
+    scores: jax.Array
+    theta: dict
+    iterations: jax.Array
+    converged: jax.Array
+    grad_norm: jax.Array
+    result: jax.Array
+
+
+class _Ops(NamedTuple):
+    """One context's data: its comparisons (sparse edge space) and parameters."""
+
+    e: _graph.Edges
+    p: jax.Array        # p, with 0.5 on padded comparisons (so an expert never sees a value it rejects)
+    w: jax.Array
+    theta: dict         # theta after expert.from_context; learnt entries hold the start / prior mean
+    proj: jax.Array
+    labels: jax.Array
+    prior: jax.Array    # this context's score-prior precision
+
+
+def _ops(c, theta, proj, labels, prior, expert: Expert) -> _Ops:
+    w = c.weight
+    p = jnp.where(w > 0, c.p, jnp.asarray(0.5, c.p.dtype))
+    if expert.from_context is not None:
+        theta = expert.from_context(p, w, theta)
+    theta = {k: jnp.asarray(v, c.p.dtype) for k, v in theta.items()}
+    return _Ops(_graph.edges(c, dense=False), p, w, theta, proj, labels, prior)
+
+
+def _theta_at(x, ops, expert):
+    n = ops.e.num_items
+    return {**ops.theta, **{k: x[n + a] for a, k in enumerate(expert.learnt)}}
+
+
+def _phi0(ops, expert):
+    return jnp.stack([ops.theta[k] for k in expert.learnt]) if expert.learnt else jnp.zeros(0, ops.p.dtype)
+
+
+def objective(x, ops: _Ops, expert: Expert, st) -> jax.Array:
+    """``F(x)`` of one context at ``x = [s, phi]`` (the module docstring's equation)."""
+    n = ops.e.num_items
+    d = _graph.incidence(ops.e, x[:n])
+    ll = expert.log_density(d, ops.p, _theta_at(x, ops, expert))
+    f = -jnp.sum(jnp.where(ops.w > 0, ops.w * ll, 0)) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
+    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - _phi0(ops, expert)) ** 2)
+
+
+class _Local(NamedTuple):
+    """Per-comparison derivatives of ``w log q`` in ``z = (d, phi)``."""
+
+    value: jax.Array    # [R] w log q
+    g: jax.Array        # [R, 1 + m]  w d log q / dz
+    h: jax.Array        # [R, 1 + m, 1 + m]  w d^2 log q / dz^2
+
+
+def _local(x, ops: _Ops, expert: Expert) -> _Local:
+    """Values, gradients and Hessians of every comparison's ``w log q`` (elementwise autodiff, no vmap)."""
+    n, m = ops.e.num_items, len(expert.learnt)
+    d = _graph.incidence(ops.e, x[:n])
+    zs = (d,) + tuple(jnp.broadcast_to(x[n + a], d.shape) for a in range(m))
+
+    def ll(*z):
+        return expert.log_density(z[0], ops.p, {**ops.theta, **dict(zip(expert.learnt, z[1:]))})
+
+    grad = jax.grad(lambda *z: jnp.sum(ll(*z)), argnums=tuple(range(m + 1)))
+    one, zero = jnp.ones_like(d), jnp.zeros_like(d)
+    cols = []
+    for a in range(m + 1):
+        g, col = jax.jvp(grad, zs, tuple(one if b == a else zero for b in range(m + 1)))
+        cols.append(jnp.stack(col, axis=-1))
+    wk = jnp.where(ops.w > 0, ops.w, 0)
+    clean = lambda v: jnp.where((ops.w > 0).reshape(ops.w.shape + (1,) * (v.ndim - 1)), v, 0)
+    return _Local(clean(wk * ll(*zs)), clean(wk[:, None] * jnp.stack(g, axis=-1)),
+                  clean(wk[:, None, None] * jnp.stack(cols, axis=-1)))
+
+
+def _gradient(x, loc: _Local, ops: _Ops, expert, st):
+    n = ops.e.num_items
+    gs = -_graph.incidence_t(ops.e, loc.g[:, 0]) + ops.prior * x[:n]
+    gphi = -jnp.sum(loc.g[:, 1:], axis=0) + st.theta_prior * (x[n:] - _phi0(ops, expert))
+    return jnp.concatenate([gs, gphi])
+
+
+def _hessian(curv, loc: _Local, ops: _Ops, st):
+    """``[[L(curv) + lambda I + P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense)."""
+    n, m = ops.e.num_items, loc.g.shape[1] - 1
+    hss = _graph.laplacian(ops.e, curv) + ops.proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
+    if m == 0:
+        return hss
+    hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
+    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
+    return jnp.block([[hss, hsp], [hsp.T, hpp]])
+
+
+def _direction_cg(g_c, curv, loc, ops, st):
+    """The Newton direction by Jacobi-preconditioned CG, the Hessian applied matrix-free."""
+    e, n, m = ops.e, ops.e.num_items, loc.g.shape[1] - 1
+    size = _graph.component_sizes(ops.labels, curv.dtype)
+    pmean = functools.partial(_graph.component_mean, labels=ops.labels, sizes=size)
+    hsp = [-loc.h[:, 0, 1 + a] for a in range(m)]
+    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
+
+    def matvec(u):
+        v, t = u[:n], u[n:]
+        top = _graph.incidence_t(e, curv * _graph.incidence(e, v)) + pmean(v) + ops.prior * v
+        wv = _graph.incidence(e, v)
+        for a in range(m):
+            top = top + _graph.incidence_t(e, hsp[a]) * t[a]
+        bottom = jnp.stack([jnp.dot(hsp[a], wv) for a in range(m)]) + hpp @ t if m else t
+        return jnp.concatenate([top, bottom])
+
+    deg = _graph.item_sums(e, curv, curv)
+    diag = jnp.concatenate([deg + 1 / size + ops.prior, jnp.diagonal(hpp)])
+    tol = 1e-5 if curv.dtype == jnp.float32 else 1e-10
+    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + m + 1, M=lambda u: u / diag)
+    return x.at[:n].add(-pmean(x[:n])), diag
+
+
+class _State(NamedTuple):
+    x: jax.Array          # the current (accepted) point
+    f: jax.Array          # objective at x (+inf before the start is accepted)
+    delta: jax.Array      # search direction from x
+    slope: jax.Array      # directional derivative along delta
+    t: jax.Array          # step length to try next
+    it: jax.Array         # passes so far
+    stop: jax.Array
+    converged: jax.Array
+    damped: jax.Array     # the Hessian at x had negative curvature (or was indefinite) and was damped
+
+
+def _pass(ops: _Ops, state: _State, d0, expert: Expert, st) -> _State:
+    """One pass of damped Newton with backtracking for one context: evaluate ``y = x + t delta`` once."""
+    dt = ops.p.dtype
+    floor = 1e-6 if dt == jnp.float32 else 1e-12
+    x, f, delta, slope, t, it = state[:6]
+    n, m = ops.e.num_items, len(expert.learnt)
+    start = it == 0
+    y = x + t * delta
+    loc = _local(y, ops, expert)
+    fy = objective(y, ops, expert, st)
+    ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
+    true_curv = -loc.h[:, 0, 0]
+    w = jnp.where(ops.w > 0, ops.w, 0)
+    negative = jnp.any(true_curv < 0)
+    curv = jnp.maximum(true_curv, floor * w)
+    g = _gradient(y, loc, ops, expert, st)
+    # Pass 0: the weighted least-squares fit of the differences to expert.start (Hessian L(w)).
+    gs0 = -_graph.incidence_t(ops.e, w * d0)
+    g = jnp.where(start, jnp.concatenate([gs0, jnp.zeros(m, dt)]), g)
+    curv = jnp.where(start, w, curv)
+    loc_sys = loc._replace(h=jnp.where(start, 0.0, loc.h)) if m else loc
+    g_c = g.at[:n].add(-(ops.proj @ g[:n]))
+    if _graph.use_cg(ops.e):
+        new, diag = _direction_cg(g_c, curv, loc_sys, ops, st)
+        indefinite = jnp.zeros((), bool)
+    else:
+        hess = _hessian(curv, loc_sys, ops, st)
+        if m:
+            hess = hess.at[n:, n:].set(jnp.where(start, jnp.eye(m, dtype=dt), hess[n:, n:]))
+        new = -_graph.psd_solve(hess, g_c)
+        diag = jnp.diagonal(hess)
+        indefinite = ~jnp.all(jnp.isfinite(new))
+    new_slope = jnp.dot(g, new)
+    # A Newton direction that is not a finite descent direction (an indefinite learnt-parameter
+    # block, or rounding in a nearly singular system): a diagonally scaled gradient step instead.
+    bad = ~(jnp.all(jnp.isfinite(new)) & (new_slope < 0)) & ~start
+    safe = -g / (jnp.abs(diag) + 1.0)
+    new = jnp.where(bad, safe, new)
+    new_slope = jnp.where(bad, jnp.dot(g, safe), new_slope)
+    trace = jnp.sum(2 * curv)
+    curv_mean = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
+    small = (jnp.max(jnp.abs(new), initial=0.0) < st.tol) | (-new_slope <= st.tol**2 * curv_mean)
+    scale = jnp.concatenate([_graph.item_sums(ops.e, jnp.abs(loc.g[:, 0]), jnp.abs(loc.g[:, 0]))
+                             + ops.prior * jnp.abs(y[:n]),
+                             jnp.sum(jnp.abs(loc.g[:, 1:]), axis=0) + st.theta_prior * jnp.abs(y[n:])])
+    rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)
+    converged = ok & (it >= 1) & (small | rounding)
+    y = y + jnp.where(converged & small & ~bad, new, 0)
+    t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
+    failed = ~ok & (t_next < 0.5**_HALVINGS)
+    damped = (negative | indefinite | bad) & ~start
+    return _State(jnp.where(ok, y, x), jnp.where(start, jnp.inf, jnp.where(ok, fy, f)),
+                  jnp.where(ok, new, delta), jnp.where(ok, new_slope, slope), t_next, it + 1,
+                  converged | failed, converged, jnp.where(ok, damped, state.damped))
+
+
+def _start_differences(ops: _Ops, expert: Expert):
+    if expert.start is None:
+        return jnp.zeros_like(ops.p)
+    return jnp.where(ops.w > 0, expert.start(ops.p, ops.theta), 0)
+
+
+def _newton(ops: _Ops, expert: Expert, st):
+    """Damped Newton with backtracking on a batch ``[B]`` of contexts (per-context stopping)."""
+    d0 = jax.vmap(functools.partial(_start_differences, expert=expert))(ops)
+    b, n = ops.p.shape[0], ops.e.num_items + len(expert.learnt)
+    dt = ops.p.dtype
+    x0 = jnp.concatenate([jnp.zeros((b, ops.e.num_items), dt), jax.vmap(functools.partial(_phi0, expert=expert))(ops)],
+                         axis=1)
+    z, zb = jnp.zeros((b, n), dt), jnp.zeros(b, dt)
+    no = jnp.zeros(b, bool)
+    init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32), no, no, no)
+    cont = lambda s: ~s.stop & (s.it <= st.max_iter)
+    step = lambda o, s: _pass(o[0], s, o[1], expert, st)
+    out = _batching.while_per_context(cont, step, (ops, d0), init, compact=False)
+    result = jnp.where(out.converged, RESULTS.successful,
+                       jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
+    return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32), out.damped
+
+
+def _lbfgs_one(ops: _Ops, expert: Expert, st):
+    """``optax.lbfgs`` on one context, from the least-squares start (dense) or ``x = 0``."""
+    n, m = ops.e.num_items, len(expert.learnt)
+    dt = ops.p.dtype
+    w = jnp.where(ops.w > 0, ops.w, 0)
+    x0 = jnp.concatenate([jnp.zeros(n, dt), _phi0(ops, expert)])
+    if expert.start is not None and not _graph.use_cg(ops.e):
+        lap = _graph.laplacian(ops.e, w) + ops.proj + ops.prior * jnp.eye(n, dtype=dt)
+        x0 = x0.at[:n].set(_graph.psd_solve(lap, _graph.incidence_t(ops.e, w * _start_differences(ops, expert))))
+    fun = lambda x: objective(x, ops, expert, st)
+    opt = optax.lbfgs()
+    value_and_grad = optax.value_and_grad_from_state(fun)
+    gtol = st.tol * jnp.maximum(2 * jnp.sum(w) / n, jnp.finfo(dt).tiny)
+
+    def gnorm(g):
+        return jnp.max(jnp.abs(g.at[:n].add(-(ops.proj @ g[:n]))))
+
+    def body(carry):
+        x, state, it, _ = carry
+        value, g = value_and_grad(x, state=state)
+        updates, state = opt.update(g, state, x, value=value, grad=g, value_fn=fun)
+        x = optax.apply_updates(x, updates)
+        return x, state, it + 1, gnorm(jax.grad(fun)(x))
+
+    init = (x0, opt.init(x0), jnp.zeros((), jnp.int32), gnorm(jax.grad(fun)(x0)))
+    x, _, it, gn = jax.lax.while_loop(lambda c: (c[3] > gtol) & (c[2] < st.max_iter), body, init)
+    converged = gn <= gtol
+    result = jnp.where(converged, RESULTS.successful, RESULTS.max_steps_reached).astype(jnp.int32)
+    loc = _local(x, ops, expert)
+    return x, it, converged, result, jnp.any(-loc.h[:, 0, 0] < 0) | (m > 0)
+
+
+def _true_hessian(x, ops: _Ops, expert: Expert, st):
+    loc = _local(x, ops, expert)
+    return _hessian(-loc.h[:, 0, 0], loc, ops, st)
+
+
+def _is_maximum(x, ops, expert, st):
+    """Whether the true Hessian (plus the anchor ``P``) at ``x`` is positive definite (Cholesky succeeds)."""
+    cf, _ = jax.scipy.linalg.cho_factor(_true_hessian(x, ops, expert, st), lower=True)
+    return jnp.all(jnp.isfinite(jnp.diagonal(cf))) & jnp.all(jnp.diagonal(cf) > 0)
+
+
+def _solve_ops(ops: _Ops, expert: Expert, method: str, st):
+    if method == "lbfgs":
+        x, it, conv, result, damped = jax.vmap(functools.partial(_lbfgs_one, expert=expert, st=st))(ops)
+    else:
+        x, it, conv, result, damped = _newton(ops, expert, st)
+    # Where negative curvature was met at the end, test the true Hessian (only if some context needs it).
+    check = lambda: jax.vmap(functools.partial(_is_maximum, expert=expert, st=st))(x, ops)
+    is_max = jax.lax.cond(jnp.any(damped), check, lambda: jnp.ones(damped.shape, bool))
+    nonconcave = damped & ~is_max
+    result = jnp.where(nonconcave, RESULTS.nonconcave, result).astype(jnp.int32)
+    return x, it, conv & ~nonconcave, result
+
+
+def _context_ops(c, theta, proj, labels, prior, expert):
+    return jax.vmap(functools.partial(_ops, expert=expert), in_axes=(0, None, 0, 0, 0))(c, theta, proj, labels, prior)
+
+
+def _argmin_impl(c, theta, proj, labels, prior, st, expert, method):
+    return _solve_ops(_context_ops(c, theta, proj, labels, prior, expert), expert, method, st)
+
+
+_argmin = jax.custom_vjp(_argmin_impl, nondiff_argnums=(6, 7))
+
+
+def _argmin_fwd(c, theta, proj, labels, prior, st, expert, method):
+    out = _argmin_impl(c, theta, proj, labels, prior, st, expert, method)
+    return out, (c, theta, proj, labels, prior, st, out[0])
+
+
+def _argmin_bwd(expert, method, res, ct):
+    # Implicit function theorem on grad F(x*; c, theta) = 0:  dx* = -H^{-1} d_(c, theta) grad F.
+    c, theta, proj, labels, prior, st, x = res
+
+    def one(cc, pj, lab, pr, xx, ctx):
+        u = _graph.psd_solve(_true_hessian(xx, _ops(cc, theta, pj, lab, pr, expert), expert, st), ctx)
+        grad_at = lambda c2, th2: jax.grad(objective)(xx, _ops(c2, th2, pj, lab, pr, expert), expert, st)
+        _, vjp = jax.vjp(grad_at, cc, theta)
+        return vjp(-u)
+
+    dc, dtheta = jax.vmap(one)(c, proj, labels, prior, x, ct[0])
+    dtheta = jax.tree.map(lambda a: jnp.sum(a, axis=0), dtheta)
+    zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
+                      else np.zeros(a.shape, jax.dtypes.float0))
+    return (dc, dtheta, jnp.zeros_like(proj), zero(labels), jnp.zeros_like(prior), jax.tree.map(zero, st))
+
+
+_argmin.defvjp(_argmin_fwd, _argmin_bwd)
+
+
+def _fit_flat(c, theta, st, expert, method):
+    labels = jax.vmap(_graph.components)(c)
+    proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
+    prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
+    x, it, conv, result = _argmin(c, theta, proj, labels, prior, st, expert, method)
+    ops = _context_ops(c, theta, proj, labels, prior, expert)
+    n = c.num_items
+
+    def finish(o, cc, xx):
+        s = _graph.centre_per_component(jnp.where(cc.item_mask, xx[:n], 0), o.labels)
+        gn = jnp.max(jnp.abs(jax.grad(objective)(jax.lax.stop_gradient(xx), o, expert, st)))
+        return s, _theta_at(xx, o, expert), gn
+
+    s, th, gn = jax.vmap(finish)(ops, c, x)
+    return PoESolution(s, th, it, conv, gn, result)
+
+
+@functools.partial(jax.jit, static_argnames=("expert", "method"))
+def _fit(c, theta, st, expert, method):
+    flat, shape = _batching.flatten_batch(c)
+    out = _batching.map_chunks(lambda cc: _fit_flat(cc, theta, st, expert, method), flat, CHUNK)
+    return _batching.unflatten_batch(out, shape)
+
+
+def _check_comparisons(c):
+    if not isinstance(c, Comparisons):
+        raise ValueError(f"c must be a jaxrank.Comparisons, got {type(c).__name__}")
+
+
+def solve(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None = None) -> PoESolution:
+    """Maximise the product of ``solver.expert`` over every context of ``c`` (PoE eq. 2-3).
+
+    One compiled program per expert, method, dtype and shape: ``theta`` and the
+    numeric settings are traced, so new values never recompile. Differentiable in
+    ``c.p``, ``c.weight`` and ``theta`` by implicit differentiation.
+
+    Args:
+        c: comparisons, any batch shape.
+        solver: a :class:`jaxrank.ProductOfExpertsSolver`.
+        theta: parameters overriding the expert's defaults (shared by every context).
+
+    Returns:
+        :class:`PoESolution`; with ``solver.throw`` an unsuccessful concrete result
+        raises :class:`jaxrank.SolverError`.
+
+    Raises:
+        ValueError: ``solver`` not a :class:`ProductOfExpertsSolver`, or ``theta``
+            with unknown keys.
+    """
+    _check_comparisons(c)
+    if not isinstance(solver, ProductOfExpertsSolver):
+        raise ValueError(f"solver must be a ProductOfExpertsSolver, got {type(solver).__name__}")
+    th = solver.theta(theta, c.p.dtype)
+    sol = _batching.run_single_threaded_lapack(_fit, c, th, solver.settings(c.p.dtype), solver.expert,
+                                               solver.method, num_items=c.num_items)
+    solver.check(sol.result)
+    return sol
+
+
+def solve_context(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None = None) -> PoESolution:
+    """:class:`PoESolution` of one context (unbatched ``c``), traceable (inside ``jit``/``vmap``); no ``throw``."""
+    th = solver.theta(theta, c.p.dtype)
+    flat = jax.tree.map(lambda x: x[None], c)
+    out = _fit_flat(flat, th, solver.settings(c.p.dtype), solver.expert, solver.method)
+    return jax.tree.map(lambda x: x[0], out)
+
+
+def solution_vector(sol: PoESolution, solver: ProductOfExpertsSolver) -> jax.Array:
+    """The unknowns ``x = [s, phi]`` of one context (``phi``: the learnt parameters, in ``expert.learnt`` order)."""
+    phi = [jnp.reshape(sol.theta[k], (1,)) for k in solver.expert.learnt]
+    return jnp.concatenate([sol.scores] + phi)
+
+
+def hessian(c: Comparisons, sol: PoESolution, solver: ProductOfExpertsSolver, proj: jax.Array,
+            theta: Mapping | None = None) -> jax.Array:
+    """The Hessian of ``F`` (the negative log-posterior) of one context at ``sol``, ``proj`` added to the score block.
+
+    ``[[W^T diag(c) W + lambda I + proj, H_s,phi], [H_phi,s, H_phi,phi]]``, ``c_k``
+    the true curvatures ``-w_k d^2 log q / dd^2`` (not damped).
+    """
+    th = solver.theta(theta, c.p.dtype)
+    st = solver.settings(c.p.dtype)
+    labels = jnp.argmax(proj > 0, axis=1).astype(jnp.int32)
+    ops = _ops(c, th, proj, labels, jnp.asarray(st.score_prior), solver.expert)
+    return _true_hessian(solution_vector(sol, solver), ops, solver.expert, st)
+
+
+def poe_scores(c: Comparisons, expert: Expert, theta: Mapping | None = None, **settings) -> jax.Array:
+    """Scores of the product of ``expert`` (PoE eq. 2-3): ``solve(c, ProductOfExpertsSolver(expert, **settings)).scores``.
+
+    Returns:
+        ``[..., N]`` scores, centred per connected component (0 for padded items).
+    """
+    return solve(c, ProductOfExpertsSolver(expert, **settings), theta).scores
