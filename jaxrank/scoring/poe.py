@@ -61,7 +61,8 @@ from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
 
-__all__ = ["PoESolution", "solve", "solve_context", "hessian", "solution_vector", "poe_scores", "CHUNK"]
+__all__ = ["PoESolution", "solve", "fit_poe", "solve_context", "hessian", "solution_vector", "poe_scores",
+           "CHUNK"]
 
 _HALVINGS = 30   # a step halved this many times without sufficient decrease ends the solve, unconverged
 
@@ -442,6 +443,10 @@ def solve(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None 
                                                solver.method, num_items=c.num_items)
     solver.check(sol.result)
     return sol
+
+
+fit_poe = solve
+"""The public name of :func:`solve` (``jaxrank.fit_poe(c, solver, theta)``)."""
 
 
 def solve_context(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None = None) -> PoESolution:
