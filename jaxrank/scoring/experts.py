@@ -121,10 +121,11 @@ def _weighted_mean_p(p, weight):
 
 # ------------------------------------------------------------------ soft Bradley-Terry
 def _bt_log_density(d, p, theta):
-    # p log sigmoid(d - gamma) + (1 - p) log sigmoid(gamma - d)   (PoE eq. 3)
+    # p log sigmoid(d - gamma) + (1 - p) log sigmoid(gamma - d)   (PoE eq. 3); in this form the
+    # derivative p sigmoid(-z) - (1 - p) sigmoid(z) has no cancellation when saturated
     p = _clip(p)
     z = d - theta["gamma"]
-    return jax.nn.log_sigmoid(z) - (1 - p) * z
+    return p * jax.nn.log_sigmoid(z) + (1 - p) * jax.nn.log_sigmoid(-z)
 
 
 def _bt_mean_gamma(p, weight, theta):

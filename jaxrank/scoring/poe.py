@@ -256,9 +256,15 @@ def _pass(ops: _Ops, state: _State, d0, expert: Expert, st) -> _State:
     trace = jnp.sum(2 * curv)
     curv_mean = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
     small = (jnp.max(jnp.abs(new), initial=0.0) < st.tol) | (-new_slope <= st.tol**2 * curv_mean)
-    scale = jnp.concatenate([_graph.item_sums(ops.e, jnp.abs(loc.g[:, 0]), jnp.abs(loc.g[:, 0]))
-                             + ops.prior * jnp.abs(y[:n]),
-                             jnp.sum(jnp.abs(loc.g[:, 1:]), axis=0) + st.theta_prior * jnp.abs(y[n:])])
+    # The rounding level of each gradient entry: float eps times the magnitude of its terms, each
+    # term's magnitude taken as |g_k| + |h_k| (|d_k| + 1) (the error of g_k from the rounding of
+    # d_k). It must not overstate: a saturated comparison's g_k is tiny and exact (soft BT written
+    # as p log sigmoid(d) + (1 - p) log sigmoid(-d) differentiates without cancellation), and a
+    # larger level would stop an item with only saturated comparisons far from its optimum.
+    d_abs = jnp.abs(_graph.incidence(ops.e, y[:n]))
+    mag = jnp.abs(loc.g) + jnp.abs(loc.h[:, :, 0]) * (d_abs[:, None] + 1)
+    scale = jnp.concatenate([_graph.item_sums(ops.e, mag[:, 0], mag[:, 0]) + ops.prior * jnp.abs(y[:n]),
+                             jnp.sum(mag[:, 1:], axis=0) + st.theta_prior * jnp.abs(y[n:])])
     rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)
     converged = ok & (it >= 1) & (small | rounding)
     y = y + jnp.where(converged & small & ~bad, new, 0)
