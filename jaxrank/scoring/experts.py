@@ -66,6 +66,9 @@ class Expert:
             weighted least-squares fit is the first iterate); default ``d = 0``.
         concave: the author's statement that ``log q`` is concave in ``d`` for every
             ``p`` (documentation; the solver checks curvature whatever it says).
+        quadratic: ``log q`` is quadratic in ``d`` and the learnt parameters (a
+            Gaussian in ``d``): the Newton solver then takes one exact step from
+            ``d = 0`` and stops, as a closed form would.
 
     Raises:
         ValueError: ``log_density`` not callable, ``theta`` not a dict of numbers
@@ -79,6 +82,7 @@ class Expert:
     from_context: Callable | None = None
     start: Callable | None = None
     concave: bool = True
+    quadratic: bool = False
 
     def __post_init__(self):
         if not callable(self.log_density):
@@ -189,7 +193,8 @@ def gaussian(debias="none", alpha: float = 1.0, beta: float = 0.5, sigma: float 
     mode = _debias(debias, ("none", "mean", "learn"))
     return Expert(_gaussian_log_density, {"alpha": float(alpha), "beta": float(beta), "sigma": float(sigma)},
                   name=f"gaussian[{mode}]", learnt=("beta",) if mode == "learn" else (),
-                  from_context=_gaussian_mean_beta if mode == "mean" else None, start=_gaussian_start)
+                  from_context=_gaussian_mean_beta if mode == "mean" else None, start=_gaussian_start,
+                  quadratic=True)
 
 
 # ------------------------------------------------------------------ Thurstone (probit)
@@ -240,7 +245,7 @@ def heteroscedastic_gaussian(alpha: float = 1.0, beta: float = 0.5, sigma: float
     """
     return Expert(_hetero_log_density, {"alpha": float(alpha), "beta": float(beta), "sigma": float(sigma),
                                         "kappa": float(kappa)}, name="heteroscedastic_gaussian",
-                  start=_gaussian_start)
+                  start=_gaussian_start, quadratic=True)
 
 
 def _debias(debias, allowed):

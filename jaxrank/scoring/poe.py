@@ -22,7 +22,9 @@ connected component by the projector ``P`` (``_graph.component_projector``),
 factorised by Cholesky, or for sparse pools of ``_graph.CG_MIN_ITEMS`` items and
 more applied matrix-free in Jacobi-preconditioned conjugate gradients; an Armijo
 backtracking line search tries the full step first. Pass 0 is the weighted
-least-squares fit of the differences to ``expert.start`` (if given). Every
+least-squares fit of the differences to ``expert.start`` (if given); for an
+expert declared ``quadratic`` (Gaussian in ``d``) one exact Newton step from
+``s = 0`` is the whole solve. Every
 context of a batch iterates independently in one flat ``lax.while_loop``
 (``_batching.while_per_context``), chunks of :data:`CHUNK` contexts one after
 another.
@@ -300,6 +302,24 @@ def _newton(ops: _Ops, expert: Expert, st):
     return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32), out.damped
 
 
+def _quadratic_one(ops: _Ops, expert: Expert, st):
+    """One exact Newton step from ``s = 0`` for an expert quadratic in ``d`` (``expert.quadratic``)."""
+    n, m = ops.e.num_items, len(expert.learnt)
+    x0 = jnp.concatenate([jnp.zeros(n, ops.p.dtype), _phi0(ops, expert)])
+    loc = _local(x0, ops, expert)
+    g = _gradient(x0, loc, ops, expert, st)
+    g = g.at[:n].add(-(ops.proj @ g[:n]))
+    curv = -loc.h[:, 0, 0]
+    if _graph.use_cg(ops.e):
+        new, _ = _direction_cg(g, curv, loc, ops, st)
+    else:
+        new = -_graph.psd_solve(_hessian(curv, loc, ops, st), g)
+    ok = jnp.all(jnp.isfinite(new))
+    x = jnp.where(ok, x0 + new, x0)
+    result = jnp.where(ok, RESULTS.successful, RESULTS.line_search_failed).astype(jnp.int32)
+    return x, jnp.ones((), jnp.int32), ok, result, jnp.any(curv < 0) | ~ok
+
+
 def _lbfgs_one(ops: _Ops, expert: Expert, st):
     """``optax.lbfgs`` on one context, from the least-squares start (dense) or ``x = 0``."""
     n, m = ops.e.num_items, len(expert.learnt)
@@ -346,6 +366,8 @@ def _is_maximum(x, ops, expert, st):
 def _solve_ops(ops: _Ops, expert: Expert, method: str, st):
     if method == "lbfgs":
         x, it, conv, result, damped = jax.vmap(functools.partial(_lbfgs_one, expert=expert, st=st))(ops)
+    elif expert.quadratic:
+        x, it, conv, result, damped = jax.vmap(functools.partial(_quadratic_one, expert=expert, st=st))(ops)
     else:
         x, it, conv, result, damped = _newton(ops, expert, st)
     # Where negative curvature was met at the end, test the true Hessian (only if some context needs it).
