@@ -136,6 +136,7 @@ def objective(x, ops: _Ops, expert: Expert, st) -> jax.Array:
 class _Local(NamedTuple):
     """Per-comparison derivatives of ``w log q`` in ``z = (d, phi)``."""
 
+    d: jax.Array        # [R] score differences
     value: jax.Array    # [R] w log q
     g: jax.Array        # [R, 1 + m]  w d log q / dz
     h: jax.Array        # [R, 1 + m, 1 + m]  w d^2 log q / dz^2
@@ -158,15 +159,24 @@ def _local(x, ops: _Ops, expert: Expert) -> _Local:
         cols.append(jnp.stack(col, axis=-1))
     wk = jnp.where(ops.w > 0, ops.w, 0)
     clean = lambda v: jnp.where((ops.w > 0).reshape(ops.w.shape + (1,) * (v.ndim - 1)), v, 0)
-    return _Local(clean(wk * ll(*zs)), clean(wk[:, None] * jnp.stack(g, axis=-1)),
+    return _Local(d, clean(wk * ll(*zs)), clean(wk[:, None] * jnp.stack(g, axis=-1)),
                   clean(wk[:, None, None] * jnp.stack(cols, axis=-1)))
 
 
-def _gradient(x, loc: _Local, ops: _Ops, expert, st):
+def _gradient(x, loc: _Local, ops: _Ops, expert, st, wt_g=None):
+    """``grad F`` at ``x`` (``wt_g = W^T (w g)`` if the caller has it)."""
     n = ops.e.num_items
-    gs = -_graph.incidence_t(ops.e, loc.g[:, 0]) + ops.prior * x[:n]
+    wt_g = _graph.incidence_t(ops.e, loc.g[:, 0]) if wt_g is None else wt_g
+    gs = -wt_g + ops.prior * x[:n]
     gphi = -jnp.sum(loc.g[:, 1:], axis=0) + st.theta_prior * (x[n:] - _phi0(ops, expert))
     return jnp.concatenate([gs, gphi])
+
+
+def _objective_from(x, loc: _Local, ops: _Ops, expert, st):
+    """:func:`objective` from the comparisons' values already in ``loc``."""
+    n = ops.e.num_items
+    f = -jnp.sum(loc.value) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
+    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - _phi0(ops, expert)) ** 2)
 
 
 def _hessian(curv, loc: _Local, ops: _Ops, st):
@@ -216,7 +226,7 @@ class _State(NamedTuple):
     damped: jax.Array     # the Hessian at x had negative curvature (or was indefinite) and was damped
 
 
-def _pass(ops: _Ops, state: _State, d0, expert: Expert, st) -> _State:
+def _pass(ops: _Ops, state: _State, gs0, expert: Expert, st) -> _State:
     """One pass of damped Newton with backtracking for one context: evaluate ``y = x + t delta`` once."""
     dt = ops.p.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12
@@ -225,15 +235,23 @@ def _pass(ops: _Ops, state: _State, d0, expert: Expert, st) -> _State:
     start = it == 0
     y = x + t * delta
     loc = _local(y, ops, expert)
-    fy = objective(y, ops, expert, st)
+    fy = _objective_from(y, loc, ops, expert, st)
     ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
     true_curv = -loc.h[:, 0, 0]
     w = jnp.where(ops.w > 0, ops.w, 0)
     negative = jnp.any(true_curv < 0)
     curv = jnp.maximum(true_curv, floor * w)
-    g = _gradient(y, loc, ops, expert, st)
+    # The rounding level of each gradient entry: float eps times the magnitude of its terms, each
+    # term's magnitude taken as |g_k| + |h_k| (|d_k| + 1) (the error of g_k from the rounding of
+    # d_k). It must not overstate: a saturated comparison's g_k is tiny and exact (soft BT written
+    # as p log sigmoid(d) + (1 - p) log sigmoid(-d) differentiates without cancellation), and a
+    # larger level would stop an item with only saturated comparisons far from its optimum.
+    mag = jnp.abs(loc.g) + jnp.abs(loc.h[:, :, 0]) * (jnp.abs(loc.d)[:, None] + 1)
+    wt_g, mag_s = _graph.item_sums_many(ops.e, (loc.g[:, 0], mag[:, 0]), (-loc.g[:, 0], mag[:, 0]))
+    scale = jnp.concatenate([mag_s + ops.prior * jnp.abs(y[:n]),
+                             jnp.sum(mag[:, 1:], axis=0) + st.theta_prior * jnp.abs(y[n:])])
+    g = _gradient(y, loc, ops, expert, st, wt_g)
     # Pass 0: the weighted least-squares fit of the differences to expert.start (Hessian L(w)).
-    gs0 = -_graph.incidence_t(ops.e, w * d0)
     g = jnp.where(start, jnp.concatenate([gs0, jnp.zeros(m, dt)]), g)
     curv = jnp.where(start, w, curv)
     loc_sys = loc._replace(h=jnp.where(start, 0.0, loc.h)) if m else loc
@@ -258,15 +276,6 @@ def _pass(ops: _Ops, state: _State, d0, expert: Expert, st) -> _State:
     trace = jnp.sum(2 * curv)
     curv_mean = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
     small = (jnp.max(jnp.abs(new), initial=0.0) < st.tol) | (-new_slope <= st.tol**2 * curv_mean)
-    # The rounding level of each gradient entry: float eps times the magnitude of its terms, each
-    # term's magnitude taken as |g_k| + |h_k| (|d_k| + 1) (the error of g_k from the rounding of
-    # d_k). It must not overstate: a saturated comparison's g_k is tiny and exact (soft BT written
-    # as p log sigmoid(d) + (1 - p) log sigmoid(-d) differentiates without cancellation), and a
-    # larger level would stop an item with only saturated comparisons far from its optimum.
-    d_abs = jnp.abs(_graph.incidence(ops.e, y[:n]))
-    mag = jnp.abs(loc.g) + jnp.abs(loc.h[:, :, 0]) * (d_abs[:, None] + 1)
-    scale = jnp.concatenate([_graph.item_sums(ops.e, mag[:, 0], mag[:, 0]) + ops.prior * jnp.abs(y[:n]),
-                             jnp.sum(mag[:, 1:], axis=0) + st.theta_prior * jnp.abs(y[n:])])
     rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)
     converged = ok & (it >= 1) & (small | rounding)
     y = y + jnp.where(converged & small & ~bad, new, 0)
@@ -284,9 +293,14 @@ def _start_differences(ops: _Ops, expert: Expert):
     return jnp.where(ops.w > 0, expert.start(ops.p, ops.theta), 0)
 
 
+def _start_gradient(ops: _Ops, expert: Expert):
+    """``-W^T (w d0)``: the gradient at ``s = 0`` of the least-squares fit to the start differences."""
+    return -_graph.incidence_t(ops.e, jnp.where(ops.w > 0, ops.w, 0) * _start_differences(ops, expert))
+
+
 def _newton(ops: _Ops, expert: Expert, st):
     """Damped Newton with backtracking on a batch ``[B]`` of contexts (per-context stopping)."""
-    d0 = jax.vmap(functools.partial(_start_differences, expert=expert))(ops)
+    gs0 = jax.vmap(functools.partial(_start_gradient, expert=expert))(ops)
     b, n = ops.p.shape[0], ops.e.num_items + len(expert.learnt)
     dt = ops.p.dtype
     x0 = jnp.concatenate([jnp.zeros((b, ops.e.num_items), dt), jax.vmap(functools.partial(_phi0, expert=expert))(ops)],
@@ -296,7 +310,7 @@ def _newton(ops: _Ops, expert: Expert, st):
     init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32), no, no, no)
     cont = lambda s: ~s.stop & (s.it <= st.max_iter)
     step = lambda o, s: _pass(o[0], s, o[1], expert, st)
-    out = _batching.while_per_context(cont, step, (ops, d0), init, compact=False)
+    out = _batching.while_per_context(cont, step, (ops, gs0), init, compact=False)
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
     return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32), out.damped
