@@ -237,7 +237,7 @@ def _hetero_log_density(d, p, theta):
 
 def heteroscedastic_gaussian(alpha: float = 1.0, beta: float = 0.5, sigma: float = 1.0,
                              kappa: float = 1.0) -> Expert:
-    """A Gaussian expert whose variance depends on ``p``: ``d ~ N(mu, sigma^2 + kappa mu^2)``, ``mu = alpha (p - beta)``.
+    """A Gaussian expert with p-dependent variance: ``d ~ N(mu, sigma^2 + kappa mu^2)``, ``mu = alpha (p - beta)``.
 
     A confident judgement (``p`` far from ``beta``) says more about the sign of
     ``d`` than about its size: its variance grows with its mean. Quadratic in ``d``

@@ -60,6 +60,7 @@ import optax
 
 from jaxrank import _batching, _graph
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import _poe_algebra as alg
 from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
 
@@ -77,8 +78,8 @@ class PoESolution(NamedTuple):
 
     Attributes:
         scores: ``[..., N]`` scores, centred per connected component (0 for padded items).
-        theta: dict of the parameters used per context (``[...]`` leading axes
-            for every entry set per context or learnt; the shared ones as given).
+        theta: dict of the parameters each context used, every entry with the
+            leading axes ``[...]`` (learnt ones fitted, ``from_context`` ones set per context).
         iterations: ``[...]`` solver passes (Newton steps and line-search halvings,
             or L-BFGS steps).
         converged: ``[...]`` whether the stopping test passed.
@@ -94,126 +95,6 @@ class PoESolution(NamedTuple):
     result: jax.Array
 
 
-class _Ops(NamedTuple):
-    """One context's data: its comparisons (sparse edge space) and parameters."""
-
-    e: _graph.Edges
-    p: jax.Array        # p, with 0.5 on padded comparisons (so an expert never sees a value it rejects)
-    w: jax.Array
-    theta: dict         # theta after expert.from_context; learnt entries hold the start / prior mean
-    proj: jax.Array
-    labels: jax.Array
-    prior: jax.Array    # this context's score-prior precision
-
-
-def _ops(c, theta, proj, labels, prior, expert: Expert) -> _Ops:
-    w = c.weight
-    p = jnp.where(w > 0, c.p, jnp.asarray(0.5, c.p.dtype))
-    if expert.from_context is not None:
-        theta = expert.from_context(p, w, theta)
-    theta = {k: jnp.asarray(v, c.p.dtype) for k, v in theta.items()}
-    return _Ops(_graph.edges(c, dense=False), p, w, theta, proj, labels, prior)
-
-
-def _theta_at(x, ops, expert):
-    n = ops.e.num_items
-    return {**ops.theta, **{k: x[n + a] for a, k in enumerate(expert.learnt)}}
-
-
-def _phi0(ops, expert):
-    return jnp.stack([ops.theta[k] for k in expert.learnt]) if expert.learnt else jnp.zeros(0, ops.p.dtype)
-
-
-def objective(x, ops: _Ops, expert: Expert, st) -> jax.Array:
-    """``F(x)`` of one context at ``x = [s, phi]`` (the module docstring's equation)."""
-    n = ops.e.num_items
-    d = _graph.incidence(ops.e, x[:n])
-    ll = expert.log_density(d, ops.p, _theta_at(x, ops, expert))
-    f = -jnp.sum(jnp.where(ops.w > 0, ops.w * ll, 0)) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
-    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - _phi0(ops, expert)) ** 2)
-
-
-class _Local(NamedTuple):
-    """Per-comparison derivatives of ``w log q`` in ``z = (d, phi)``."""
-
-    d: jax.Array        # [R] score differences
-    value: jax.Array    # [R] w log q
-    g: jax.Array        # [R, 1 + m]  w d log q / dz
-    h: jax.Array        # [R, 1 + m, 1 + m]  w d^2 log q / dz^2
-
-
-def _local(x, ops: _Ops, expert: Expert) -> _Local:
-    """Values, gradients and Hessians of every comparison's ``w log q`` (elementwise autodiff, no vmap)."""
-    n, m = ops.e.num_items, len(expert.learnt)
-    d = _graph.incidence(ops.e, x[:n])
-    zs = (d,) + tuple(jnp.broadcast_to(x[n + a], d.shape) for a in range(m))
-
-    def ll(*z):
-        return expert.log_density(z[0], ops.p, {**ops.theta, **dict(zip(expert.learnt, z[1:]))})
-
-    grad = jax.grad(lambda *z: jnp.sum(ll(*z)), argnums=tuple(range(m + 1)))
-    one, zero = jnp.ones_like(d), jnp.zeros_like(d)
-    cols = []
-    for a in range(m + 1):
-        g, col = jax.jvp(grad, zs, tuple(one if b == a else zero for b in range(m + 1)))
-        cols.append(jnp.stack(col, axis=-1))
-    wk = jnp.where(ops.w > 0, ops.w, 0)
-    clean = lambda v: jnp.where((ops.w > 0).reshape(ops.w.shape + (1,) * (v.ndim - 1)), v, 0)
-    return _Local(d, clean(wk * ll(*zs)), clean(wk[:, None] * jnp.stack(g, axis=-1)),
-                  clean(wk[:, None, None] * jnp.stack(cols, axis=-1)))
-
-
-def _gradient(x, loc: _Local, ops: _Ops, expert, st, wt_g=None):
-    """``grad F`` at ``x`` (``wt_g = W^T (w g)`` if the caller has it)."""
-    n = ops.e.num_items
-    wt_g = _graph.incidence_t(ops.e, loc.g[:, 0]) if wt_g is None else wt_g
-    gs = -wt_g + ops.prior * x[:n]
-    gphi = -jnp.sum(loc.g[:, 1:], axis=0) + st.theta_prior * (x[n:] - _phi0(ops, expert))
-    return jnp.concatenate([gs, gphi])
-
-
-def _objective_from(x, loc: _Local, ops: _Ops, expert, st):
-    """:func:`objective` from the comparisons' values already in ``loc``."""
-    n = ops.e.num_items
-    f = -jnp.sum(loc.value) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
-    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - _phi0(ops, expert)) ** 2)
-
-
-def _hessian(curv, loc: _Local, ops: _Ops, st):
-    """``[[L(curv) + lambda I + P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense)."""
-    n, m = ops.e.num_items, loc.g.shape[1] - 1
-    hss = _graph.laplacian(ops.e, curv) + ops.proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
-    if m == 0:
-        return hss
-    hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
-    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
-    return jnp.block([[hss, hsp], [hsp.T, hpp]])
-
-
-def _direction_cg(g_c, curv, loc, ops, st):
-    """The Newton direction by Jacobi-preconditioned CG, the Hessian applied matrix-free."""
-    e, n, m = ops.e, ops.e.num_items, loc.g.shape[1] - 1
-    size = _graph.component_sizes(ops.labels, curv.dtype)
-    pmean = functools.partial(_graph.component_mean, labels=ops.labels, sizes=size)
-    hsp = [-loc.h[:, 0, 1 + a] for a in range(m)]
-    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
-
-    def matvec(u):
-        v, t = u[:n], u[n:]
-        top = _graph.incidence_t(e, curv * _graph.incidence(e, v)) + pmean(v) + ops.prior * v
-        wv = _graph.incidence(e, v)
-        for a in range(m):
-            top = top + _graph.incidence_t(e, hsp[a]) * t[a]
-        bottom = jnp.stack([jnp.dot(hsp[a], wv) for a in range(m)]) + hpp @ t if m else t
-        return jnp.concatenate([top, bottom])
-
-    deg = _graph.item_sums(e, curv, curv)
-    diag = jnp.concatenate([deg + 1 / size + ops.prior, jnp.diagonal(hpp)])
-    tol = 1e-5 if curv.dtype == jnp.float32 else 1e-10
-    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + m + 1, M=lambda u: u / diag)
-    return x.at[:n].add(-pmean(x[:n])), diag
-
-
 class _State(NamedTuple):
     x: jax.Array          # the current (accepted) point
     f: jax.Array          # objective at x (+inf before the start is accepted)
@@ -226,7 +107,7 @@ class _State(NamedTuple):
     damped: jax.Array     # the Hessian at x had negative curvature (or was indefinite) and was damped
 
 
-def _pass(ops: _Ops, state: _State, gs0, expert: Expert, st) -> _State:
+def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
     """One pass of damped Newton with backtracking for one context: evaluate ``y = x + t delta`` once."""
     dt = ops.p.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12
@@ -234,8 +115,8 @@ def _pass(ops: _Ops, state: _State, gs0, expert: Expert, st) -> _State:
     n, m = ops.e.num_items, len(expert.learnt)
     start = it == 0
     y = x + t * delta
-    loc = _local(y, ops, expert)
-    fy = _objective_from(y, loc, ops, expert, st)
+    loc = alg.local_derivatives(y, ops, expert)
+    fy = alg.objective_from(y, loc, ops, expert, st)
     ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
     true_curv = -loc.h[:, 0, 0]
     w = jnp.where(ops.w > 0, ops.w, 0)
@@ -250,17 +131,17 @@ def _pass(ops: _Ops, state: _State, gs0, expert: Expert, st) -> _State:
     wt_g, mag_s = _graph.item_sums_many(ops.e, (loc.g[:, 0], mag[:, 0]), (-loc.g[:, 0], mag[:, 0]))
     scale = jnp.concatenate([mag_s + ops.prior * jnp.abs(y[:n]),
                              jnp.sum(mag[:, 1:], axis=0) + st.theta_prior * jnp.abs(y[n:])])
-    g = _gradient(y, loc, ops, expert, st, wt_g)
+    g = alg.gradient(y, loc, ops, expert, st, wt_g)
     # Pass 0: the weighted least-squares fit of the differences to expert.start (Hessian L(w)).
     g = jnp.where(start, jnp.concatenate([gs0, jnp.zeros(m, dt)]), g)
     curv = jnp.where(start, w, curv)
     loc_sys = loc._replace(h=jnp.where(start, 0.0, loc.h)) if m else loc
     g_c = g.at[:n].add(-(ops.proj @ g[:n]))
     if _graph.use_cg(ops.e):
-        new, diag = _direction_cg(g_c, curv, loc_sys, ops, st)
+        new, diag = alg.direction_cg(g_c, curv, loc_sys, ops, st)
         indefinite = jnp.zeros((), bool)
     else:
-        hess = _hessian(curv, loc_sys, ops, st)
+        hess = alg.hessian_matrix(curv, loc_sys, ops, st)
         if m:
             hess = hess.at[n:, n:].set(jnp.where(start, jnp.eye(m, dtype=dt), hess[n:, n:]))
         new = -_graph.psd_solve(hess, g_c)
@@ -287,24 +168,13 @@ def _pass(ops: _Ops, state: _State, gs0, expert: Expert, st) -> _State:
                   converged | failed, converged, jnp.where(ok, damped, state.damped))
 
 
-def _start_differences(ops: _Ops, expert: Expert):
-    if expert.start is None:
-        return jnp.zeros_like(ops.p)
-    return jnp.where(ops.w > 0, expert.start(ops.p, ops.theta), 0)
-
-
-def _start_gradient(ops: _Ops, expert: Expert):
-    """``-W^T (w d0)``: the gradient at ``s = 0`` of the least-squares fit to the start differences."""
-    return -_graph.incidence_t(ops.e, jnp.where(ops.w > 0, ops.w, 0) * _start_differences(ops, expert))
-
-
-def _newton(ops: _Ops, expert: Expert, st):
+def _newton(ops: alg.Ops, expert: Expert, st):
     """Damped Newton with backtracking on a batch ``[B]`` of contexts (per-context stopping)."""
-    gs0 = jax.vmap(functools.partial(_start_gradient, expert=expert))(ops)
+    gs0 = jax.vmap(functools.partial(alg.start_gradient, expert=expert))(ops)
     b, n = ops.p.shape[0], ops.e.num_items + len(expert.learnt)
     dt = ops.p.dtype
-    x0 = jnp.concatenate([jnp.zeros((b, ops.e.num_items), dt), jax.vmap(functools.partial(_phi0, expert=expert))(ops)],
-                         axis=1)
+    phi = jax.vmap(functools.partial(alg.phi0, expert=expert))(ops)
+    x0 = jnp.concatenate([jnp.zeros((b, ops.e.num_items), dt), phi], axis=1)
     z, zb = jnp.zeros((b, n), dt), jnp.zeros(b, dt)
     no = jnp.zeros(b, bool)
     init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32), no, no, no)
@@ -316,34 +186,35 @@ def _newton(ops: _Ops, expert: Expert, st):
     return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32), out.damped
 
 
-def _quadratic_one(ops: _Ops, expert: Expert, st):
+def _quadratic_one(ops: alg.Ops, expert: Expert, st):
     """One exact Newton step from ``s = 0`` for an expert quadratic in ``d`` (``expert.quadratic``)."""
     n, m = ops.e.num_items, len(expert.learnt)
-    x0 = jnp.concatenate([jnp.zeros(n, ops.p.dtype), _phi0(ops, expert)])
-    loc = _local(x0, ops, expert)
-    g = _gradient(x0, loc, ops, expert, st)
+    x0 = jnp.concatenate([jnp.zeros(n, ops.p.dtype), alg.phi0(ops, expert)])
+    loc = alg.local_derivatives(x0, ops, expert)
+    g = alg.gradient(x0, loc, ops, expert, st)
     g = g.at[:n].add(-(ops.proj @ g[:n]))
     curv = -loc.h[:, 0, 0]
     if _graph.use_cg(ops.e):
-        new, _ = _direction_cg(g, curv, loc, ops, st)
+        new, _ = alg.direction_cg(g, curv, loc, ops, st)
     else:
-        new = -_graph.psd_solve(_hessian(curv, loc, ops, st), g)
+        new = -_graph.psd_solve(alg.hessian_matrix(curv, loc, ops, st), g)
     ok = jnp.all(jnp.isfinite(new))
     x = jnp.where(ok, x0 + new, x0)
     result = jnp.where(ok, RESULTS.successful, RESULTS.line_search_failed).astype(jnp.int32)
     return x, jnp.ones((), jnp.int32), ok, result, jnp.any(curv < 0) | ~ok
 
 
-def _lbfgs_one(ops: _Ops, expert: Expert, st):
+def _lbfgs_one(ops: alg.Ops, expert: Expert, st):
     """``optax.lbfgs`` on one context, from the least-squares start (dense) or ``x = 0``."""
     n, m = ops.e.num_items, len(expert.learnt)
     dt = ops.p.dtype
     w = jnp.where(ops.w > 0, ops.w, 0)
-    x0 = jnp.concatenate([jnp.zeros(n, dt), _phi0(ops, expert)])
+    x0 = jnp.concatenate([jnp.zeros(n, dt), alg.phi0(ops, expert)])
     if expert.start is not None and not _graph.use_cg(ops.e):
         lap = _graph.laplacian(ops.e, w) + ops.proj + ops.prior * jnp.eye(n, dtype=dt)
-        x0 = x0.at[:n].set(_graph.psd_solve(lap, _graph.incidence_t(ops.e, w * _start_differences(ops, expert))))
-    fun = lambda x: objective(x, ops, expert, st)
+        rhs = _graph.incidence_t(ops.e, w * alg.start_differences(ops, expert))
+        x0 = x0.at[:n].set(_graph.psd_solve(lap, rhs))
+    fun = lambda x: alg.objective(x, ops, expert, st)
     opt = optax.lbfgs()
     value_and_grad = optax.value_and_grad_from_state(fun)
     gtol = st.tol * jnp.maximum(2 * jnp.sum(w) / n, jnp.finfo(dt).tiny)
@@ -362,22 +233,11 @@ def _lbfgs_one(ops: _Ops, expert: Expert, st):
     x, _, it, gn = jax.lax.while_loop(lambda c: (c[3] > gtol) & (c[2] < st.max_iter), body, init)
     converged = gn <= gtol
     result = jnp.where(converged, RESULTS.successful, RESULTS.max_steps_reached).astype(jnp.int32)
-    loc = _local(x, ops, expert)
+    loc = alg.local_derivatives(x, ops, expert)
     return x, it, converged, result, jnp.any(-loc.h[:, 0, 0] < 0) | (m > 0)
 
 
-def _true_hessian(x, ops: _Ops, expert: Expert, st):
-    loc = _local(x, ops, expert)
-    return _hessian(-loc.h[:, 0, 0], loc, ops, st)
-
-
-def _is_maximum(x, ops, expert, st):
-    """Whether the true Hessian (plus the anchor ``P``) at ``x`` is positive definite (Cholesky succeeds)."""
-    cf, _ = jax.scipy.linalg.cho_factor(_true_hessian(x, ops, expert, st), lower=True)
-    return jnp.all(jnp.isfinite(jnp.diagonal(cf))) & jnp.all(jnp.diagonal(cf) > 0)
-
-
-def _solve_ops(ops: _Ops, expert: Expert, method: str, st):
+def _solve_ops(ops: alg.Ops, expert: Expert, method: str, st):
     if method == "lbfgs":
         x, it, conv, result, damped = jax.vmap(functools.partial(_lbfgs_one, expert=expert, st=st))(ops)
     elif expert.quadratic:
@@ -385,7 +245,7 @@ def _solve_ops(ops: _Ops, expert: Expert, method: str, st):
     else:
         x, it, conv, result, damped = _newton(ops, expert, st)
     # Where negative curvature was met at the end, test the true Hessian (only if some context needs it).
-    check = lambda: jax.vmap(functools.partial(_is_maximum, expert=expert, st=st))(x, ops)
+    check = lambda: jax.vmap(functools.partial(alg.is_maximum, expert=expert, st=st))(x, ops)
     is_max = jax.lax.cond(jnp.any(damped), check, lambda: jnp.ones(damped.shape, bool))
     nonconcave = damped & ~is_max
     result = jnp.where(nonconcave, RESULTS.nonconcave, result).astype(jnp.int32)
@@ -393,7 +253,8 @@ def _solve_ops(ops: _Ops, expert: Expert, method: str, st):
 
 
 def _context_ops(c, theta, proj, labels, prior, expert):
-    return jax.vmap(functools.partial(_ops, expert=expert), in_axes=(0, None, 0, 0, 0))(c, theta, proj, labels, prior)
+    make = functools.partial(alg.make_ops, expert=expert)
+    return jax.vmap(make, in_axes=(0, None, 0, 0, 0))(c, theta, proj, labels, prior)
 
 
 def _argmin_impl(c, theta, proj, labels, prior, st, expert, method):
@@ -413,8 +274,9 @@ def _argmin_bwd(expert, method, res, ct):
     c, theta, proj, labels, prior, st, x = res
 
     def one(cc, pj, lab, pr, xx, ctx):
-        u = _graph.psd_solve(_true_hessian(xx, _ops(cc, theta, pj, lab, pr, expert), expert, st), ctx)
-        grad_at = lambda c2, th2: jax.grad(objective)(xx, _ops(c2, th2, pj, lab, pr, expert), expert, st)
+        u = _graph.psd_solve(alg.true_hessian(xx, alg.make_ops(cc, theta, pj, lab, pr, expert), expert, st), ctx)
+        grad_at = lambda c2, th2: jax.grad(alg.objective)(xx, alg.make_ops(c2, th2, pj, lab, pr, expert),
+                                                          expert, st)
         _, vjp = jax.vjp(grad_at, cc, theta)
         return vjp(-u)
 
@@ -438,8 +300,8 @@ def _fit_flat(c, theta, st, expert, method):
 
     def finish(o, cc, xx):
         s = _graph.centre_per_component(jnp.where(cc.item_mask, xx[:n], 0), o.labels)
-        gn = jnp.max(jnp.abs(jax.grad(objective)(jax.lax.stop_gradient(xx), o, expert, st)))
-        return s, _theta_at(xx, o, expert), gn
+        gn = jnp.max(jnp.abs(jax.grad(alg.objective)(jax.lax.stop_gradient(xx), o, expert, st)))
+        return s, alg.theta_at(xx, o, expert), gn
 
     s, th, gn = jax.vmap(finish)(ops, c, x)
     return PoESolution(s, th, it, conv, gn, result)
@@ -515,12 +377,12 @@ def hessian(c: Comparisons, sol: PoESolution, solver: ProductOfExpertsSolver, pr
     th = solver.theta(theta, c.p.dtype)
     st = solver.settings(c.p.dtype)
     labels = jnp.argmax(proj > 0, axis=1).astype(jnp.int32)
-    ops = _ops(c, th, proj, labels, jnp.asarray(st.score_prior), solver.expert)
-    return _true_hessian(solution_vector(sol, solver), ops, solver.expert, st)
+    ops = alg.make_ops(c, th, proj, labels, jnp.asarray(st.score_prior), solver.expert)
+    return alg.true_hessian(solution_vector(sol, solver), ops, solver.expert, st)
 
 
 def poe_scores(c: Comparisons, expert: Expert, theta: Mapping | None = None, **settings) -> jax.Array:
-    """Scores of the product of ``expert`` (PoE eq. 2-3): ``solve(c, ProductOfExpertsSolver(expert, **settings)).scores``.
+    """Scores of the product of ``expert`` (PoE eq. 2-3): ``solve(c, ProductOfExpertsSolver(expert, **kw)).scores``.
 
     Returns:
         ``[..., N]`` scores, centred per connected component (0 for padded items).
