@@ -35,6 +35,8 @@ _LAZY: dict[str, str] = {
     "BradleyTerrySolver": "jaxrank.scoring", "RESULTS": "jaxrank.scoring", "SolverError": "jaxrank.scoring",
     "average_probability": "jaxrank.scoring", "win_ratio": "jaxrank.scoring", "decisions": "jaxrank.scoring",
     "max_likelihood_ranking": "jaxrank.scoring",
+    "Expert": "jaxrank.scoring", "ProductOfExpertsSolver": "jaxrank.scoring", "PoESolution": "jaxrank.scoring",
+    "fit_poe": "jaxrank.scoring", "poe_scores": "jaxrank.scoring",
     "RankIntervals": "jaxrank.uncertainty", "laplace_bradley_terry": "jaxrank.uncertainty",
     "laplace_posterior": "jaxrank.uncertainty", "LaplaceFit": "jaxrank.uncertainty",
     "posterior_samples": "jaxrank.uncertainty", "rank_intervals": "jaxrank.uncertainty",
@@ -69,6 +71,7 @@ __all__ = [
     "poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior",
     "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "BradleyTerrySolver", "RESULTS", "SolverError",
     "laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "max_likelihood_ranking",
+    "Expert", "ProductOfExpertsSolver", "PoESolution", "fit_poe", "poe_scores",
     "positional_bias", "debias_threshold", "threshold_debias", "permutation_average",
     "score_intervals", "posterior_samples", "rank_intervals", "RankIntervals", "ranking_confidence",
     "bootstrap", "bootstrap_intervals", "bootstrap_outcomes", "percentile_intervals", "resample_comparisons",
@@ -91,6 +94,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
                                  SoftBTSolution, SolverError, average_probability, bradley_terry, decisions,
                                  fit_bradley_terry, fit_poe_bradley_terry, max_likelihood_ranking,
                                  poe_bradley_terry, poe_gaussian, poe_gaussian_posterior, win_ratio)
+    from jaxrank.scoring import Expert, PoESolution, ProductOfExpertsSolver, fit_poe, poe_scores
     from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons,
                                    greedy_comparisons, laplace_comparisons, pairs_rank, random_comparisons)
     from jaxrank.sharding import shard_contexts

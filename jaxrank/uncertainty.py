@@ -8,7 +8,10 @@ learnt jointly, the score block of the joint covariance is used (the Schur
 complement ``H_ss - h h^T / h_gg`` is the marginal precision of ``s``).
 
 The Gaussian-expert posterior (PoE eq. 7-8) is :func:`jaxrank.poe_gaussian_posterior`;
-both return a :class:`jaxrank.GaussianPosterior`.
+both return a :class:`jaxrank.GaussianPosterior`. :func:`laplace_posterior` with a
+:class:`jaxrank.ProductOfExpertsSolver` gives the same approximation for any expert:
+the precision is the Hessian ``W^T diag(c) W`` weighted by the curvatures
+``c_k = -w_k d^2 log q / dd^2`` at the optimum (:mod:`jaxrank.scoring.poe`).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import jax.numpy as jnp
 
 from jaxrank import _batching, _deprecation, _graph, metrics
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import soft_bt
+from jaxrank.scoring import poe, soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
 from jaxrank.scoring.soft_bt import SoftBTSolution
-from jaxrank.scoring.solver import BradleyTerrySolver
+from jaxrank.scoring.solver import BradleyTerrySolver, ProductOfExpertsSolver
 
 __all__ = ["laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "posterior_samples", "score_intervals",
            "rank_intervals", "RankIntervals", "ranking_confidence"]
@@ -49,14 +52,15 @@ class LaplaceFit(NamedTuple):
     posterior: GaussianPosterior
 
 
-def _laplace_one(c, solver):
-    sol = soft_bt.solve_context(c, solver)
+def _laplace_one(c, theta, solver):
+    general = isinstance(solver, ProductOfExpertsSolver)
+    sol = poe.solve_context(c, solver, theta) if general else soft_bt.solve_context(c, solver)
     n = c.num_items
     proj = _graph.component_projector(_graph.components(c), c.p.dtype)
-    h = soft_bt.hessian(c, sol, solver, proj)
-    if solver.mode == "learn":
-        hsg, hgg = h[:n, n], h[n, n]
-        h = h[:n, :n] - jnp.outer(hsg, hsg) / hgg
+    h = poe.hessian(c, sol, solver, proj, theta) if general else soft_bt.hessian(c, sol, solver, proj)
+    if h.shape[0] > n:   # learnt parameters (gamma): the marginal precision of s, a Schur complement
+        hsg, hgg = h[:n, n:], h[n:, n:]
+        h = h[:n, :n] - hsg @ jnp.linalg.solve(hgg, hsg.T)
     eye = jnp.eye(n, dtype=h.dtype)
     # (H + lambda I + a P)^{-1} = (H + lambda I)^+ on centred scores + P / (a + lambda): the
     # covariance of the centred scores (with or without a score prior lambda) after subtracting
@@ -72,11 +76,12 @@ def _laplace_one(c, solver):
 
 
 @functools.partial(jax.jit, static_argnames=("solver",))
-def _laplace(c, solver):
-    return _batching.batched(_laplace_one, c, solver=solver)
+def _laplace(c, theta, solver):
+    return _batching.batched(_laplace_one, c, theta=theta, solver=solver)
 
 
-def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | None = None) -> LaplaceFit:
+def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | ProductOfExpertsSolver | None = None, *,
+                      theta=None) -> LaplaceFit:
     """Fit soft Bradley-Terry with ``solver`` and its Laplace posterior, in one pass (PoE App. A.5).
 
     Traceable: callable inside ``jax.jit`` on one context or a batch. Callers
@@ -88,15 +93,23 @@ def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | None = None) 
         solver: a :class:`jaxrank.BradleyTerrySolver` (default: its defaults).
             No existence test is made (``eps = 0`` with no score prior gives
             infinite scores where :func:`jaxrank.fit_poe_bradley_terry` would
-            warn); with ``throw`` a concrete unsuccessful result raises.
+            warn); with ``throw`` a concrete unsuccessful result raises. Or a
+            :class:`jaxrank.ProductOfExpertsSolver`: any expert, the precision
+            weighted by its curvatures at the optimum (learnt parameters
+            marginalised by their Schur complement, as ``gamma`` above).
+        theta: the expert's parameters (``ProductOfExpertsSolver`` only).
 
     Returns:
         :class:`LaplaceFit` ``(solution, posterior)``.
     """
     solver = BradleyTerrySolver() if solver is None else solver
-    if not isinstance(solver, BradleyTerrySolver):
-        raise ValueError(f"solver must be a BradleyTerrySolver, got {type(solver).__name__}")
-    fit = _laplace(c, solver)
+    if not isinstance(solver, (BradleyTerrySolver, ProductOfExpertsSolver)):
+        raise ValueError(f"solver must be a BradleyTerrySolver or ProductOfExpertsSolver, got {type(solver).__name__}")
+    if theta is not None and not isinstance(solver, ProductOfExpertsSolver):
+        raise ValueError("theta is a parameter of a ProductOfExpertsSolver's expert; got a BradleyTerrySolver")
+    if isinstance(solver, ProductOfExpertsSolver):
+        theta = solver.theta(theta, c.p.dtype)
+    fit = _laplace(c, theta, solver)
     solver.check(fit.solution.result)
     return fit
 

@@ -7,25 +7,29 @@ built, hashable (a static argument of ``jax.jit``), and passed to the functions
 that solve, rather than seven positional settings. Hard Bradley-Terry
 (:func:`jaxrank.bradley_terry`), the Laplace posterior
 (:func:`jaxrank.uncertainty.laplace_posterior`) and Laplace-BT selection build on
-it; a general Product-of-Experts solver will add an expert log-density as one
-more field.
+it. :class:`ProductOfExpertsSolver` is the same for any expert log-density
+(:mod:`jaxrank.scoring.experts`, solved by :mod:`jaxrank.scoring.poe`).
 
 Every fit reports a :data:`RESULTS` code per context (an int32 array, usable
-under ``vmap``): ``RESULTS.successful``, ``RESULTS.max_steps_reached`` or
-``RESULTS.line_search_failed``. With ``throw=True`` a fit whose result is
+under ``vmap``): ``RESULTS.successful``, ``RESULTS.max_steps_reached``,
+``RESULTS.line_search_failed`` or (general experts) ``RESULTS.nonconcave``. With ``throw=True`` a fit whose result is
 concrete raises :class:`SolverError` for any unsuccessful context.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BradleyTerrySolver", "RESULTS", "SolverError", "SolverSettings", "debias_mode"]
+from jaxrank.scoring.experts import Expert
+
+__all__ = ["BradleyTerrySolver", "ProductOfExpertsSolver", "PoESettings", "RESULTS", "SolverError",
+           "SolverSettings", "debias_mode"]
 
 
 class _Results:
@@ -37,9 +41,13 @@ class _Results:
     """``max_iter`` Newton steps ran out first."""
     line_search_failed = 2
     """A step halved 30 times found no sufficient decrease."""
+    nonconcave = 3
+    """The point reached is not a maximum: the log-likelihood's Hessian there is not negative definite
+    (a non-concave expert, :class:`ProductOfExpertsSolver`)."""
 
     messages = {0: "successful", 1: "max_steps_reached: max_iter Newton steps ran out before convergence",
-                2: "line_search_failed: no step with sufficient decrease"}
+                2: "line_search_failed: no step with sufficient decrease",
+                3: "nonconcave: the point reached is not a maximum of the log-likelihood (negative curvature)"}
 
     def message(self, code: int) -> str:
         """A sentence naming ``code``."""
@@ -164,3 +172,96 @@ class BradleyTerrySolver:
             where = f" (context {tuple(int(k) for k in first)})" if codes.ndim else ""
             raise SolverError(f"{int(bad.sum())} of {codes.size} contexts unsuccessful{where}: "
                               f"{RESULTS.message(codes[tuple(first)])}")
+
+
+class PoESettings(NamedTuple):
+    """The numeric settings of :class:`ProductOfExpertsSolver` as traced scalars (never recompiled)."""
+
+    score_prior: jax.Array
+    theta_prior: jax.Array
+    tol: jax.Array
+    max_iter: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ProductOfExpertsSolver:
+    """Maximise ``sum_k w_k log q(s_i - s_j | p_k, theta)`` (PoE eq. 2-3) for any :class:`Expert`; settings as fields.
+
+    Attributes:
+        expert: the :class:`jaxrank.scoring.experts.Expert`.
+        method: ``"newton"`` (Newton's method on the weighted-Laplacian Hessian,
+            the curvature ``-d^2 log q / dd^2`` from autodiff, Armijo backtracking)
+            or ``"lbfgs"`` (``optax.lbfgs``, for experts whose curvature is
+            unavailable or unhelpful).
+        score_prior: precision ``lambda`` of an ``N(0, 1/lambda)`` prior on every
+            score (MAP; 0 = off).
+        theta_prior: precision of the weak Gaussian prior on each learnt
+            parameter, centred on its value in ``theta``.
+        tol: stop when the Newton step's max-norm (Newton), or the gradient's
+            max-norm relative to the mean comparison weight per item (L-BFGS), is below
+            ``tol`` (``None``: ``1e-5`` in float32, ``1e-10`` in float64).
+        max_iter: iteration cap.
+        throw: raise :class:`SolverError` when a concrete solve leaves a context
+            unsuccessful (inside a caller's ``jax.jit`` read ``solution.result``).
+
+    Raises:
+        ValueError: a setting out of range, naming it.
+    """
+
+    expert: Expert
+    method: str = "newton"
+    score_prior: float = 0.0
+    theta_prior: float = 1e-6
+    tol: float | None = None
+    max_iter: int = 100
+    throw: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.expert, Expert):
+            raise ValueError(f"expert must be a jaxrank.scoring.experts.Expert, got {type(self.expert).__name__}")
+        if self.method not in ("newton", "lbfgs"):
+            raise ValueError(f"method must be 'newton' or 'lbfgs', got {self.method!r}")
+        if not self.score_prior >= 0:
+            raise ValueError(f"score_prior must be >= 0, got {self.score_prior!r}")
+        if not self.theta_prior > 0:
+            raise ValueError(f"theta_prior must be > 0, got {self.theta_prior!r}")
+        if self.tol is not None and not self.tol > 0:
+            raise ValueError(f"tol must be > 0, got {self.tol!r}")
+        if not (isinstance(self.max_iter, (int, np.integer)) and not isinstance(self.max_iter, bool)
+                and self.max_iter >= 1):
+            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        for name in ("score_prior", "theta_prior"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.tol is not None:
+            object.__setattr__(self, "tol", float(self.tol))
+        object.__setattr__(self, "max_iter", int(self.max_iter))
+
+    tolerance = BradleyTerrySolver.tolerance
+    check = BradleyTerrySolver.check
+
+    def settings(self, dtype) -> PoESettings:
+        """The numeric settings as NumPy scalars of ``dtype`` (traced by ``jit``: changing one never recompiles)."""
+        f = lambda v: np.asarray(v, dtype)
+        return PoESettings(f(self.score_prior), f(self.theta_prior), f(self.tolerance(dtype)),
+                           np.asarray(self.max_iter, np.int32))
+
+    def theta(self, theta: Mapping | None, dtype) -> dict:
+        """``theta`` (default: the expert's) as arrays of ``dtype``, with the expert's defaults for missing keys.
+
+        Raises:
+            ValueError: a key the expert does not have, or a learnt entry that is not a scalar.
+        """
+        base = dict(self.expert.theta)
+        if theta is not None:
+            if not isinstance(theta, Mapping):
+                raise ValueError(f"theta must be a dict of parameters, got {type(theta).__name__}")
+            extra = sorted(set(theta) - set(base))
+            if extra:
+                raise ValueError(f"theta has keys {extra} that expert {self.expert.name!r} does not have "
+                                 f"(its keys: {sorted(base)})")
+            base.update(theta)
+        out = {k: (v.astype(dtype) if isinstance(v, jax.Array) else np.asarray(v, dtype)) for k, v in base.items()}
+        for k in self.expert.learnt:
+            if np.ndim(out[k]) != 0:
+                raise ValueError(f"theta[{k!r}] is learnt and must be a scalar, got shape {np.shape(out[k])}")
+        return out

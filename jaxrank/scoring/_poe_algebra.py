@@ -1,0 +1,161 @@
+"""Private: the per-context algebra of the general PoE solver (:mod:`jaxrank.scoring.poe`).
+
+For one context with an expert ``log q(d | p, theta)``: the objective ``F(s, phi)``
+of ``poe``'s docstring, every comparison's derivatives of ``w log q`` in
+``z = (d, phi)`` by elementwise autodiff, the gradient, the Hessian (a Laplacian
+weighted by the curvatures, plus the learnt parameters' rows), the Newton
+direction by conjugate gradients for large pools, and the maximum test.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrank import _graph
+from jaxrank.scoring.experts import Expert
+
+
+class Ops(NamedTuple):
+    """One context's data: its comparisons (sparse edge space) and parameters."""
+
+    e: _graph.Edges
+    p: jax.Array        # p, with 0.5 on padded comparisons (so an expert never sees a value it rejects)
+    w: jax.Array
+    theta: dict         # theta after expert.from_context; learnt entries hold the start / prior mean
+    proj: jax.Array
+    labels: jax.Array
+    prior: jax.Array    # this context's score-prior precision
+
+
+def make_ops(c, theta, proj, labels, prior, expert: Expert) -> Ops:
+    w = c.weight
+    p = jnp.where(w > 0, c.p, jnp.asarray(0.5, c.p.dtype))
+    if expert.from_context is not None:
+        theta = expert.from_context(p, w, theta)
+    theta = {k: jnp.asarray(v, c.p.dtype) for k, v in theta.items()}
+    return Ops(_graph.edges(c, dense=False), p, w, theta, proj, labels, prior)
+
+
+def theta_at(x, ops, expert):
+    n = ops.e.num_items
+    return {**ops.theta, **{k: x[n + a] for a, k in enumerate(expert.learnt)}}
+
+
+def phi0(ops, expert):
+    return jnp.stack([ops.theta[k] for k in expert.learnt]) if expert.learnt else jnp.zeros(0, ops.p.dtype)
+
+
+def objective(x, ops: Ops, expert: Expert, st) -> jax.Array:
+    """``F(x)`` of one context at ``x = [s, phi]`` (the module docstring's equation)."""
+    n = ops.e.num_items
+    d = _graph.incidence(ops.e, x[:n])
+    ll = expert.log_density(d, ops.p, theta_at(x, ops, expert))
+    f = -jnp.sum(jnp.where(ops.w > 0, ops.w * ll, 0)) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
+    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - phi0(ops, expert)) ** 2)
+
+
+class Local(NamedTuple):
+    """Per-comparison derivatives of ``w log q`` in ``z = (d, phi)``."""
+
+    d: jax.Array        # [R] score differences
+    value: jax.Array    # [R] w log q
+    g: jax.Array        # [R, 1 + m]  w d log q / dz
+    h: jax.Array        # [R, 1 + m, 1 + m]  w d^2 log q / dz^2
+
+
+def local_derivatives(x, ops: Ops, expert: Expert) -> Local:
+    """Values, gradients and Hessians of every comparison's ``w log q`` (elementwise autodiff, no vmap)."""
+    n, m = ops.e.num_items, len(expert.learnt)
+    d = _graph.incidence(ops.e, x[:n])
+    zs = (d,) + tuple(jnp.broadcast_to(x[n + a], d.shape) for a in range(m))
+
+    def ll(*z):
+        return expert.log_density(z[0], ops.p, {**ops.theta, **dict(zip(expert.learnt, z[1:]))})
+
+    grad = jax.grad(lambda *z: jnp.sum(ll(*z)), argnums=tuple(range(m + 1)))
+    one, zero = jnp.ones_like(d), jnp.zeros_like(d)
+    cols = []
+    for a in range(m + 1):
+        g, col = jax.jvp(grad, zs, tuple(one if b == a else zero for b in range(m + 1)))
+        cols.append(jnp.stack(col, axis=-1))
+    wk = jnp.where(ops.w > 0, ops.w, 0)
+    clean = lambda v: jnp.where((ops.w > 0).reshape(ops.w.shape + (1,) * (v.ndim - 1)), v, 0)
+    return Local(d, clean(wk * ll(*zs)), clean(wk[:, None] * jnp.stack(g, axis=-1)),
+                  clean(wk[:, None, None] * jnp.stack(cols, axis=-1)))
+
+
+def gradient(x, loc: Local, ops: Ops, expert, st, wt_g=None):
+    """``grad F`` at ``x`` (``wt_g = W^T (w g)`` if the caller has it)."""
+    n = ops.e.num_items
+    wt_g = _graph.incidence_t(ops.e, loc.g[:, 0]) if wt_g is None else wt_g
+    gs = -wt_g + ops.prior * x[:n]
+    gphi = -jnp.sum(loc.g[:, 1:], axis=0) + st.theta_prior * (x[n:] - phi0(ops, expert))
+    return jnp.concatenate([gs, gphi])
+
+
+def objective_from(x, loc: Local, ops: Ops, expert, st):
+    """:func:`objective` from the comparisons' values already in ``loc``."""
+    n = ops.e.num_items
+    f = -jnp.sum(loc.value) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
+    return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - phi0(ops, expert)) ** 2)
+
+
+def hessian_matrix(curv, loc: Local, ops: Ops, st):
+    """``[[L(curv) + lambda I + P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense)."""
+    n, m = ops.e.num_items, loc.g.shape[1] - 1
+    hss = _graph.laplacian(ops.e, curv) + ops.proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
+    if m == 0:
+        return hss
+    hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
+    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
+    return jnp.block([[hss, hsp], [hsp.T, hpp]])
+
+
+def direction_cg(g_c, curv, loc, ops, st):
+    """The Newton direction by Jacobi-preconditioned CG, the Hessian applied matrix-free."""
+    e, n, m = ops.e, ops.e.num_items, loc.g.shape[1] - 1
+    size = _graph.component_sizes(ops.labels, curv.dtype)
+    pmean = functools.partial(_graph.component_mean, labels=ops.labels, sizes=size)
+    hsp = [-loc.h[:, 0, 1 + a] for a in range(m)]
+    hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
+
+    def matvec(u):
+        v, t = u[:n], u[n:]
+        top = _graph.incidence_t(e, curv * _graph.incidence(e, v)) + pmean(v) + ops.prior * v
+        wv = _graph.incidence(e, v)
+        for a in range(m):
+            top = top + _graph.incidence_t(e, hsp[a]) * t[a]
+        bottom = jnp.stack([jnp.dot(hsp[a], wv) for a in range(m)]) + hpp @ t if m else t
+        return jnp.concatenate([top, bottom])
+
+    deg = _graph.item_sums(e, curv, curv)
+    diag = jnp.concatenate([deg + 1 / size + ops.prior, jnp.diagonal(hpp)])
+    tol = 1e-5 if curv.dtype == jnp.float32 else 1e-10
+    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + m + 1, M=lambda u: u / diag)
+    return x.at[:n].add(-pmean(x[:n])), diag
+
+
+def start_differences(ops: Ops, expert: Expert):
+    if expert.start is None:
+        return jnp.zeros_like(ops.p)
+    return jnp.where(ops.w > 0, expert.start(ops.p, ops.theta), 0)
+
+
+def start_gradient(ops: Ops, expert: Expert):
+    """``-W^T (w d0)``: the gradient at ``s = 0`` of the least-squares fit to the start differences."""
+    return -_graph.incidence_t(ops.e, jnp.where(ops.w > 0, ops.w, 0) * start_differences(ops, expert))
+
+
+def true_hessian(x, ops: Ops, expert: Expert, st):
+    loc = local_derivatives(x, ops, expert)
+    return hessian_matrix(-loc.h[:, 0, 0], loc, ops, st)
+
+
+def is_maximum(x, ops, expert, st):
+    """Whether the true Hessian (plus the anchor ``P``) at ``x`` is positive definite (Cholesky succeeds)."""
+    cf, _ = jax.scipy.linalg.cho_factor(true_hessian(x, ops, expert, st), lower=True)
+    return jnp.all(jnp.isfinite(jnp.diagonal(cf))) & jnp.all(jnp.diagonal(cf) > 0)
