@@ -6,6 +6,8 @@
     jaxrank assess (the same options) [--methods ...] [--debias ...] [--output DIR]
     jaxrank assess --active [--budget B] [--active-batch K] [--rank-confidence 0.9]
                    [--stop-rule spearman|adjacent] (the other assess options)
+    jaxrank store check PATH     (damaged lines, duplicated keys; exit status 1 if any)
+    jaxrank store repair PATH    (move them to PATH.damaged, keeping every valid first record)
 
 ``judge`` writes every judgement to a resumable store as it is produced;
 ``assess`` = judge + aggregate with every scorer + report (Spearman with the
@@ -113,7 +115,39 @@ def _parser():
             j.add_argument("--stop-rule", choices=("spearman", "adjacent"), default=None,
                            help="--active: confidence = expected Spearman under the Laplace posterior (default), "
                                 "or mean P(correct order) of adjacent items")
+    st = sub.add_parser("store", help="check or repair a judgement store (.jsonl)",
+                        description="check: report damaged lines and keys stored twice, change nothing (exit "
+                                    "status 1 if any); repair: move them, with their line numbers, to "
+                                    "PATH.damaged, keeping the first record of every key.")
+    st.add_argument("action", choices=("check", "repair"))
+    st.add_argument("path", help="the judgement store (.jsonl)")
     return ap
+
+
+def _store_command(args):
+    from jaxrank.assessment.store import check_store, repair_store
+
+    if not Path(args.path).is_file():
+        raise SystemExit(f"jaxrank: {args.path}: no such file")
+    try:
+        scan = (check_store if args.action == "check" else repair_store)(args.path)
+    except (OSError, TimeoutError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    same = [c for c in scan.conflicts if c.same]
+    print(f"{args.path}: {len(scan.records)} valid records, {len(scan.damaged)} damaged line(s), "
+          f"{len(scan.different)} key(s) stored again with a different record, {len(same)} identical repeat(s)")
+    for d in scan.damaged:
+        print(f"  line {d.line}: damaged: {d.reason}")
+    for c in scan.conflicts:
+        print(f"  line {c.line}: key {tuple(c.key)} already on line {c.first_line} "
+              f"({'identical' if c.same else 'different record'})")
+    if args.action == "repair":
+        moved = len(scan.damaged) + len(scan.conflicts)
+        print(f"moved {moved} line(s) to {args.path}.damaged" if moved else "nothing to repair")
+    elif scan.damaged or scan.different:
+        print(f"run `jaxrank store repair {args.path}` to move them aside (a run opening the store moves "
+              f"damaged lines itself, but refuses a key stored with different records)")
+        raise SystemExit(1)
 
 
 def _confidence(text):
@@ -448,6 +482,9 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     if args.command == "rank":  # its options and file are checked before JAX is imported
         _rank(args)
+        return
+    if args.command == "store":
+        _store_command(args)
         return
     _enable_cache(args)
     if args.command == "judge":
