@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _deprecation, _graph, metrics
+from jaxrank import _batching, _deprecation, _graph, _validate, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -126,8 +126,7 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
 
 # ====================================================================== intervals and ranks
 def _check_level(level):
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    _validate.number("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
     return float(level)
 
 

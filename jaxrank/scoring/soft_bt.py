@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
 from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
@@ -464,6 +464,9 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         :class:`SoftBTSolution`; with ``solver.throw`` an unsuccessful concrete
         result raises :class:`~jaxrank.scoring.solver.SolverError`.
     """
+    _validate.comparisons("c", c)
+    if not isinstance(solver, BradleyTerrySolver):
+        raise ValueError(f"solver must be a BradleyTerrySolver, got {type(solver).__name__}")
     check = solver.checks_existence if check is None else bool(check)
     st = solver.settings(c.p.dtype)
     sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)
