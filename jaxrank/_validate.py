@@ -26,7 +26,7 @@ def _interval(low, high, low_open, high_open) -> str:
 
 
 def number(name: str, value, *, low=None, high=None, low_open: bool = False, high_open: bool = False,
-           array: bool = False):
+           array: bool = False, batch_shape: tuple | None = None):
     """Check a real option: a finite number (or, with ``array``, an array of them) in the interval.
 
     Args:
@@ -35,6 +35,7 @@ def number(name: str, value, *, low=None, high=None, low_open: bool = False, hig
         low, high: bounds (``None``: unbounded).
         low_open, high_open: exclude the bound itself.
         array: accept an array (every entry checked) as well as a scalar.
+        batch_shape: with ``array``, the array must broadcast to this shape (one value per context).
 
     Returns:
         ``value`` unchanged.
@@ -58,6 +59,14 @@ def number(name: str, value, *, low=None, high=None, low_open: bool = False, hig
             raise ValueError(f"{name} must be a number in {where}, got {value!r}")
         if arr.ndim and not array:
             raise ValueError(f"{name} must be a scalar number in {where}, got an array of shape {arr.shape}")
+        if arr.ndim and batch_shape is not None:
+            try:
+                ok = np.broadcast_shapes(arr.shape, tuple(batch_shape)) == tuple(batch_shape)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{name} must be a scalar or one value per context, shape {tuple(batch_shape)}; "
+                                 f"got shape {arr.shape}")
     bad = ~np.isfinite(arr)
     if low is not None:
         bad |= (arr <= low) if low_open else (arr < low)

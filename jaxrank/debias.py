@@ -42,7 +42,7 @@ def positional_bias(c: Comparisons, *, threshold=0.5) -> jax.Array:
         ValueError: a bad ``c`` or ``threshold`` (naming it).
     """
     _validate.comparisons("c", c)
-    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True)
+    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True, batch_shape=c.batch_shape)
     return _positional_bias(c, threshold)
 
 
@@ -107,7 +107,8 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
     """
     _validate.comparisons("c", c)
     if tau is not None:
-        _validate.number("tau", tau, low=0.0, high=1.0, low_open=True, high_open=True, array=True)
+        _validate.number("tau", tau, low=0.0, high=1.0, low_open=True, high_open=True, array=True,
+                         batch_shape=c.batch_shape)
     return _threshold_debias(c, tau)
 
 

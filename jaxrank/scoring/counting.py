@@ -55,7 +55,7 @@ def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
             is not a finite number in ``[0, 1]``.
     """
     _validate.comparisons("c", c)
-    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True)
+    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True, batch_shape=c.batch_shape)
     return _counting(c, threshold, True)
 
 
