@@ -328,8 +328,8 @@ def _check_rank_options(args):
         raise SystemExit("jaxrank: --top must be >= 0")
     if args.score_prior is not None and args.method != "poe_bradley_terry":
         raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
-    if args.score_prior is not None and not args.score_prior >= 0:
-        raise SystemExit(f"jaxrank: --score-prior must be >= 0, got {args.score_prior}")
+    if args.score_prior is not None and not 0 <= args.score_prior < float("inf"):
+        raise SystemExit(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
     try:
         scorer_table.check_debias(args.method, args.debias, argument="--debias")
     except ValueError as e:
@@ -486,6 +486,10 @@ def main(argv=None):
     if args.command == "store":
         _store_command(args)
         return
+    for flag in ("batch_size", "candidates", "budget"):      # judge and assess: before loading a model
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
     _enable_cache(args)
     if args.command == "judge":
         _judge(args)

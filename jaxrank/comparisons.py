@@ -184,8 +184,8 @@ class Comparisons:
                 touches = (live.reshape(fi.shape) & ~(flat_m[rows, fi] & flat_m[rows, fj])).reshape(ii.shape)
             if touches.any():
                 k = np.argwhere(touches)[0]
-                raise ValueError(f"comparison {tuple(int(x) for x in k)} has non-zero weight but touches an item "
-                                 f"that item_mask marks as padding")
+                raise ValueError(f"comparison {tuple(int(x) for x in k)} has non-zero weight but touches a masked "
+                                 f"item (item_mask marks it as padding)")
         return cls(i=i, j=j, p=p, weight=weight, item_mask=item_mask, num_items=num_items)
 
     @classmethod
