@@ -5,7 +5,9 @@ approximated by ``N(s*, H^+)`` with ``H`` the Hessian of the negative
 log-likelihood: a Laplacian weighted by ``w_k q_k (1 - q_k)``,
 ``q_k = sigmoid(s*_i - s*_j - gamma)`` (METHODS.md §4). When ``gamma`` is
 learnt jointly, the score block of the joint covariance is used (the Schur
-complement ``H_ss - h h^T / h_gg`` is the marginal precision of ``s``).
+complement ``H_ss - h h^T / h_gg`` is the marginal precision of ``s``). Where the
+comparisons do not identify ``gamma`` (``soft_bt``: it is then held at its
+prior mean 0), ``h = 0`` and the posterior is conditional on ``gamma = 0``.
 
 The Gaussian-expert posterior (PoE eq. 7-8) is :func:`jaxrank.poe_gaussian_posterior`;
 both return a :class:`jaxrank.GaussianPosterior`.
