@@ -30,7 +30,7 @@ N_PAD, R_PAD, B = 6, 12, 2
 NEUTRAL = {"win_ratio": 0.5, "average_probability": 0.5}       # the others give 0 to padded items
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=True)
-SCORER_CASES = [(name, d) for name, e in scorer_table.SCORERS.items() for d in e.model_terms]
+SCORER_CASES = [(name, d) for name, e in scorer_table.SCORERS.items() for d in e.debias]
 
 
 @hst.composite
