@@ -186,3 +186,20 @@ def test_store_cli_check_and_repair(tmp_path, capsys):
     assert "1 valid records, 0 damaged" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no such file"):
         cli.main(["store", "check", str(tmp_path / "absent.jsonl")])
+
+
+def test_check_reads_a_store_where_no_lock_file_can_be_made(tmp_path, monkeypatch):
+    """A read-only folder (simulated: this suite may run as root, who writes anywhere) still gets checked."""
+    from jaxrank.assessment import store as store_module
+
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(_rec("c", "a", "b", 0.5)) + "\nbroken\n")
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(store_module._Lock, "__enter__", refuse)
+    scan = check_store(path)
+    assert len(scan.records) == 1 and [d.line for d in scan.damaged] == [2]
+    with pytest.raises(PermissionError):                 # a writer, though, needs the lock
+        JudgementStore(path)

@@ -239,13 +239,28 @@ def _move_aside(path: Path, data: bytes, lines: list[tuple[int, bytes, str]]) ->
     return kept
 
 
-def check_store(path: str | os.PathLike) -> StoreScan:
+def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
     """Scan a store without changing it: valid records, damaged lines, duplicated keys.
+
+    Reads under the store's lock (so a line being written by another process is
+    not mistaken for a torn one), or without it where the lock file cannot be
+    created (a read-only folder).
 
     Raises:
         FileNotFoundError: no such file.
     """
-    return _scan_bytes(Path(path).read_bytes())
+    path = Path(path)
+    try:
+        lock = _Lock(path, lock_timeout)
+        lock.__enter__()
+    except StoreLockedError:
+        raise
+    except OSError:                               # no lock file possible here: read as it is
+        return _scan_bytes(path.read_bytes())
+    try:
+        return _scan_bytes(path.read_bytes())
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
