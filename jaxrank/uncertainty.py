@@ -181,8 +181,7 @@ def posterior_samples(post: GaussianPosterior, *, key, num_samples: int) -> jax.
         ``[num_samples, ..., N]`` samples.
     """
     _check_posterior(post)
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     return _samples(post.mean, post.covariance, key, num_samples)
 
 
@@ -243,8 +242,7 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
     """
     _check_posterior(post)
     level = _check_level(level)
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
     mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
         jnp.asarray(where, bool), post.mean.shape)
@@ -303,8 +301,7 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
         raise ValueError(f"rule must be 'spearman' or 'adjacent', got {rule!r}")
     if rule == "spearman" and key is None:
         raise ValueError("rule='spearman' samples the posterior: pass key=")
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("ranking_confidence", "item_mask", "where", item_mask, where)
     mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
         jnp.asarray(where, bool), post.mean.shape)

@@ -195,3 +195,56 @@ def test_comparisons_refuse_bad_input_naming_the_argument(ctx, where, bad, k):
 def test_comparisons_refuse_a_bad_num_items(bad):
     with pytest.raises(ValueError, match="num_items"):
         jr.Comparisons.from_pairs([0], [1], [0.5], num_items=bad)
+
+
+def _other_cases():
+    """Options of the statistics and selection floors: (label, call(value), option, bad values)."""
+    c = jr.Comparisons.from_pairs([0, 1, 2, 0], [1, 2, 0, 2], [0.8, 0.6, 0.3, 0.7], num_items=3)
+    post = jr.laplace_bradley_terry(c)
+    key = jax.random.key(0)
+    probs = np.full((4, 4), 0.5, np.float32)
+    judge = lambda i, j: np.full(len(i), 0.5)
+    bad = [float("nan"), float("inf"), "x", True]
+    rows = [
+        ("positional_bias", lambda v: jr.positional_bias(c, threshold=v), "threshold", bad + [-0.5, 2.0, [0.5, 0.5]]),
+        ("threshold_debias", lambda v: jr.threshold_debias(c, tau=v), "tau", bad + [0.0, 1.0, -1.0]),
+        ("score_intervals", lambda v: jr.score_intervals(post, level=v), "level", bad + [0.0, 1.0]),
+        ("rank_intervals", lambda v: jr.rank_intervals(post, key=key, num_samples=v), "num_samples", bad + [0, 2.5]),
+        ("ranking_confidence", lambda v: jr.ranking_confidence(post, key=key, num_samples=v), "num_samples", [0, -3]),
+        ("laplace", lambda v: jr.laplace_bradley_terry(c, gamma_prior=v, debias="learn"), "gamma_prior", bad + [0.0]),
+        ("pairs_rank", lambda v: jr.pairs_rank(probs, prune=v), "prune", bad + [-0.1, 0.5]),
+        ("pairs_rank", lambda v: jr.pairs_rank(probs, beam_size=v), "beam_size", [0, -1, 1.5, float("nan")]),
+        ("active_assess", lambda v: jr.active_assess(judge, 4, batch_size=2, budget=8, key=key, rank_confidence=v),
+         "rank_confidence", bad + [1.0, -1.0]),
+        ("random_comparisons", lambda v: jr.random_comparisons(key, 4, v), "budget", [float("nan"), -1, 2.5]),
+        ("spearman", lambda v: jr.metrics.spearman(np.array([1.0, v, 3.0]), np.array([1.0, 2.0, 3.0])), "pred",
+         [float("nan")]),
+        ("pearson", lambda v: jr.metrics.pearson(np.array([1.0, 2.0, 3.0]), np.array([1.0, v, 3.0])), "gold",
+         [float("nan"), float("inf")]),
+        ("kendall_tau", lambda v: jr.metrics.kendall_tau(np.array([1.0, v, 3.0]), np.array([1.0, 2.0, 3.0])), "pred",
+         [float("nan")]),
+        ("pairwise_accuracy", lambda v: jr.metrics.pairwise_accuracy(np.array([1.0, 2.0, 3.0]),
+                                                                      np.array([1.0, v, 3.0])), "gold", [float("nan")]),
+    ]
+    return [(label, call, option, v) for label, call, option, values in rows for v in values]
+
+
+@pytest.mark.parametrize("label,call,option,value", _other_cases())
+def test_statistics_and_selection_options_refuse_bad_values_naming_them(label, call, option, value):
+    with pytest.raises(ValueError, match=option):
+        call(value)
+
+
+def test_metrics_nan_inside_jit_gives_nan_for_that_context_only():
+    """Under jit the values cannot be inspected: the context with a NaN gives NaN, the others their value."""
+    pred = np.array([[1.0, 2.0, 3.0, 4.0], [1.0, np.nan, 3.0, 4.0]], np.float32)
+    gold = np.array([[1.0, 2.0, 4.0, 3.0], [1.0, 2.0, 4.0, 3.0]], np.float32)
+    from scipy import stats
+    for fn, ref in ((jr.metrics.spearman, stats.spearmanr), (jr.metrics.kendall_tau, stats.kendalltau),
+                    (jr.metrics.pearson, stats.pearsonr)):
+        out = np.asarray(jax.jit(fn)(pred, gold))
+        assert np.isnan(out[1]) and abs(out[0] - ref(pred[0], gold[0])[0]) < 1e-6
+    acc = np.asarray(jax.jit(jr.metrics.pairwise_accuracy)(pred, gold))
+    assert np.isnan(acc[1]) and acc[0] == 5 / 6
+    masked = np.asarray(jr.metrics.spearman(pred, gold, where=~np.isnan(pred)))   # NaN masked out: defined
+    assert abs(masked[1] - stats.spearmanr([1, 3, 4], [1, 4, 3])[0]) < 1e-6
