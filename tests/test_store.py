@@ -94,6 +94,10 @@ def test_two_stores_in_one_process_see_each_others_appends(tmp_path):
     b.append([_rec("c", "x", "y", 0.1), _rec("c", "y", "x", 0.4)])   # x,y already written by a: skipped
     assert b.get(("m", "t", "c", "x", "y"))["p"] == 0.7
     assert [r["p"] for r in _lines(path)] == [0.7, 0.4]
+    assert len(a) == 1
+    sc = a.comparisons()                                 # refreshes: b's line is in
+    assert len(a) == 2
+    np.testing.assert_allclose(np.sort(np.asarray(sc.comparisons.p[0])), [0.4, 0.7], rtol=1e-6)
 
 
 def test_damaged_lines_anywhere_are_moved_aside_with_their_numbers(tmp_path):

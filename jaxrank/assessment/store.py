@@ -360,6 +360,15 @@ class JudgementStore:
         self._offset += len(new)
         self._lines += new.count(b"\n")
 
+    def refresh(self) -> None:
+        """Take in what other processes appended since this store last wrote or looked (under the lock).
+
+        :meth:`append` and :meth:`comparisons` do this themselves; ``in``,
+        :meth:`get` and :meth:`missing` read what this object has seen.
+        """
+        with _Lock(self.path, self.lock_timeout):
+            self._refresh()
+
     def __len__(self) -> int:
         return len(self._records)
 
@@ -434,6 +443,7 @@ class JudgementStore:
         Raises:
             ValueError: no matching records, or several judges/templates mixed.
         """
+        self.refresh()
         recs = self.records(judge=judge, template=template)
         if not recs:
             raise ValueError(f"{self.path}: no judgements for judge={judge!r}, template={template!r}")
