@@ -15,14 +15,9 @@ a convex function whose gradient and Hessian are
 ``log((1 - mean p) / mean p)`` (``debias=True`` or ``"mean"``; METHODS.md §3,
 PoE App. A.9), or learnt jointly with ``s`` (``debias="learn"``; one ``gamma``
 shared by every component, with a weak Gaussian prior of precision
-``gamma_prior``). Whether the comparisons identify a learnt ``gamma`` is decided
-exactly from the graph (``_graph.bias_identified``); where they do not, the
-likelihood is flat along ``(s + t phi, gamma + t)``, the MAP is the prior's mean
-and ``gamma`` is held at exactly 0 (its row and column of the Hessian decouple).
-Deciding that numerically instead, from a curvature of ``gamma_prior = 1e-6``
-against float32 rounding, made ``gamma`` land wherever the iteration stopped: a
-fit discontinuous in ``p`` whose implicit gradient disagreed with finite
-differences (issue 14).
+``gamma_prior``). Where the comparisons do not identify ``gamma`` (decided exactly,
+``_graph.bias_identified``) the MAP is the prior's mean and ``gamma`` is held at 0,
+so the fit stays continuous in ``p`` (issue 14).
 
 Each context is solved to tight tolerance by Newton's method on the exact
 Laplacian-structured Hessian (anchored per connected component like PoE-g;
