@@ -258,6 +258,50 @@ def reached_both_ways(e, ab, ba, labels):
     return x & y
 
 
+def bias_identified(e, w, labels):
+    """Whether the comparisons identify a shared positional bias ``gamma``: bool scalar, exact.
+
+    ``d = s_a - s_b - gamma`` leaves ``gamma`` unidentified exactly when some
+    potential ``phi`` has ``phi_a - phi_b = 1`` on every edge of weight > 0 (then
+    ``(s + t phi, gamma + t)`` fits equally for every ``t``): e.g. when every pair
+    is compared in one order only along a tree. Such a ``phi`` is unique per
+    connected component up to a shift, so it is grown in integers from each
+    component's first item (``labels``), one arc per sweep of a ``while_loop``
+    (at most the diameter + 1 sweeps), and then checked on every edge: no
+    rounding, so the answer does not flicker with ``p``.
+    """
+    n = e.num_items
+    on = w > 0
+    root = labels == jnp.arange(n, dtype=labels.dtype)
+    low = jnp.int32(-(2 ** 30))
+    if _is_dense(e):
+        def offer(known, phi):   # candidate phi_v from a known neighbour: phi_u - 1 (u -> v) or phi_u + 1 (v -> u)
+            via_a = jnp.max(jnp.where(on & known[:, None], phi[:, None] - 1, low), axis=0)
+            via_b = jnp.max(jnp.where(on & known[None, :], phi[None, :] + 1, low), axis=1)
+            return jnp.maximum(via_a, via_b)
+
+        def violated(phi):
+            return jnp.any(on & (phi[:, None] - phi[None, :] != 1))
+    else:
+        def offer(known, phi):
+            via_a = jax.ops.segment_max(jnp.where(on & known[e.i], phi[e.i] - 1, low), e.j, n)
+            via_b = jax.ops.segment_max(jnp.where(on & known[e.j], phi[e.j] + 1, low), e.i, n)
+            return jnp.maximum(jnp.maximum(via_a, via_b), low)
+
+        def violated(phi):
+            return jnp.any(on & (phi[e.i] - phi[e.j] != 1))
+
+    def body(state):
+        known, phi, _ = state
+        cand = offer(known, phi)
+        grow = ~known & (cand > low)
+        return known | grow, jnp.where(grow, cand, phi), jnp.any(grow)
+
+    _, phi, _ = jax.lax.while_loop(lambda st: st[2], body,
+                                   (root, jnp.zeros(n, jnp.int32), jnp.asarray(True)))
+    return violated(phi)
+
+
 def component_projector(labels, dtype):
     """``P = sum_c 1_c 1_c^T / |c|``: the projector onto per-component constants.
 

@@ -8,6 +8,8 @@
                    [--stop-rule spearman|adjacent] (the other assess options)
     jaxrank zepo   --data summeval --aspect coherence --judge smollm2-135m [--paraphraser M]
                    [--sample-contexts 4 --budget 6] [--epochs 5 --population 5] [--output FILE]
+    jaxrank store check PATH     (damaged lines, duplicated keys; exit status 1 if any)
+    jaxrank store repair PATH    (move them to PATH.damaged, keeping every valid first record)
 
 ``judge`` writes every judgement to a resumable store as it is produced;
 ``assess`` = judge + aggregate with every scorer + report (Spearman with the
@@ -120,6 +122,12 @@ def _parser():
                            help="--active: confidence = expected Spearman under the Laplace posterior (default), "
                                 "or mean P(correct order) of adjacent items")
     _zepo_parser(sub)
+    st = sub.add_parser("store", help="check or repair a judgement store (.jsonl)",
+                        description="check: report damaged lines and keys stored twice, change nothing (exit "
+                                    "status 1 if any); repair: move them, with their line numbers, to "
+                                    "PATH.damaged, keeping the first record of every key.")
+    st.add_argument("action", choices=("check", "repair"))
+    st.add_argument("path", help="the judgement store (.jsonl)")
     return ap
 
 
@@ -207,6 +215,33 @@ def _zepo(args):
     print(f"\n{res.judged} comparisons judged now ({sample.size} per candidate), {len(res.rejected)} candidates "
           f"rejected, {time.perf_counter() - t0:.1f} s; optimised template: {out}\n"
           f"use it with: jaxrank assess --judge {args.judge} --aspect {args.aspect} --template {out}")
+
+
+
+def _store_command(args):
+    from jaxrank.assessment.store import check_store, repair_store
+
+    if not Path(args.path).is_file():
+        raise SystemExit(f"jaxrank: {args.path}: no such file")
+    try:
+        scan = (check_store if args.action == "check" else repair_store)(args.path)
+    except (OSError, TimeoutError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    same = [c for c in scan.conflicts if c.same]
+    print(f"{args.path}: {len(scan.records)} valid records, {len(scan.damaged)} damaged line(s), "
+          f"{len(scan.different)} key(s) stored again with a different record, {len(same)} identical repeat(s)")
+    for d in scan.damaged:
+        print(f"  line {d.line}: damaged: {d.reason}")
+    for c in scan.conflicts:
+        print(f"  line {c.line}: key {tuple(c.key)} already on line {c.first_line} "
+              f"({'identical' if c.same else 'different record'})")
+    if args.action == "repair":
+        moved = len(scan.damaged) + len(scan.conflicts)
+        print(f"moved {moved} line(s) to {args.path}.damaged" if moved else "nothing to repair")
+    elif scan.damaged or scan.different:
+        print(f"run `jaxrank store repair {args.path}` to move them aside (a run opening the store moves "
+              f"damaged lines itself, but refuses a key stored with different records)")
+        raise SystemExit(1)
 
 
 def _confidence(text):
@@ -399,8 +434,8 @@ def _check_rank_options(args):
         raise SystemExit("jaxrank: --top must be >= 0")
     if args.score_prior is not None and args.method != "poe_bradley_terry":
         raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
-    if args.score_prior is not None and not args.score_prior >= 0:
-        raise SystemExit(f"jaxrank: --score-prior must be >= 0, got {args.score_prior}")
+    if args.score_prior is not None and not 0 <= args.score_prior < float("inf"):
+        raise SystemExit(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
     try:
         scorer_table.check_debias(args.method, args.debias, argument="--debias")
     except ValueError as e:
@@ -554,6 +589,13 @@ def main(argv=None):
     if args.command == "rank":  # its options and file are checked before JAX is imported
         _rank(args)
         return
+    if args.command == "store":
+        _store_command(args)
+        return
+    for flag in ("batch_size", "candidates", "budget"):      # judge and assess: before loading a model
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
     _enable_cache(args)
     if args.command == "judge":
         _judge(args)

@@ -131,7 +131,7 @@ class Comparisons:
                 weights, self-comparisons, or comparisons touching masked items
                 (checked only for concrete, non-traced inputs).
         """
-        if not isinstance(num_items, (int, np.integer)) or num_items < 1:
+        if isinstance(num_items, (bool, np.bool_)) or not isinstance(num_items, (int, np.integer)) or num_items < 1:
             raise ValueError(f"num_items must be a positive int, got {num_items!r}")
         num_items = int(num_items)
         _check_indices("i", i, num_items)
@@ -173,7 +173,8 @@ class Comparisons:
             selfc = live & (ii == jj)
             if selfc.any():
                 k = np.argwhere(selfc)[0]
-                raise ValueError(f"comparison {tuple(int(x) for x in k)} compares item {ii[tuple(k)]} with itself")
+                raise ValueError(f"i and j: comparison {tuple(int(x) for x in k)} compares item {ii[tuple(k)]} "
+                                 f"with itself")
             if mm.ndim == 1:
                 touches = live & ~(mm[ii] & mm[jj])
             else:
@@ -183,7 +184,8 @@ class Comparisons:
                 touches = (live.reshape(fi.shape) & ~(flat_m[rows, fi] & flat_m[rows, fj])).reshape(ii.shape)
             if touches.any():
                 k = np.argwhere(touches)[0]
-                raise ValueError(f"comparison {tuple(int(x) for x in k)} has non-zero weight but touches a masked item")
+                raise ValueError(f"comparison {tuple(int(x) for x in k)} has non-zero weight but touches a masked "
+                                 f"item (item_mask marks it as padding)")
         return cls(i=i, j=j, p=p, weight=weight, item_mask=item_mask, num_items=num_items)
 
     @classmethod

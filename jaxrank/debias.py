@@ -19,22 +19,35 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["positional_bias", "debias_threshold", "threshold_debias", "permutation_average"]
 
 
-@jax.jit
 def positional_bias(c: Comparisons, *, threshold=0.5) -> jax.Array:
     """``P(A)``: weighted fraction of comparisons decided for position A (eq. 8).
 
     A decision for A is ``p > threshold``; ``p == threshold`` counts half.
 
+    Args:
+        c: comparisons, any batch shape.
+        threshold: ``tau`` in ``[0, 1]``, scalar or ``[...]`` per context.
+
     Returns:
         ``[...]`` one value per context; 0.5 for a context with no comparisons.
+
+    Raises:
+        ValueError: a bad ``c`` or ``threshold`` (naming it).
     """
+    _validate.comparisons("c", c)
+    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True, batch_shape=c.batch_shape)
+    return _positional_bias(c, threshold)
+
+
+@jax.jit
+def _positional_bias(c, threshold):
     threshold = jnp.asarray(threshold, c.p.dtype)[..., None]
     total = jnp.sum(c.weight, axis=-1)
     pa = jnp.sum(c.weight * decisions(c.p, threshold), axis=-1)
@@ -56,7 +69,6 @@ def _weighted_median_one(p, w):
     return jnp.where(cw[-1] > 0, tau, 0.5)
 
 
-@jax.jit
 def debias_threshold(c: Comparisons) -> jax.Array:
     """Threshold ``tau`` with ``P(p > tau) = 0.5`` over the comparisons (eq. 9-10).
 
@@ -67,6 +79,11 @@ def debias_threshold(c: Comparisons) -> jax.Array:
     Returns:
         ``[...]`` one threshold per context (0.5 for an empty context).
     """
+    return _debias_threshold(_validate.comparisons("c", c))
+
+
+@jax.jit
+def _debias_threshold(c):
     p = c.p
     w = c.weight
     fn = _weighted_median_one
@@ -75,7 +92,6 @@ def debias_threshold(c: Comparisons) -> jax.Array:
     return fn(p, w)
 
 
-@jax.jit
 def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
     """Reweight probabilities so that ``0.5`` plays the role of ``tau`` (eq. 9).
 
@@ -84,10 +100,22 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
 
     Args:
         c: comparisons.
-        tau: ``[...]`` thresholds (default :func:`debias_threshold`).
+        tau: ``[...]`` thresholds in ``(0, 1)`` (default :func:`debias_threshold`).
+
+    Raises:
+        ValueError: a bad ``c``, or ``tau`` not a finite number in ``(0, 1)`` (naming it).
     """
+    _validate.comparisons("c", c)
+    if tau is not None:
+        _validate.number("tau", tau, low=0.0, high=1.0, low_open=True, high_open=True, array=True,
+                         batch_shape=c.batch_shape)
+    return _threshold_debias(c, tau)
+
+
+@jax.jit
+def _threshold_debias(c, tau):
     if tau is None:
-        tau = debias_threshold(c)
+        tau = _debias_threshold(c)
     tau = jnp.clip(jnp.asarray(tau, c.p.dtype), 1e-6, 1 - 1e-6)[..., None]
     alpha = (1 - tau) / tau
     p_hat = alpha * c.p / (alpha * c.p + 1 - c.p)
@@ -102,7 +130,6 @@ def _permutation_average_one(c):
     return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)
 
 
-@jax.jit
 def permutation_average(c: Comparisons) -> Comparisons:
     """Average each comparison with its reverse order (permutation debiasing).
 
@@ -111,4 +138,9 @@ def permutation_average(c: Comparisons) -> Comparisons:
     reverse keep their ``p``. On a symmetric set this removes any constant
     positional offset.
     """
+    return _permutation_average(_validate.comparisons("c", c))
+
+
+@jax.jit
+def _permutation_average(c):
     return dataclasses.replace(c, p=_batching.batched(_permutation_average_one, c))

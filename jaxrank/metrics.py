@@ -7,6 +7,15 @@ undefined when either side is constant over the context's real candidates (or
 fewer than two are real): those contexts return NaN, like
 ``scipy.stats.spearmanr``; :func:`context_mean` averages over contexts
 skipping them, as the papers do.
+
+**NaN inputs are an error, not a number.** A NaN in ``pred`` or ``gold`` among
+the ``where`` entries raises ``ValueError`` naming the argument and the index
+(a rank of NaN is meaningless, and ``context_mean`` would silently skip the
+context as undefined); so does an infinity for :func:`pearson`. The rank
+metrics accept ``+-inf`` as the largest/smallest value. Inside a caller's
+``jax.jit`` the values cannot be inspected: a context with a NaN (or, for
+Pearson, an infinity) then gives NaN, never a number. Masked-out entries may
+hold anything.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks"]
 
@@ -31,6 +41,31 @@ def _prepare(pred, gold, where):
     return pred.astype(dt), gold.astype(dt), where
 
 
+def _check_values(pred, gold, where, *, allow_inf):
+    """``ValueError`` naming ``pred``/``gold`` for a NaN (or an infinity) among the ``where`` entries."""
+    for name, x in (("pred", pred), ("gold", gold)):
+        if isinstance(x, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
+            continue
+        x = np.asarray(x)
+        if x.dtype == object or not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            raise ValueError(f"{name} must be numeric, got dtype {x.dtype}")
+        if not np.issubdtype(x.dtype, np.floating):
+            continue
+        bad = np.isnan(x) if allow_inf else ~np.isfinite(x)
+        if where is not None:
+            bad &= np.broadcast_to(np.asarray(where, bool), x.shape)
+        if bad.any():
+            k = tuple(int(v) for v in np.argwhere(bad)[0])
+            raise ValueError(f"{name} has a {'NaN' if allow_inf else 'non-finite value'} {x[k]} at index {k}: "
+                             f"no correlation is defined (mask it out with where=)")
+
+
+def _poisoned(pred, gold, where, allow_inf):
+    """Per context, whether a traced input holds NaN (or inf) among the ``where`` entries."""
+    bad = (jnp.isnan(pred) | jnp.isnan(gold)) if allow_inf else ~(jnp.isfinite(pred) & jnp.isfinite(gold))
+    return jnp.any(bad & where, axis=-1)
+
+
 def average_ranks(x, *, where=None):
     """Ranks along the last axis (1 = smallest), ties get their average rank; masked entries get 0."""
     x = jnp.asarray(x)
@@ -42,10 +77,20 @@ def average_ranks(x, *, where=None):
     return jnp.where(where, r, 0).astype(jnp.result_type(x.dtype, jnp.float32))
 
 
-@jax.jit
 def pearson(pred, gold, *, where=None):
-    """Pearson correlation per context over the ``where`` entries; NaN if undefined."""
+    """Pearson correlation per context over the ``where`` entries; NaN if undefined.
+
+    Raises:
+        ValueError: a NaN or infinity in ``pred`` or ``gold`` (see the module docstring).
+    """
+    _check_values(pred, gold, where, allow_inf=False)
+    return _pearson(pred, gold, where)
+
+
+@jax.jit
+def _pearson(pred, gold, where):
     pred, gold, where = _prepare(pred, gold, where)
+    poisoned = _poisoned(pred, gold, where, False)
     pred, gold = jnp.where(where, pred, 0), jnp.where(where, gold, 0)   # masked slots may hold anything
     n = jnp.sum(where, axis=-1)
     safe_n = jnp.maximum(n, 1)
@@ -57,10 +102,9 @@ def pearson(pred, gold, *, where=None):
     tiny = (n * jnp.finfo(pred.dtype).eps) ** 2 * scale**2
     ok = (n >= 2) & (sxx > tiny) & (syy > tiny)
     r = sxy / jnp.sqrt(jnp.where(ok, sxx * syy, 1))
-    return jnp.where(ok, jnp.clip(r, -1, 1), jnp.nan)
+    return jnp.where(ok & ~poisoned, jnp.clip(r, -1, 1), jnp.nan)
 
 
-@jax.jit
 def spearman(pred, gold, *, where=None):
     """Spearman rank correlation per context (Pearson of average ranks); NaN if undefined.
 
@@ -71,35 +115,64 @@ def spearman(pred, gold, *, where=None):
 
     Returns:
         ``[...]`` one correlation per context.
+
+    Raises:
+        ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
-    pred, gold, where = _prepare(pred, gold, where)
-    return pearson(average_ranks(pred, where=where), average_ranks(gold, where=where), where=where)
+    _check_values(pred, gold, where, allow_inf=True)
+    return _spearman(pred, gold, where)
 
 
 @jax.jit
+def _spearman(pred, gold, where):
+    pred, gold, where = _prepare(pred, gold, where)
+    poisoned = _poisoned(pred, gold, where, True)
+    r = _pearson(average_ranks(pred, where=where), average_ranks(gold, where=where), where)
+    return jnp.where(poisoned, jnp.nan, r)
+
+
 def kendall_tau(pred, gold, *, where=None):
     """Kendall tau-b per context (ties handled as in ``scipy.stats.kendalltau``); NaN if undefined.
 
     ``tau_b = sum_{a<b} sx sy / sqrt(sum sx^2 * sum sy^2)``, ``sx = sign(x_a - x_b)``.
+
+    Raises:
+        ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
+    _check_values(pred, gold, where, allow_inf=True)
+    return _kendall_tau(pred, gold, where)
+
+
+@jax.jit
+def _kendall_tau(pred, gold, where):
     pred, gold, where = _prepare(pred, gold, where)
+    poisoned = _poisoned(pred, gold, where, True)
     n = pred.shape[-1]
     pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
     sx = jnp.where(pair, jnp.sign(pred[..., :, None] - pred[..., None, :]), 0)
     sy = jnp.where(pair, jnp.sign(gold[..., :, None] - gold[..., None, :]), 0)
     num = jnp.sum(sx * sy, axis=(-2, -1))
     den = jnp.sum(sx * sx, axis=(-2, -1)) * jnp.sum(sy * sy, axis=(-2, -1))
-    ok = den > 0
+    ok = (den > 0) & ~poisoned
     return jnp.where(ok, num / jnp.sqrt(jnp.where(ok, den, 1)), jnp.nan)
 
 
-@jax.jit
 def pairwise_accuracy(pred, gold, *, where=None):
     """Fraction of pairs with different human scores that ``pred`` orders the same way.
 
     A tie in ``pred`` counts half. Returns NaN for a context with no such pair.
+
+    Raises:
+        ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
+    _check_values(pred, gold, where, allow_inf=True)
+    return _pairwise_accuracy(pred, gold, where)
+
+
+@jax.jit
+def _pairwise_accuracy(pred, gold, where):
     pred, gold, where = _prepare(pred, gold, where)
+    poisoned = _poisoned(pred, gold, where, True)
     n = pred.shape[-1]
     pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
     sy = jnp.sign(gold[..., :, None] - gold[..., None, :])
@@ -107,7 +180,7 @@ def pairwise_accuracy(pred, gold, *, where=None):
     counted = pair & (sy != 0)
     right = jnp.where(counted, jnp.where(sx == sy, 1.0, jnp.where(sx == 0, 0.5, 0.0)), 0.0)
     total = jnp.sum(counted, axis=(-2, -1))
-    return jnp.where(total > 0, jnp.sum(right, axis=(-2, -1)) / jnp.maximum(total, 1), jnp.nan)
+    return jnp.where((total > 0) & ~poisoned, jnp.sum(right, axis=(-2, -1)) / jnp.maximum(total, 1), jnp.nan)
 
 
 @functools.partial(jax.jit, static_argnames="axis")

@@ -5,7 +5,9 @@ approximated by ``N(s*, H^+)`` with ``H`` the Hessian of the negative
 log-likelihood: a Laplacian weighted by ``w_k q_k (1 - q_k)``,
 ``q_k = sigmoid(s*_i - s*_j - gamma)`` (METHODS.md §4). When ``gamma`` is
 learnt jointly, the score block of the joint covariance is used (the Schur
-complement ``H_ss - h h^T / h_gg`` is the marginal precision of ``s``).
+complement ``H_ss - h h^T / h_gg`` is the marginal precision of ``s``). Where the
+comparisons do not identify ``gamma`` (``soft_bt``: it is then held at its
+prior mean 0), ``h = 0`` and the posterior is conditional on ``gamma = 0``.
 
 The Gaussian-expert posterior (PoE eq. 7-8) is :func:`jaxrank.poe_gaussian_posterior`;
 both return a :class:`jaxrank.GaussianPosterior`. :func:`laplace_posterior` with a
@@ -23,7 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _deprecation, _graph, metrics
+from jaxrank import _batching, _deprecation, _graph, _validate, metrics
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import poe, soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -139,8 +141,7 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
 
 # ====================================================================== intervals and ranks
 def _check_level(level):
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    _validate.number("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
     return float(level)
 
 
@@ -193,8 +194,7 @@ def posterior_samples(post: GaussianPosterior, *, key, num_samples: int) -> jax.
         ``[num_samples, ..., N]`` samples.
     """
     _check_posterior(post)
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     return _samples(post.mean, post.covariance, key, num_samples)
 
 
@@ -255,8 +255,7 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
     """
     _check_posterior(post)
     level = _check_level(level)
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
     mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
         jnp.asarray(where, bool), post.mean.shape)
@@ -315,8 +314,7 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
         raise ValueError(f"rule must be 'spearman' or 'adjacent', got {rule!r}")
     if rule == "spearman" and key is None:
         raise ValueError("rule='spearman' samples the posterior: pass key=")
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("ranking_confidence", "item_mask", "where", item_mask, where)
     mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
         jnp.asarray(where, bool), post.mean.shape)

@@ -71,10 +71,21 @@ def test_missing_file_and_bad_option_combinations(tmp_path):
     for argv, match in ((["--method", "poe_gaussian", "--debias", "learn"], "learn applies to poe_bradley_terry"),
                         (["--method", "win_ratio", "--debias", "mean"], "mean applies to the PoE methods"),
                         (["--method", "win_ratio", "--score-prior", "1"], "score-prior applies to poe_bradley_terry"),
-                        (["--score-prior", "-1"], "score-prior must be >= 0"),
+                        (["--score-prior", "-1"], "score-prior must be a finite number >= 0"),
+                        (["--score-prior", "inf"], "score-prior must be a finite number >= 0"),
+                        (["--score-prior", "nan"], "score-prior must be a finite number >= 0"),
                         (["--top", "-1"], "top must be >= 0")):
         with pytest.raises(SystemExit, match=match):
             main(["rank", str(f)] + argv)
+
+
+@pytest.mark.parametrize("argv,match", [(["--batch-size", "0"], "--batch-size must be >= 1"),
+                                        (["--candidates", "-2"], "--candidates must be >= 1"),
+                                        (["--budget", "0"], "--budget must be >= 1")])
+def test_judge_and_assess_refuse_non_positive_counts_before_loading_anything(argv, match):
+    for command in ("judge", "assess"):
+        with pytest.raises(SystemExit, match=match):
+            main([command, "--judge", "no-such-model"] + argv)
 
 
 def test_evalica_and_arena_files_rank_without_options(tmp_path):

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxrank import metrics, scorer_table
+from jaxrank import _validate, metrics, scorer_table
 from jaxrank.debias import positional_bias
 
 __all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
@@ -255,10 +255,8 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     unknown = [m for m in methods if m not in scorer_table.SCORERS]
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {', '.join(scorer_table.SCORERS)}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    if num_bootstrap < 1:
-        raise ValueError(f"num_bootstrap must be >= 1, got {num_bootstrap}")
+    _validate.number("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
+    _validate.integer("num_bootstrap", num_bootstrap, low=1)
     c = comparisons
     labels = np.asarray(labels, np.float32)
     if labels.shape != c.item_mask.shape:

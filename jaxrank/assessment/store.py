@@ -2,25 +2,47 @@
 
 Every judgement is written as soon as it exists, keyed by
 ``(judge, template, context, a, b)`` (``a``/``b``: the candidate ids in
-positions A and B, so the two orders are two keys). A run that is killed loses
-at most the line being written: on opening, a torn last line (no newline, or
-not valid JSON) is cut off, and a resumed run asks only for the keys that are
-missing. Lines are flushed and ``fsync``-ed per batch.
+positions A and B, so the two orders are two keys). Lines are flushed and
+``fsync``-ed per batch; a resumed run asks only for the keys that are missing.
 
     >>> store = JudgementStore("runs/summeval-coherence.jsonl")
     >>> todo = [k for k in keys if k not in store]
     >>> store.append([...records...])
     >>> table = store.comparisons(judge="smollm2-135m")
 
-One writer per file at a time (a second process appending concurrently could
-interleave lines; that is not supported).
+**Several processes may share one store** (safe concurrent appends). Every
+write, and the check on opening, holds an exclusive OS lock (``fcntl.flock``)
+on the side file ``<store>.lock`` for the few milliseconds it takes; under the
+lock the writer first reads what other processes appended since it last looked,
+skips the keys they already wrote (the first value written wins, and
+:meth:`JudgementStore.get` returns it), and only then appends. So two judge
+processes on one store never duplicate or interleave a line. The lock holder
+writes ``pid N on HOST`` into the lock file; a writer that waits longer than
+``lock_timeout`` raises :class:`StoreLockedError` naming it. (Chosen over
+one-writer-per-file: a long run holds no lock, so a second process can share
+the work, and a killed process releases its lock with its file descriptors.)
+
+**Damage is moved aside, never fatal.** On opening, a line that is not a valid
+record (bad JSON, a missing field, ``p`` outside ``[0, 1]``, a torn last line
+from a killed writer) is moved, with its line number and the reason, to the
+side file ``<store>.damaged`` (JSON Lines), the store is rewritten without it
+(atomically: a temporary file, ``fsync``, ``os.replace``) and a
+:class:`StoreDamageWarning` says so; every valid line is kept. A key written
+twice with the identical record is ignored; with a different record it is an
+error naming both line numbers (:func:`repair_store`, ``jaxrank store repair``,
+keeps the first and moves the later ones aside). :func:`check_store`
+(``jaxrank store check``) reports all of this without changing the file.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
+import socket
+import time
+import warnings
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
@@ -28,7 +50,8 @@ import numpy as np
 
 from jaxrank.comparisons import Comparisons, stack_contexts
 
-__all__ = ["JudgementStore", "Key", "StoredComparisons"]
+__all__ = ["JudgementStore", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
+           "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store"]
 
 _FIELDS = ("judge", "template", "context", "a", "b")
 
@@ -57,52 +80,294 @@ class StoredComparisons(NamedTuple):
     candidates: list[list[str]]
 
 
+class StoreLockedError(TimeoutError):
+    """Another process held the store's lock for longer than ``lock_timeout``; the message names it."""
+
+
+class StoreDamageWarning(UserWarning):
+    """Damaged lines were moved out of a store into its ``.damaged`` side file."""
+
+
+class DamagedLine(NamedTuple):
+    """A line of a store that is not a valid record: its 1-based number, bytes and why."""
+
+    line: int
+    raw: bytes
+    reason: str
+
+
+class Conflict(NamedTuple):
+    """A key written on two lines: identical records (``same``) or different ones."""
+
+    key: Key
+    first_line: int
+    line: int
+    same: bool
+
+
+class StoreScan(NamedTuple):
+    """What a store file holds, line by line (:func:`check_store`).
+
+    Attributes:
+        records: the valid records, first occurrence of each key, as ``key -> (line, record)``.
+        damaged: lines that are not valid records (a torn last line included).
+        conflicts: later occurrences of a stored key (identical or different).
+        unterminated: the last line is a valid record without its newline.
+    """
+
+    records: dict
+    damaged: list
+    conflicts: list
+    unterminated: bool
+
+    @property
+    def different(self) -> list:
+        """The conflicts with a different record: an error on opening."""
+        return [c for c in self.conflicts if not c.same]
+
+
+def _parse(raw: bytes) -> tuple[Key, dict]:
+    """One line to ``(key, record)``; raises ValueError saying what is wrong with it."""
+    try:
+        rec = json.loads(raw)
+    except ValueError as e:                      # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(rec, dict):
+        raise ValueError(f"not a JSON object but {type(rec).__name__}")
+    missing = [f for f in (*_FIELDS, "p") if f not in rec]
+    if missing:
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
+    try:
+        p = float(rec["p"])
+    except (TypeError, ValueError):
+        raise ValueError(f"field p={rec['p']!r} is not a number") from None
+    if not math.isfinite(p) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"field p={p!r} must be a probability in [0, 1]")
+    return Key(*(str(rec[f]) for f in _FIELDS)), rec
+
+
+def _scan_bytes(data: bytes, first_line: int = 1, known: dict | None = None) -> StoreScan:
+    """Scan ``data`` (whole lines of a store, numbered from ``first_line``) against ``known`` records."""
+    records = {} if known is None else known
+    damaged, conflicts = [], []
+    parts = data.split(b"\n")
+    tail = parts.pop()                           # b"" when the data ends with a newline
+    unterminated = False
+    for n, raw in enumerate(parts + ([tail] if tail else []), start=first_line):
+        if not raw.strip():
+            continue
+        is_tail = bool(tail) and n == first_line + len(parts)
+        try:
+            key, rec = _parse(raw)
+        except ValueError as e:
+            damaged.append(DamagedLine(n, raw, ("torn last line (no newline): " if is_tail else "") + str(e)))
+            continue
+        unterminated = unterminated or is_tail
+        if key in records:
+            conflicts.append(Conflict(key, records[key][0], n, records[key][1] == rec))
+        else:
+            records[key] = (n, rec)
+    return StoreScan(records, damaged, conflicts, unterminated)
+
+
+def _damaged_path(path: Path) -> Path:
+    return path.with_name(path.name + ".damaged")
+
+
+class _Lock:
+    """An exclusive ``flock`` on ``<store>.lock``, naming its holder in the file; a context manager."""
+
+    def __init__(self, path: Path, timeout: float):
+        self.path, self.timeout, self.fh = path.with_name(path.name + ".lock"), timeout, None
+
+    def __enter__(self):
+        self.fh = open(self.path, "a+")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    self.fh.seek(0)
+                    holder = self.fh.read().strip() or "an unknown process"
+                    self.fh.close()
+                    raise StoreLockedError(f"{self.path}: the store is locked by {holder} (waited "
+                                           f"{self.timeout:g} s); if that process is gone the lock is free")
+                time.sleep(0.005)
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        self.fh.flush()
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fh.fileno(), fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (temporary file, fsync, rename, fsync of the folder)."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _move_aside(path: Path, data: bytes, lines: list[tuple[int, bytes, str]]) -> bytes:
+    """Append ``lines`` ``(number, raw, reason)`` to ``<path>.damaged``, rewrite ``path`` without them."""
+    drop = {n for n, _, _ in lines}
+    if lines:
+        with open(_damaged_path(path), "a", encoding="utf-8") as f:
+            for n, raw, reason in lines:
+                f.write(json.dumps({"line": n, "reason": reason, "text": raw.decode("utf-8", "replace")},
+                                   ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    kept = b"".join(raw + b"\n" for n, raw in enumerate(parts, start=1) if n not in drop)
+    _fsync_write(path, kept)
+    return kept
+
+
+def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
+    """Scan a store without changing it: valid records, damaged lines, duplicated keys.
+
+    Reads under the store's lock (so a line being written by another process is
+    not mistaken for a torn one), or without it where the lock file cannot be
+    created (a read-only folder).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    try:
+        lock = _Lock(path, lock_timeout)
+        lock.__enter__()
+    except StoreLockedError:
+        raise
+    except OSError:                               # no lock file possible here: read as it is
+        return _scan_bytes(path.read_bytes())
+    try:
+        return _scan_bytes(path.read_bytes())
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
+    """Move every damaged line and every later occurrence of a key to ``<path>.damaged``.
+
+    The first record of each key is kept (the value a running judge saw); the
+    moved lines keep their line numbers and the reason in the side file.
+
+    Returns:
+        The scan before the repair (what was moved).
+    """
+    path = Path(path)
+    with _Lock(path, lock_timeout):
+        data = path.read_bytes()
+        scan = _scan_bytes(data)
+        moved = [(d.line, d.raw, d.reason) for d in scan.damaged]
+        lines = data.split(b"\n")
+        moved += [(c.line, lines[c.line - 1],
+                   f"{'identical' if c.same else 'different'} duplicate of line {c.first_line}")
+                  for c in scan.conflicts]
+        if moved or scan.unterminated:
+            _move_aside(path, data, sorted(moved))
+    return scan
+
+
 class JudgementStore:
-    """Append-only JSONL store of judgements; see the module docstring.
+    """Append-only JSONL store of judgements, shared safely by processes; see the module docstring.
 
     Args:
         path: the ``.jsonl`` file (created with its folder if absent).
+        lock_timeout: seconds to wait for another process's write before
+            :class:`StoreLockedError` (must be > 0).
 
     Raises:
-        ValueError: a line other than a torn last line is not a valid record
-            (names the file and line).
+        ValueError: a key stored twice with different records (names both
+            lines; ``jaxrank store repair`` resolves it), or a bad ``lock_timeout``.
+
+    Warns:
+        StoreDamageWarning: damaged lines were moved to ``<path>.damaged``.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, lock_timeout: float = 60.0):
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or \
+                not math.isfinite(lock_timeout) or lock_timeout <= 0:
+            raise ValueError(f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}")
         self.path = Path(path)
+        self.lock_timeout = float(lock_timeout)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: dict[Key, dict] = {}
-        if self.path.exists():
-            self._load()
+        self._offset, self._lines, self._inode = 0, 0, None
+        with _Lock(self.path, self.lock_timeout):
+            self._reload()
 
-    def _load(self) -> None:
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        complete = lines[:-1]            # the last element is b"" when the file ends with "\n"
-        torn = lines[-1]
-        good_end = len(data) - len(torn)
-        for n, raw in enumerate(complete, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                key = Key(*(str(rec[f]) for f in _FIELDS))
-                p = float(rec["p"])
-            except (ValueError, KeyError, TypeError) as e:
-                if n == len(complete) and not torn:
-                    # A crash can leave the last line incomplete even with its newline
-                    # missing; treat an unparsable final line as torn as well.
-                    good_end -= len(raw) + 1
-                    break
-                raise ValueError(f"{self.path}, line {n}: not a judgement record ({e})") from e
-            if not math.isfinite(p) or not 0.0 <= p <= 1.0:
-                raise ValueError(f"{self.path}, line {n}: field p={p!r} must be a probability in [0, 1]")
-            self._records[key] = rec
-        if good_end < len(data):
-            with open(self.path, "r+b") as f:      # cut the torn tail so appends start clean
-                f.truncate(good_end)
-                f.flush()
-                os.fsync(f.fileno())
+    def _reload(self) -> None:
+        """Read the whole file (under the lock): move damage aside, refuse conflicting duplicates."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        scan = _scan_bytes(data)
+        if scan.different:
+            c = scan.different[0]
+            first, later = scan.records[c.key][1], _parse(data.split(b"\n")[c.line - 1])[1]
+            raise ValueError(f"{self.path}: key {tuple(c.key)} is stored on line {c.first_line} "
+                             f"(p={first['p']!r}) and on line {c.line} (p={later['p']!r}) with different "
+                             f"records ({len(scan.different)} such key(s)); `jaxrank store repair "
+                             f"{self.path}` keeps the first and moves the others to {_damaged_path(self.path)}")
+        if scan.damaged or scan.unterminated:
+            data = _move_aside(self.path, data, [tuple(d) for d in scan.damaged])
+            if scan.damaged:
+                where = ", ".join(f"{d.line} ({d.reason})" for d in scan.damaged[:5])
+                more = f" and {len(scan.damaged) - 5} more" if len(scan.damaged) > 5 else ""
+                warnings.warn(f"{self.path}: moved {len(scan.damaged)} damaged line(s) to "
+                              f"{_damaged_path(self.path)}: line {where}{more}; every valid record is kept",
+                              StoreDamageWarning, stacklevel=3)
+        self._records = {k: rec for k, (_, rec) in scan.records.items()}
+        self._offset, self._lines = len(data), data.count(b"\n")
+        self._inode = os.stat(self.path).st_ino if self.path.exists() else None
+
+    def _refresh(self) -> None:
+        """Under the lock: take in what other processes appended since we last looked."""
+        if not self.path.exists():
+            self._records, self._offset, self._lines, self._inode = {}, 0, 0, None
+            return
+        st = os.stat(self.path)
+        if st.st_ino != self._inode or st.st_size < self._offset:      # rewritten (a repair): read it all
+            self._reload()
+            return
+        if st.st_size == self._offset:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            new = f.read()
+        if not new.endswith(b"\n"):                 # a writer was killed mid-line: move its tail aside
+            self._reload()
+            return
+        known = {k: (0, r) for k, r in self._records.items()}
+        scan = _scan_bytes(new, first_line=self._lines + 1, known=known)
+        self._records = {k: rec for k, (_, rec) in scan.records.items()}
+        self._offset += len(new)
+        self._lines += new.count(b"\n")
+
+    def refresh(self) -> None:
+        """Take in what other processes appended since this store last wrote or looked (under the lock).
+
+        :meth:`append` and :meth:`comparisons` do this themselves; ``in``,
+        :meth:`get` and :meth:`missing` read what this object has seen.
+        """
+        with _Lock(self.path, self.lock_timeout):
+            self._refresh()
 
     def __len__(self) -> int:
         return len(self._records)
@@ -121,25 +386,43 @@ class JudgementStore:
     def append(self, records: Sequence[Mapping]) -> None:
         """Write records (each with the key fields and ``p``) and make them durable.
 
-        Records whose key is already stored are skipped.
+        Records whose key is already stored (by this or another process) are
+        skipped: the first value written wins.
+
+        Raises:
+            ValueError: a record lacks a key field or ``p`` is not a probability.
+            StoreLockedError: another process held the lock beyond ``lock_timeout``.
         """
-        lines = []
+        clean = []
         for rec in records:
-            key = Key(*(str(rec[f]) for f in _FIELDS))
+            missing = [f for f in (*_FIELDS, "p") if f not in rec]
+            if missing:
+                raise ValueError(f"record {dict(rec)!r}: missing field(s) {', '.join(missing)}")
             p = float(rec["p"])
             if not math.isfinite(p) or not 0.0 <= p <= 1.0:
                 raise ValueError(f"record {dict(rec)!r}: p must be a probability in [0, 1]")
-            if key in self._records:
-                continue
-            clean = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()}
-            self._records[key] = clean
-            lines.append(json.dumps(clean, ensure_ascii=False) + "\n")
-        if not lines:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
+            clean.append({k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()})
+        with _Lock(self.path, self.lock_timeout):
+            self._refresh()
+            lines, seen = [], {}
+            for rec in clean:
+                key = Key(*(str(rec[f]) for f in _FIELDS))
+                if key in self._records or key in seen:
+                    continue
+                seen[key] = rec
+                lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
+            if not lines:
+                return
+            blob = "".join(lines).encode("utf-8")
+            with open(self.path, "ab") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            self._records.update(seen)
+            self._offset += len(blob)
+            self._lines += len(lines)
+            if self._inode is None:
+                self._inode = os.stat(self.path).st_ino
 
     def records(self, *, judge: str | None = None, template: str | None = None) -> list[dict]:
         """Stored records, optionally only those of one judge and/or template."""
@@ -160,6 +443,7 @@ class JudgementStore:
         Raises:
             ValueError: no matching records, or several judges/templates mixed.
         """
+        self.refresh()
         recs = self.records(judge=judge, template=template)
         if not recs:
             raise ValueError(f"{self.path}: no judgements for judge={judge!r}, template={template!r}")

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import soft_bt
 from jaxrank.scoring.solver import BradleyTerrySolver
@@ -160,12 +160,10 @@ def _fit_newton(c, prior, tol, max_iter):
 def _check(prior, method, tol, max_iter):
     if method not in ("newton", "newman", "zermelo"):
         raise ValueError(f"method must be 'newton', 'newman' or 'zermelo', got {method!r}")
-    if prior is not None and not (isinstance(prior, (int, float)) and prior > 0):
-        raise ValueError(f"prior must be a positive number (or None for 1/(N-1)), got {prior!r}")
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0, got {tol!r}")
-    if not (isinstance(max_iter, int) and max_iter >= 1):
-        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
+    if prior is not None:
+        _validate.number("prior", prior, low=0.0, low_open=True)
+    _validate.number("tol", tol, low=0.0, low_open=True)
+    _validate.integer("max_iter", max_iter, low=1)
 
 
 @functools.partial(jax.jit, static_argnames=("prior", "method", "tol", "max_iter"))
@@ -193,6 +191,7 @@ def fit_bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3,
     Returns:
         :class:`BradleyTerrySolution`.
     """
+    _validate.comparisons("c", c)
     if max_iter is None:
         max_iter = 100 if method == "newton" else 10_000
     _check(prior, method, tol, max_iter)

@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 
 __all__ = ["win_ratio", "average_probability", "decisions"]
@@ -44,12 +44,18 @@ def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
 
     Args:
         c: comparisons, any batch shape.
-        threshold: decision threshold ``tau`` (scalar or ``[...]`` per context).
+        threshold: decision threshold ``tau`` in ``[0, 1]`` (scalar or ``[...]`` per context).
 
     Returns:
         ``[..., N]`` win ratios in ``[0, 1]``; items in no comparison and padded
         items get the neutral 0.5.
+
+    Raises:
+        ValueError: ``c`` is not a :class:`~jaxrank.Comparisons`, or ``threshold``
+            is not a finite number in ``[0, 1]``.
     """
+    _validate.comparisons("c", c)
+    _validate.number("threshold", threshold, low=0.0, high=1.0, array=True, batch_shape=c.batch_shape)
     return _counting(c, threshold, True)
 
 
@@ -61,4 +67,5 @@ def average_probability(c: Comparisons) -> jax.Array:
     Returns:
         ``[..., N]`` in ``[0, 1]``; items in no comparison and padded items get 0.5.
     """
+    _validate.comparisons("c", c)
     return _counting(c, 0.5, False)

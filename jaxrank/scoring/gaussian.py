@@ -22,8 +22,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -78,9 +79,18 @@ def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
 
 
 def _check_debias(debias):
-    if debias not in (False, True, "mean"):
+    if debias not in (False, True, "mean") or isinstance(debias, (int, float)) and not isinstance(debias, bool):
         raise ValueError(f"debias must be False, True or 'mean' for poe_gaussian; got {debias!r}")
     return bool(debias)
+
+
+def _check(c, hard, alpha):
+    """The checks of :func:`poe_gaussian`'s options (``ValueError`` naming the argument)."""
+    _validate.comparisons("c", c)
+    if not isinstance(hard, (bool, np.bool_)):
+        raise ValueError(f"hard must be True or False, got {hard!r}")
+    _validate.number("alpha", alpha, low=0.0, low_open=True)   # 0 zeroes the scores, < 0 flips them
+    return bool(hard)
 
 
 @functools.partial(jax.jit, static_argnames=("with_cov",))
@@ -100,18 +110,22 @@ def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.
         c: comparisons, any batch shape.
         debias: ``False``, or ``True``/``"mean"`` for ``beta = weighted mean of p``.
         hard: use hard decisions.
-        alpha: scale of the linear mean (only rescales the scores).
+        alpha: scale ``> 0`` of the linear mean (only rescales the scores).
 
     Returns:
         ``[..., N]`` scores, centred per connected component; items in no
         comparison and padded items get 0.
+
+    Raises:
+        ValueError: a bad ``c``, ``debias``, ``hard`` or ``alpha`` (not a finite number > 0).
     """
-    return _solve(c, _check_debias(debias), bool(hard), alpha, False)
+    return _solve(c, _check_debias(debias), _check(c, hard, alpha), alpha, False)
 
 
 def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> GaussianPosterior:
     """The full Gaussian posterior of PoE-g: mean (PoE eq. 7) and covariance (PoE eq. 8).
 
-    The covariance is in units of the experts' variance ``sigma^2`` (taken as 1).
+    The covariance is in units of the experts' variance ``sigma^2`` (taken as 1). Options and
+    errors as :func:`poe_gaussian`.
     """
-    return _solve(c, _check_debias(debias), bool(hard), alpha, True)
+    return _solve(c, _check_debias(debias), _check(c, hard, alpha), alpha, True)

@@ -20,7 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.gaussian import poe_gaussian
 
@@ -90,13 +90,17 @@ def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max
         init: ``[..., N]`` starting scores (default :func:`jaxrank.poe_gaussian`).
         eps: probabilities are clipped to ``[eps, 1 - eps]`` before the log.
         tol: minimum log-likelihood gain for a move.
-        max_moves: cap on moves (default ``N^2``).
+        max_moves: cap on moves, an int ``>= 0`` (default ``N^2``).
 
     Returns:
         ``[..., N]`` rank scores ``(n - 1)/2 - position`` (higher is better,
         centred; ``n`` items in at least one comparison); padded items and
         items in no comparison get 0.
     """
+    _validate.comparisons("c", c)
+    _validate.number("eps", eps, low=0.0, high=0.5, high_open=True)
+    _validate.number("tol", tol, low=0.0)
+    max_moves = _validate.integer("max_moves", max_moves, low=0, none=True)
     if init is None:
         init = poe_gaussian(c)
     init = jnp.asarray(init, c.p.dtype)

@@ -13,9 +13,11 @@ a convex function whose gradient and Hessian are
 
 ``gamma`` is 0 (``debias=False``), the mean-probability value
 ``log((1 - mean p) / mean p)`` (``debias=True`` or ``"mean"``; METHODS.md §3,
-PoE App. A.9), or learnt jointly with ``s`` (``debias="learn"``; with a weak
-Gaussian prior of precision ``gamma_prior`` so that ``gamma`` stays defined when
-the comparison set cannot identify it).
+PoE App. A.9), or learnt jointly with ``s`` (``debias="learn"``; one ``gamma``
+shared by every component, with a weak Gaussian prior of precision
+``gamma_prior``). Where the comparisons do not identify ``gamma`` (decided exactly,
+``_graph.bias_identified``) the MAP is the prior's mean and ``gamma`` is held at 0,
+so the fit stays continuous in ``p`` (issue 14).
 
 Each context is solved to tight tolerance by Newton's method on the exact
 Laplacian-structured Hessian (anchored per connected component like PoE-g;
@@ -47,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
 from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
@@ -98,13 +100,22 @@ class _Problem(NamedTuple):
     wp: jax.Array     # summed w * clip(p) per edge
     wl: jax.Array     # summed w * (1 - clip(p)) per edge (not w - wp: exact when p is near 1)
     gamma: jax.Array  # the fixed gamma (unused when learnt)
+    free: jax.Array   # 1 where a learnt gamma is identified by the comparisons, else 0 (gamma held at 0)
 
 
 def _problem(c, mode, eps):
     e = _graph.edges(c)
     pc = jnp.clip(c.p, eps, 1 - eps)
     w, wp, wl = _graph.reduce(e, c.weight, c.weight * pc, c.weight * (1 - pc))
-    return _Problem(e, w, wp, wl, _fixed_gamma(c, mode, eps))
+    free = jnp.ones((), c.p.dtype)
+    if mode == "learn":
+        # Where no comparison pins gamma down, the likelihood is flat along (s + t phi, gamma + t)
+        # and only the weak prior picks gamma = 0: below float32's resolution, so gamma would land
+        # wherever the iteration stopped. Decide that exactly from the graph and hold gamma at 0.
+        on = jax.lax.stop_gradient(w)
+        labels = _graph.components(c, e=e, w=on)
+        free = _graph.bias_identified(e, on, labels).astype(c.p.dtype)
+    return _Problem(e, w, wp, wl, _fixed_gamma(c, mode, eps), free)
 
 
 def _residual(d, pr):
@@ -141,7 +152,7 @@ def _nll_d(x, d, pr, mode, st):
 
 def _diffs(x, pr, mode):
     s, g = _split(x, pr, mode)
-    return _graph.incidence(pr.e, s) - g
+    return _graph.incidence(pr.e, s) - pr.free * g
 
 
 def _nll_p(x, pr, mode, st):
@@ -178,7 +189,7 @@ def _hessian_from(lap, wt_h, sum_h, mode, st, proj):
 
 
 def _grad_r(x, r, pr, mode, st):
-    return _grad_from(x, _graph.incidence_t(pr.e, r), jnp.sum(r), mode, st)
+    return _grad_from(x, _graph.incidence_t(pr.e, r), pr.free * jnp.sum(r), mode, st)
 
 
 def _grad_p(x, pr, mode, st):
@@ -186,8 +197,8 @@ def _grad_p(x, pr, mode, st):
 
 
 def _hessian_h(h, pr, mode, st, proj):
-    wt_h = _graph.incidence_t(pr.e, h) if mode == "learn" else None
-    return _hessian_from(_graph.laplacian(pr.e, h), wt_h, jnp.sum(h), mode, st, proj)
+    wt_h = pr.free * _graph.incidence_t(pr.e, h) if mode == "learn" else None
+    return _hessian_from(_graph.laplacian(pr.e, h), wt_h, pr.free * jnp.sum(h), mode, st, proj)
 
 
 def _hessian_p(x, pr, mode, st, proj, floor=1e-12):
@@ -242,8 +253,8 @@ def _pass(ops, state: _State, mode, st) -> _State:
     else:
         # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
         lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)
-        g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
-        hess = _hessian_from(lap, wt_h, jnp.sum(h), mode, st, proj)
+        g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
+        hess = _hessian_from(lap, pr.free * wt_h, pr.free * jnp.sum(h), mode, st, proj)
         # The gradient sums to 0 over every connected component; in float32 it does so only to
         # the rounding of the busiest items, and that residue, solved against the flattest
         # direction of a rarely compared item, kicks it by ~1e-3 every pass: project it out.
@@ -289,8 +300,8 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     """
     e, n = pr.e, pr.e.num_items
     deg, wt_h, wt_r, scale = _graph.item_sums_many(e, (h, h, r, mag), (h, -h, -r, mag))
-    sum_h = jnp.sum(h)
-    g = _grad_from(y, wt_r, jnp.sum(r), mode, st)
+    wt_h, sum_h = pr.free * wt_h, pr.free * jnp.sum(h)
+    g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
     size = _graph.component_sizes(labels, deg.dtype)
     pmean = functools.partial(_graph.component_mean, labels=labels, sizes=size)
 
@@ -455,6 +466,9 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         :class:`SoftBTSolution`; with ``solver.throw`` an unsuccessful concrete
         result raises :class:`~jaxrank.scoring.solver.SolverError`.
     """
+    _validate.comparisons("c", c)
+    if not isinstance(solver, BradleyTerrySolver):
+        raise ValueError(f"solver must be a BradleyTerrySolver, got {type(solver).__name__}")
     check = solver.checks_existence if check is None else bool(check)
     st = solver.settings(c.p.dtype)
     sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import _validate
 from jaxrank.scoring.experts import Expert
 
 __all__ = ["BradleyTerrySolver", "ProductOfExpertsSolver", "PoESettings", "RESULTS", "SolverError",
@@ -122,17 +123,14 @@ class BradleyTerrySolver:
 
     def __post_init__(self):
         debias_mode(self.debias)
-        if not 0 <= self.eps < 0.5:
-            raise ValueError(f"eps must be in [0, 0.5), got {self.eps!r}")
-        if not self.score_prior >= 0:
-            raise ValueError(f"score_prior must be >= 0, got {self.score_prior!r}")
-        if not self.gamma_prior > 0:
-            raise ValueError(f"gamma_prior must be > 0, got {self.gamma_prior!r}")
-        if self.tol is not None and not self.tol > 0:
-            raise ValueError(f"tol must be > 0, got {self.tol!r}")
-        if not (isinstance(self.max_iter, (int, np.integer)) and not isinstance(self.max_iter, bool)
-                and self.max_iter >= 1):
-            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        _validate.number("eps", self.eps, low=0.0, high=0.5, high_open=True)
+        _validate.number("score_prior", self.score_prior, low=0.0)
+        _validate.number("gamma_prior", self.gamma_prior, low=0.0, low_open=True)
+        if self.tol is not None:
+            _validate.number("tol", self.tol, low=0.0, low_open=True)
+        _validate.integer("max_iter", self.max_iter, low=1)
+        if not isinstance(self.throw, (bool, np.bool_)):
+            raise ValueError(f"throw must be True or False, got {self.throw!r}")
         for name in ("eps", "gamma_prior", "score_prior"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.tol is not None:

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import uncertainty
+from jaxrank import _validate, uncertainty
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import BradleyTerrySolver
 from jaxrank.scoring.gaussian import GaussianPosterior
@@ -136,8 +136,8 @@ def active_assess(judge_fn: Callable, num_items: int, *, batch_size: int, budget
         raise ValueError(f"budget={r} exceeds the N(N-1)={n * (n - 1)} ordered pairs of num_items={n}")
     if symmetric and (bs % 2 or r % 2):
         raise ValueError(f"batch_size={bs} and budget={r} must be even with symmetric=True")
-    if rank_confidence is not None and not -1 < rank_confidence < 1:
-        raise ValueError(f"rank_confidence must lie in (-1, 1) or be None, got {rank_confidence!r}")
+    if rank_confidence is not None:
+        _validate.number("rank_confidence", rank_confidence, low=-1.0, high=1.0, low_open=True, high_open=True)
     if stop_rule not in ("spearman", "adjacent"):
         raise ValueError(f"stop_rule must be 'spearman' or 'adjacent', got {stop_rule!r}")
     solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,

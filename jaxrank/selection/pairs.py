@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank import _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import _common
 
@@ -193,8 +194,7 @@ def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symme
             is neither a square matrix nor a callable, a callable without ``num_items``.
     """
     beam = _common.check_int("beam_size", beam_size, minimum=1)
-    if not 0 <= prune < 0.5:
-        raise ValueError(f"prune must lie in [0, 0.5), got {prune!r}")
+    _validate.number("prune", prune, low=0.0, high=0.5, high_open=True)
     if callable(judge):
         if num_items is None:
             raise ValueError("num_items is required with a callable judge")
