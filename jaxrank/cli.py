@@ -94,6 +94,8 @@ def _parser():
                        help="how a --budget subset is drawn (default random)")
         j.add_argument("--seed", type=int, default=0)
         j.add_argument("--template", choices=("poe", "zepo"), default="poe", help="prompt style")
+        j.add_argument("--soft-prompt", default=None, metavar="FILE",
+                       help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -133,16 +135,23 @@ def _make_judge(args):
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
     from jaxrank.judges.prompts import pairwise_template
+    from jaxrank.judges.soft_prompt import SoftPrompt
 
     try:
         template = pairwise_template(args.data, args.aspect, style=args.template)
+        soft = SoftPrompt.load(args.soft_prompt) if getattr(args, "soft_prompt", None) else None
         lm = load_model(args.judge)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
     if lm.architecture == "bert":
+        if soft is not None:
+            raise SystemExit("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
         return SimilarityJudge(lm, batch_size=args.batch_size)
-    return PromptJudge(lm, template, batch_size=args.batch_size)
+    try:
+        return PromptJudge(lm, template, batch_size=args.batch_size, soft_prompt=soft)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: --soft-prompt: {e}")
 
 
 def _contexts(args):
