@@ -66,10 +66,14 @@ def parse_args(argv=None):
     ap.add_argument("--init-text", default=INIT_TEXT, help="vectors start at the embeddings of its tokens")
     ap.add_argument("--soft-prompt", help="use these vectors (safetensors) instead of training")
     ap.add_argument("--template", help="a ZEPO template: JSON {text, labels?, answer_prefix?, name?} or plain text")
+    ap.add_argument("--variants", default="seed,soft,zepo",
+                    help="which prompts to judge (zepo only with --template); the summary covers all in the store")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap replicates over contexts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--summarise-only", action="store_true",
+                    help="judge nothing: summarise the judgements already in the store (e.g. merged from runs)")
     ap.add_argument("--smoke", action="store_true", help="a minimal run (1 training context, 2 steps, 3 pairs)")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -175,11 +179,21 @@ def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lm = load_model(args.model)
-    tag = f"{args.data}_{args.aspect}_{lm.name}" + ("_smoke" if args.smoke else "")
+    tag = f"{args.data}_{args.aspect}_{Path(args.model).stem}" + ("_smoke" if args.smoke else "")
     ds = load_dataset(args.data)
     train = contexts_of(ds, aspect=args.aspect, contexts=args.train_contexts, max_candidates=args.candidates)
     held = contexts_of(ds, aspect=args.aspect, contexts=args.eval_contexts, max_candidates=args.candidates)
+    if args.summarise_only:
+        store = out / f"soft_prompt_{tag}_judgements.jsonl"
+        records = [json.loads(x) for x in store.read_text().splitlines() if x.strip()]
+        rows = summarise(records, held.labels, args.boot, args.seed)
+        write_report(rows, [], out / f"soft_prompt_{tag}.md", dict(data=args.data, aspect=args.aspect,
+                                                                  model=args.model, note=f"Summary of {store}."))
+        (out / f"soft_prompt_{tag}.json").write_text(json.dumps({"rows": rows}, indent=1))
+        plot(rows, [], out / f"soft_prompt_{tag}.png")
+        print((out / f"soft_prompt_{tag}.md").read_text())
+        return 0
+    lm = load_model(args.model)
     if set(train.ids) & set(held.ids):
         raise SystemExit("--train-contexts and --eval-contexts overlap")
     seed_t = pairwise_template(args.data, args.aspect)
@@ -214,6 +228,7 @@ def main(argv=None):
     judges = {"seed": judge, "soft": PromptJudge(lm, seed_t, batch_size=args.batch_size, soft_prompt=soft)}
     if args.template:
         judges["zepo"] = PromptJudge(lm, read_template(args.template), batch_size=args.batch_size)
+    judges = {k: v for k, v in judges.items() if k in args.variants.split(",")}
     store = out / f"soft_prompt_{tag}_judgements.jsonl"
     records = [json.loads(x) for x in store.read_text().splitlines() if x.strip()] if store.exists() else []
     done = {(r["variant"], r["context"]) for r in records}

@@ -293,3 +293,29 @@ def test_cli_soft_prompt_of_the_wrong_size(tmp_path, smollm2):
     with pytest.raises(SystemExit, match="soft-prompt.*hidden size"):
         main(["judge", "--judge", "smollm2-135m", "--contexts", "0:1", "--soft-prompt", str(bad),
               "--store", str(tmp_path / "s.jsonl")])
+
+
+def test_study_summary_against_the_library_debiasing():
+    import importlib.util
+    from pathlib import Path
+    from jaxrank.comparisons import Comparisons
+    from jaxrank.debias import permutation_average
+    from jaxrank.metrics import spearman
+    from jaxrank.scoring.counting import average_probability
+    spec = importlib.util.spec_from_file_location(
+        "_exp_soft_prompt", Path(__file__).resolve().parents[1] / "experiments" / "soft_prompt.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(3)
+    i, j = mod.eval_pairs(6, 9, rng)
+    assert len(i) == 18 and set(zip(i[:9], j[:9])) == set(zip(j[9:], i[9:]))
+    labels = [rng.normal(size=6).astype(np.float32)]
+    p = rng.uniform(0.3, 0.95, size=18).astype(np.float32)
+    rec = {"variant": "seed", "context_index": 0, "i": i.tolist(), "j": j.tolist(), "p": p.tolist()}
+    raw, perm = mod.summarise([rec], labels, boot=20, seed=0)
+    assert raw["P(A)"] == pytest.approx(np.mean(p > 0.5))
+    assert raw["calibration"] == pytest.approx(abs(np.mean(np.log(p / (1 - p)))), rel=1e-5)
+    c = Comparisons.from_pairs(i, j, p, num_items=6)
+    want = float(spearman(average_probability(permutation_average(c)), labels[0]))
+    assert perm["spearman avg-prob"] == pytest.approx(want, abs=1e-6)
+    assert perm["P(A)"] == pytest.approx(0.5) and raw["fairness"] == pytest.approx(-abs(np.mean(p > 0.5) - 0.5))
