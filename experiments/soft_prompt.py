@@ -251,8 +251,10 @@ def main(argv=None):
                       flush=True)
     rows = summarise(records, held.labels, args.boot, args.seed)
     t_all = time.time() - t0
-    note = (f"Vectors: k={soft.length}, position {soft.position}, trained on contexts {args.train_contexts} "
-            f"({args.steps} steps x {2 * args.pairs_per_step} rows, lr {args.lr}, lambda {args.calibration_weight}); "
+    trained = (f"loaded from {args.soft_prompt}" if args.soft_prompt else
+               f"trained on contexts {args.train_contexts} ({args.steps} steps x {2 * args.pairs_per_step} rows, "
+               f"lr {args.lr}, lambda {args.calibration_weight})")
+    note = (f"Vectors: k={soft.length}, position {soft.position}, {trained}; "
             f"held-out contexts {args.eval_contexts}, {args.eval_pairs} pairs each in both orders. "
             f"Training {t_train:.0f}s, whole run {t_all:.0f}s on {jax.devices()[0].platform}.")
     write_report(rows, history, out / f"soft_prompt_{tag}.md", dict(data=args.data, aspect=args.aspect,
