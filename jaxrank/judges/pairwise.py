@@ -151,6 +151,9 @@ class PromptJudge:
         batch_size: comparisons per forward pass.
         max_length: context window to respect (default: the model's
             ``max_position_embeddings``; 512 for T5).
+        soft_prompt: optional learnt input vectors
+            (:class:`~jaxrank.judges.soft_prompt.SoftPrompt`, decoders only),
+            inserted into every comparison; the judge's name then carries their key.
 
     Raises:
         ValueError: a model without a tokenizer, an architecture that is not a
@@ -158,7 +161,7 @@ class PromptJudge:
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
-                 batch_size: int = 8, max_length: int | None = None):
+                 batch_size: int = 8, max_length: int | None = None, soft_prompt=None):
         if not hasattr(model, "model"):
             model = load_model(model)
         if model.tokenizer is None:
@@ -180,12 +183,16 @@ class PromptJudge:
         self._warned = False
         self._frame = self._render_frame()
         self._common, self._label_ids = self._label_tokens()
+        self.soft_prompt = soft_prompt
+        if soft_prompt is not None:
+            soft_prompt.check_judge(self)
 
     # ------------------------------------------------------------------ naming
     @property
     def name(self) -> str:
         """Judge id for the store: the model name (plus ``-nochat`` when a chat model is used raw)."""
-        return self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
+        name = self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
+        return name if self.soft_prompt is None else f"{name}+{self.soft_prompt.key}"
 
     # --------------------------------------------------------------- rendering
     def _render_frame(self) -> tuple[str, str, str]:
@@ -284,6 +291,7 @@ class PromptJudge:
             return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
         pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
         longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
+        longest += 0 if self.soft_prompt is None else self.soft_prompt.length
         pairs, truncated = fit_context(
             pairs, longest + 1, max_length=self.max_length,        # + 1: the label token it scores
             context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
@@ -292,7 +300,10 @@ class PromptJudge:
             warn=not self._warned, kept="candidates and question",
             error_tail=": the candidates and question alone do not fit")
         self._warned = self._warned or truncated
-        logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
+        if self.soft_prompt is not None:      # the learnt vectors' own path (soft_prompt.py)
+            logits = self.soft_prompt.logits(self, pairs, progress)
+        else:
+            logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
         p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
         return Judgement(p, truncated, logits)
 

@@ -89,8 +89,26 @@ def _last_index(mask):
     return jnp.where(mask.any(1), t - 1 - jnp.argmax(mask[:, ::-1], axis=1), t - 1)
 
 
-def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool):
-    """Decoder over ``ids [B, T]`` after the tokens in ``cache`` (or none)."""
+def _embed(w, ids, vectors=None, vector_index=None):
+    """Input embeddings ``[B, T, D]``: the embedding rows of ``ids``, and where
+    ``vector_index [B, T] >= 0`` the row ``vectors[vector_index]`` instead (learnt
+    input vectors, differentiable; the ids there are ignored)."""
+    x = jnp.take(w["embed"], ids, axis=0)
+    if vectors is None:
+        return x
+    at = vector_index >= 0
+    own = jnp.take(vectors.astype(x.dtype), jnp.where(at, vector_index, 0), axis=0)
+    return jnp.where(at[..., None], own, x)
+
+
+def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
+         vectors=None, vector_index=None, remat: bool = False):
+    """Decoder over ``ids [B, T]`` after the tokens in ``cache`` (or none).
+
+    ``vectors [k, D]`` / ``vector_index [B, T]`` replace the embeddings of the
+    marked slots (:func:`_embed`); ``remat`` recomputes each layer in the
+    backward pass instead of storing its activations (for gradients).
+    """
     b, t = ids.shape
     hkv, dh = cfg.num_key_value_heads, cfg.head_dim
     g = cfg.num_attention_heads // hkv
@@ -158,8 +176,8 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool):
     xs["window"] = windows
     if cache is not None:
         xs["ck"], xs["cv"] = cache.k, cache.v
-    x = jnp.take(w["embed"], ids, axis=0)
-    x, (ks, vs) = jax.lax.scan(layer, x, xs)
+    x = _embed(w, ids, vectors, vector_index)
+    x, (ks, vs) = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, xs)
     hid = _rms(x, w["norm"], cfg.rms_norm_eps)
     last = _last_index(mask)
     last_h = hid[jnp.arange(b), last]
@@ -183,8 +201,8 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
-def _hidden(cfg, w, ids, mask):
-    return _run(cfg, w, ids, mask, None, False)[0]
+def _hidden(cfg, w, ids, mask, vectors=None, vector_index=None):
+    return _run(cfg, w, ids, mask, None, False, vectors, vector_index)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "capacity"))
@@ -200,9 +218,9 @@ def _prefill(cfg, w, ids, mask, capacity):
         last_hidden=last_h)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "update"))
-def _extend(cfg, w, cache, ids, mask, update):
-    hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update)
+@functools.partial(jax.jit, static_argnames=("cfg", "update", "remat"))
+def _extend(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, remat=False):
+    hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update, vectors, vector_index, remat)
     return ExtendOutput(hid, last_h, new_cache)
 
 

@@ -52,7 +52,7 @@ from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConf
 
 __all__ = [
     "LlamaConfig", "LlamaModel", "KVCache", "ExtendOutput", "GenerateOutput",
-    "load_state_dict", "generate", "bucket_length", "SUPPORTED_MODEL_TYPES",
+    "load_state_dict", "generate", "bucket_length", "SUPPORTED_MODEL_TYPES", "extend_with_vectors",
 ]
 
 _SHAPE_ERROR = "parameter {name}: shape {got}, expected {want}"
@@ -120,17 +120,23 @@ class LlamaModel(nnx.Module):
         """The raw parameter arrays by name (what the jitted functions take)."""
         return {n: getattr(self, n)[...] for n in self._names}
 
-    def hidden(self, ids: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    def hidden(self, ids: jax.Array, mask: jax.Array | None = None, *, vectors: jax.Array | None = None,
+               vector_index: jax.Array | None = None) -> jax.Array:
         """Final (normed) hidden states ``[B, T, D]`` of a padded batch.
 
         Args:
             ids: ``[B, T]`` token ids.
             mask: ``[B, T]`` 1 for real tokens (left or right padding); all ones
                 when omitted. RoPE positions are ``cumsum(mask) - 1``.
+            vectors, vector_index: the input-embedding path: ``[k, D]`` input
+                vectors and ``[B, T]`` slots (``-1`` elsewhere); a slot ``t`` with
+                ``vector_index[b, t] = m >= 0`` reads ``vectors[m]`` instead of the
+                embedding of ``ids[b, t]`` (soft prompts).
         """
         ids = jnp.asarray(ids, jnp.int32)
         mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
-        return _hidden(self.config, self.weights(), ids, mask)
+        vectors, vector_index = _checked_vectors(self.config, ids, vectors, vector_index)
+        return _hidden(self.config, self.weights(), ids, mask, vectors, vector_index)
 
     def logits_at(self, hidden: jax.Array, positions: jax.Array | None = None,
                   token_ids: jax.Array | None = None) -> jax.Array:
@@ -164,21 +170,70 @@ class LlamaModel(nnx.Module):
         return _prefill(self.config, self.weights(), ids, mask, cap)
 
     def extend(self, cache: KVCache, ids: jax.Array, mask: jax.Array | None = None, *,
-               update: bool = False) -> ExtendOutput:
+               update: bool = False, vectors: jax.Array | None = None,
+               vector_index: jax.Array | None = None) -> ExtendOutput:
         """Run continuations ``[B, T]`` after the cached prefix.
 
         A batch-1 cache is shared by all ``B`` rows without being copied. With
         ``update=True`` (cache batch ``B`` and ``T`` free slots) the new keys
-        and values are written into the returned cache.
+        and values are written into the returned cache. ``vectors`` /
+        ``vector_index``: learnt input vectors in marked slots, as in :meth:`hidden`.
         """
         ids = jnp.asarray(ids, jnp.int32)
         mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
+        vectors, vector_index = _checked_vectors(self.config, ids, vectors, vector_index)
         if cache.k.shape[1] not in (1, ids.shape[0]):
             raise ValueError(f"cache batch {cache.k.shape[1]} does not match batch {ids.shape[0]}")
         if update and not isinstance(cache.length, jax.core.Tracer) and \
                 int(cache.length) + ids.shape[1] > cache.k.shape[2]:
             raise ValueError(f"cache full: {int(cache.length)} + {ids.shape[1]} > capacity {cache.k.shape[2]}")
-        return _extend(self.config, self.weights(), cache, ids, mask, update)
+        return _extend(self.config, self.weights(), cache, ids, mask, update, vectors, vector_index)
+
+
+def _checked_vectors(cfg: LlamaConfig, ids, vectors, vector_index):
+    """``(vectors, vector_index)`` as arrays after checking their shapes (``(None, None)`` for none)."""
+    if vectors is None and vector_index is None:
+        return None, None
+    if vectors is None or vector_index is None:
+        raise ValueError("vectors and vector_index go together: pass both or neither")
+    vectors = jnp.asarray(vectors)
+    vector_index = jnp.asarray(vector_index, jnp.int32)
+    if vectors.ndim != 2 or vectors.shape[1] != cfg.hidden_size:
+        raise ValueError(f"vectors must be [k, {cfg.hidden_size}], got {tuple(vectors.shape)}")
+    if vector_index.shape != ids.shape:
+        raise ValueError(f"vector_index must have the shape of ids {tuple(ids.shape)}, "
+                         f"got {tuple(vector_index.shape)}")
+    if vectors.shape[0] == 0:
+        return None, None
+    return vectors, vector_index
+
+
+def extend_with_vectors(config: LlamaConfig, weights: Mapping[str, jax.Array], cache: KVCache, ids: jax.Array,
+                        mask: jax.Array, vectors: jax.Array, vector_index: jax.Array, *,
+                        remat: bool = False) -> ExtendOutput:
+    """Functional :meth:`LlamaModel.extend` with learnt input vectors, for gradients.
+
+    A pure function of its arrays (the weights are an argument, not constants
+    closed over), so ``jax.grad`` / ``jax.jit`` of a loss built on it
+    differentiate with respect to ``vectors`` (and anything else passed in) and
+    compile once per shape. Slot ``t`` of row ``b`` reads ``vectors[m]`` where
+    ``vector_index[b, t] = m >= 0``, else the embedding of ``ids[b, t]``.
+
+    Args:
+        config: the model's config (static).
+        weights: :meth:`LlamaModel.weights` (wrap in ``jax.lax.stop_gradient``
+            to keep the model frozen).
+        cache: a prefix cache (:meth:`LlamaModel.prefill`), batch 1 or ``B``.
+        ids, mask: ``[B, T]`` continuation tokens and their mask.
+        vectors: ``[k, D]``; vector_index: ``[B, T]`` int, ``-1`` for token slots.
+        remat: recompute each layer in the backward pass (less memory).
+
+    Returns:
+        :class:`ExtendOutput` (``cache`` is ``None``).
+    """
+    if vectors.shape[0] == 0:
+        vectors = vector_index = None
+    return _extend(config, weights, cache, ids, mask, False, vectors, vector_index, remat)
 
 
 # ------------------------------------------------------------------------ loading
