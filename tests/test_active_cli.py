@@ -65,7 +65,7 @@ def setup(monkeypatch, tmp_path):
     """Route the CLI to the synthetic data and a fake judge; returns a runner and the judge holder."""
     holder = {"judge": FakeJudge()}
     monkeypatch.setattr("jaxrank.data.load_dataset", lambda name, **kw: _dataset())
-    monkeypatch.setattr(cli, "_make_judge", lambda args: holder["judge"])
+    monkeypatch.setattr(cli.common, "make_judge", lambda args: holder["judge"])
 
     def run(*extra, out="out", store="store.jsonl"):
         cli.main(["assess", "--active", "--judge", "smollm2-135m", "--aspect", "coherence", "--contexts", "0:2",

@@ -295,10 +295,10 @@ def test_cli_zepo_options_and_template_file(tmp_path, capsys):
             cli.main(["zepo", "--no-compilation-cache", *bad])
     t = zepo.save_template(zepo.with_instruction(SEED, "Better coherence? A or B."), tmp_path / "best.json")
     ns = argparse.Namespace(template=str(t), data="summeval", aspect="coherence")
-    assert cli._template_option(ns).text.endswith("Better coherence? A or B.")
-    assert cli._template_option(argparse.Namespace(template="zepo", data="summeval", aspect="coherence")) == SEED
+    assert cli.common.template_option(ns).text.endswith("Better coherence? A or B.")
+    assert cli.common.template_option(argparse.Namespace(template="zepo", data="summeval", aspect="coherence")) == SEED
     with pytest.raises(ValueError, match="no file"):
-        cli._template_option(argparse.Namespace(template=str(tmp_path / "none.json"), data="summeval",
+        cli.common.template_option(argparse.Namespace(template=str(tmp_path / "none.json"), data="summeval",
                                                 aspect="coherence"))
     for command in ("judge", "assess"):
-        assert cli._parser().parse_args([command, "--template", str(t)]).template == str(t)
+        assert cli.build_parser().parse_args([command, "--template", str(t)]).template == str(t)

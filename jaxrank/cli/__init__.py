@@ -1,0 +1,74 @@
+"""The ``jaxrank`` command line: a thin layer over the Python API.
+
+    jaxrank rank [INPUT] [--method M] [--debias D] [--output FILE] [--top K] [column options]
+    jaxrank judge  --data summeval --aspect coherence --judge smollm2-135m [--contexts 0:5]
+                   [--candidates N] [--budget 48 --selection random] [--store FILE]
+    jaxrank assess (the same options) [--methods ...] [--debias ...] [--output DIR]
+    jaxrank assess --active [--budget B] [--active-batch K] [--rank-confidence 0.9]
+                   [--stop-rule spearman|adjacent] (the other assess options)
+    jaxrank zepo   --data summeval --aspect coherence --judge smollm2-135m [--paraphraser M]
+                   [--sample-contexts 4 --budget 6] [--epochs 5 --population 5] [--output FILE]
+    jaxrank store check PATH     (damaged lines, duplicated keys; exit status 1 if any)
+    jaxrank store repair PATH    (move them to PATH.damaged, keeping every valid first record)
+
+``judge`` writes every judgement to a resumable store as it is produced;
+``assess`` = judge + aggregate with every scorer + report (Spearman with the
+human scores, positional bias P(A), pairwise accuracy, verdict). Without
+options, ``assess`` runs the embedded default: all 100 SummEval articles x 16
+summaries, relevance, the MiniLM-L6 similarity judge (chosen by measurement).
+``assess --active`` asks the judge, per context, only for the most informative
+comparisons in batches (:func:`jaxrank.assessment.active_judge_contexts`) until the
+budget is spent or the Laplace posterior is confident enough of the ranking,
+through the same resumable store, and reports the comparisons used.
+``zepo`` searches a fairer instruction without labels (ZEPO) and writes a template file that
+``judge``/``assess --template FILE`` read.
+
+Without INPUT, ranks the embedded default: the international football results
+of the shared data folder (49k real matches, 337 teams), with the home side in
+position A, so that a learnt positional bias is the home advantage.
+
+One module per subcommand (``rank``, ``assess`` for judge and assess, ``zepo``, ``store``); none
+imports JAX at module level, so ``jaxrank --help`` and argument errors answer without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from jaxrank.cli import _common as common
+from jaxrank.cli import assess, rank, store, zepo
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jaxrank`` argument parser with every subcommand."""
+    ap = argparse.ArgumentParser(prog="jaxrank", description="LLM comparative assessment in JAX.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    rank.add_parser(sub)
+    assess.add_parsers(sub)
+    zepo.add_parser(sub)
+    store.add_parser(sub)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.command == "rank":  # its options and file are checked before JAX is imported
+        rank.run(args)
+        return
+    if args.command == "store":
+        store.run(args)
+        return
+    for flag in ("batch_size", "candidates", "budget"):      # judge and assess: before loading a model
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
+    common.enable_cache(args)
+    if args.command == "judge":
+        assess.run_judge(args)
+    elif args.command == "assess":
+        assess.run_assess(args)
+    elif args.command == "zepo":
+        zepo.run(args)
+

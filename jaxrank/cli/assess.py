@@ -1,0 +1,179 @@
+"""``jaxrank judge`` and ``jaxrank assess``: judge a data set into a resumable store, then score and report.
+
+``assess --active`` asks the judge, per context, only for the most informative comparisons
+(:func:`jaxrank.assessment.active_judge_contexts`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+from jaxrank import scorer_table   # JAX-free: the scorer names and debias choices for --help
+from jaxrank.cli import _common as common
+from jaxrank.cli._common import DEFAULT_ASPECT, DEFAULT_JUDGE
+
+
+def add_parsers(sub):
+    """Add the ``judge`` and ``assess`` subcommands to the subparsers ``sub``."""
+    for name, helptext in (("judge", "judge comparisons of a data set with an LLM into a resumable store"),
+                           ("assess", "judge + aggregate + report agreement with human scores")):
+        j = sub.add_parser(name, help=helptext, description=helptext)
+        common.cache_option(j)
+        j.add_argument("--data", default="summeval", help="data set name (default summeval)")
+        j.add_argument("--aspect", default=DEFAULT_ASPECT,
+                       help=f"human aspect / prompt attribute (default {DEFAULT_ASPECT})")
+        j.add_argument("--judge", default=DEFAULT_JUDGE,
+                       help="registry name (minilm-l6 = similarity judge, the default; smollm2-135m and "
+                            "qwen2.5-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file")
+        j.add_argument("--contexts", default=":", help="contexts by position: START:STOP or i,j,k (default all)")
+        j.add_argument("--candidates", type=int, default=None,
+                       help="only the first N candidates of each context (default all)")
+        j.add_argument("--budget", type=int, default=None, help="comparisons per context (default all N(N-1))")
+        j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default=None,
+                       help="how a --budget subset is drawn (default random)")
+        j.add_argument("--seed", type=int, default=0)
+        j.add_argument("--template", default="poe",
+                       help="prompt: 'poe' (PoE Table 4 style, default), 'zepo' (ZEPO's seed) or a template FILE "
+                            "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
+        j.add_argument("--batch-size", type=int, default=8)
+        j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
+        j.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "assess":
+            j.add_argument("--methods", default=",".join(_report_methods()),
+                           help="comma-separated scorers (default: all but max_likelihood_ranking)")
+            j.add_argument("--debias", choices=("none",) + scorer_table.TRANSFORMS, default="none")
+            j.add_argument("--output", "-o", default="results", help="folder for the report and scores")
+            j.add_argument("--active", action="store_true",
+                           help="active assessment: ask for the most informative comparisons in batches until "
+                                "--budget (default N(N-1)) or --rank-confidence is reached")
+            j.add_argument("--active-batch", type=int, default=None,
+                           help="--active: comparisons asked per round (default 4)")
+            j.add_argument("--rank-confidence", type=_confidence, default=None,
+                           help="--active: stop a context when the posterior's confidence in its ranking reaches "
+                                "this, in (-1, 1) (default 0.9; 'none': run to the budget)")
+            j.add_argument("--stop-rule", choices=("spearman", "adjacent"), default=None,
+                           help="--active: confidence = expected Spearman under the Laplace posterior (default), "
+                                "or mean P(correct order) of adjacent items")
+
+
+def _confidence(text):
+    if text.strip().lower() in ("none", "off"):
+        return "none"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number or 'none': {text!r}") from None
+
+
+def _report_methods():
+    return tuple(name for name, entry in scorer_table.SCORERS.items() if entry.in_report)
+
+
+def _active_options(args):
+    """Check the --active options before loading data or model; fill in their defaults."""
+    given = [f"--{n.replace('_', '-')}" for n in ("active_batch", "rank_confidence", "stop_rule")
+             if getattr(args, n) is not None]
+    if not args.active:
+        if given:
+            raise SystemExit(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --active only")
+        return
+    if args.selection is not None:
+        raise SystemExit(f"jaxrank: --selection {args.selection} cannot be combined with --active, which "
+                         "chooses the comparisons itself")
+    args.active_batch = 4 if args.active_batch is None else args.active_batch
+    if args.active_batch < 1:
+        raise SystemExit(f"jaxrank: --active-batch must be >= 1, got {args.active_batch}")
+    conf = 0.9 if args.rank_confidence is None else args.rank_confidence
+    args.rank_confidence = None if conf == "none" else conf
+    if args.rank_confidence is not None and not -1 < args.rank_confidence < 1:
+        raise SystemExit(f"jaxrank: --rank-confidence must lie in (-1, 1) (or be 'none' to run to the budget), "
+                         f"got {args.rank_confidence:g}")
+    args.stop_rule = args.stop_rule or "spearman"
+
+
+def _judge_active(args):
+    from jaxrank.assessment.active import active_judge_contexts, check_active
+
+    cs = common.contexts(args)
+    settings = dict(budget=args.budget, batch_size=args.active_batch, rank_confidence=args.rank_confidence,
+                    stop_rule=args.stop_rule)
+    try:
+        check_active(cs, **settings)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: --active: {e}")
+    judge = common.make_judge(args)
+    store = common.store_path(args, judge)
+    t0 = time.perf_counter()
+    run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
+    print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} contexts ({run.judged} judged now, "
+          f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
+    return cs, run.selection, run
+
+
+def run_judge(args):
+    """Run ``jaxrank judge``."""
+    import numpy as np
+
+    from jaxrank.assessment.run import judge_contexts
+
+    cs = common.contexts(args)
+    judge = common.make_judge(args)
+    store = common.store_path(args, judge)
+    t0 = time.perf_counter()
+    sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
+                         seed=args.seed, progress=not args.no_progress)
+    n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
+    print(f"{n} judgements of {len(cs.ids)} contexts in {store} ({time.perf_counter() - t0:.1f} s)")
+    return cs, sel
+
+
+def run_assess(args):
+    """Run ``jaxrank assess``."""
+    import numpy as np
+
+    from jaxrank.assessment.report import assess_comparisons
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    _active_options(args)
+    run = None
+    if args.active:
+        cs, sel, run = _judge_active(args)
+    else:
+        cs, sel = run_judge(args)
+    pos = {c: k for k, c in enumerate(cs.ids)}
+    labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
+    for r, ctx in enumerate(sel.contexts):
+        k = pos[ctx]
+        index = {cid: n for n, cid in enumerate(cs.candidate_ids[k])}
+        for n, cid in enumerate(sel.candidates[r]):
+            labels[r, n] = cs.labels[k][index[cid]]
+    try:
+        rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
+                                 debias=args.debias)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: {e}")
+    extra = {}
+    if run:
+        extra = {"used / all": [f"{run.num_comparisons[r]} / {run.full[r]}" for r in range(len(rep.contexts))],
+                 "stopped": [str(run.stopped[r]) for r in range(len(rep.contexts))],
+                 "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
+    title = f"{args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts"
+    text = rep.markdown(title, preamble=[run.summary(), ""] if run else [], extra=extra)
+    print("\n" + text)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}" + ("-active" if run else "")
+    (out / f"{stem}.md").write_text(text + "\n")
+    with (out / f"{stem}-scores.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["context", "candidate", "human"] + list(methods) +
+                   (["comparisons", "stopped", "confidence"] if run else []))
+        for r, ctx in enumerate(sel.contexts):
+            act = [int(run.num_comparisons[r]), run.stopped[r], float(run.confidence[r])] if run else []
+            for n, cid in enumerate(sel.candidates[r]):
+                w.writerow([ctx, cid, float(labels[r, n])] + [float(rep.scores[m][r, n]) for m in methods] + act)
+    print(f"\nwrote {out / (stem + '.md')} and {out / (stem + '-scores.csv')}")
+

@@ -1,0 +1,215 @@
+"""``jaxrank rank``: a file of pairwise comparisons in, scores and a ranking out.
+
+Options and the file are checked, and the file read, before JAX is imported; the scores come from one
+traced program on shapes padded to a few sizes (:func:`_bucket`), so the persistent compilation cache
+serves files of different sizes.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+
+from jaxrank import scorer_table   # JAX-free: the scorer names and debias choices for --help
+from jaxrank.cli import _common as common
+
+METHODS = tuple(scorer_table.SCORERS)
+DEBIAS = scorer_table.DEBIAS
+
+
+def add_parser(sub):
+    """Add the ``rank`` subcommand to the subparsers ``sub``."""
+    r = sub.add_parser("rank", help="turn a file of pairwise comparisons into scores and a ranking",
+                       description="Rank items from a file of pairwise comparisons: CSV (comma, semicolon or tab), "
+                                   "JSON Lines or a JSON array. Read without options: ours (item_a, item_b, p or "
+                                   "outcome), Chatbot Arena battles (model_a, model_b, winner) and evalica's "
+                                   "(left, right, winner). Without INPUT: the international football results "
+                                   "(home team in position A).")
+    r.add_argument("input", nargs="?", help="comparison file (.csv/.tsv, .jsonl, .json); default: the football results")
+    common.cache_option(r)
+    r.add_argument("--method", choices=METHODS, default="poe_bradley_terry")
+    r.add_argument("--debias", choices=DEBIAS, default="none",
+                   help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
+                        "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
+                        "permutation: average both orders")
+    r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv or "
+                                          ".jsonl file; with a context column when the input has one")
+    r.add_argument("--top", type=int, default=20, help="rows of the ranking to print per context")
+    r.add_argument("--score-prior", type=float, default=None,
+                   help="poe_bradley_terry: precision of a N(0, 1/lambda) prior on scores (MAP); "
+                        "needed for hard 0/1 outcomes, where an undefeated item's ML score is infinite "
+                        "(default 0, or 0.1 for the embedded football default)")
+    for col in ("item-a", "item-b", "p", "outcome", "score-a", "score-b", "context", "weight"):
+        r.add_argument(f"--{col}", help=f"column holding {col.replace('-', ' ')}")
+
+
+def _default_football(args):
+    from jaxrank.data import data_dir
+    try:
+        args.input = str(data_dir() / "international_football" / "results.csv")
+    except FileNotFoundError as e:
+        raise SystemExit(f"jaxrank: no INPUT given and the embedded default is missing: {e}")
+    args.item_a, args.item_b = args.item_a or "home_team", args.item_b or "away_team"
+    args.score_a, args.score_b = args.score_a or "home_score", args.score_b or "away_score"
+    if args.method == "poe_bradley_terry":
+        args.debias = "learn" if args.debias == "none" else args.debias
+        args.score_prior = 0.1 if args.score_prior is None else args.score_prior
+    print(f"no INPUT given: ranking the embedded default {args.input}\n"
+          f"  (home team in position A; --debias {args.debias}"
+          + ("" if args.score_prior is None else f"; --score-prior {args.score_prior}") + ")", file=sys.stderr)
+
+
+def _check_rank_options(args):
+    """Refuse option combinations that do not apply, before reading the file or importing JAX."""
+    if args.top < 0:
+        raise SystemExit("jaxrank: --top must be >= 0")
+    if args.score_prior is not None and args.method != "poe_bradley_terry":
+        raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
+    if args.score_prior is not None and not 0 <= args.score_prior < float("inf"):
+        raise SystemExit(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
+    try:
+        scorer_table.check_debias(args.method, args.debias, argument="--debias")
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: {e}")
+
+
+def _bucket(n, least):
+    """The smallest size of the form ``2^k`` or ``3 * 2^k`` that is at least ``max(n, least)``.
+
+    Padding to these sizes lets files of different sizes share one compiled
+    program (and one entry of the persistent compilation cache), less than
+    1.5 times the size needed.
+    """
+    size = least
+    while size < n:
+        size = size // 2 * 3 if size & (size - 1) == 0 else size // 3 * 4
+    return size
+
+
+def _padded(c, num_items, num_comparisons):
+    """``c`` with padded items (masked) and padded comparisons (weight 0): scores of real items unchanged."""
+    import numpy as np
+
+    from jaxrank.comparisons import Comparisons
+
+    def pad(x, size, value):
+        x = np.asarray(x)
+        return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])], constant_values=value)
+
+    r = num_comparisons
+    return Comparisons(i=pad(c.i, r, 0), j=pad(c.j, r, 0), p=pad(c.p, r, 0.5), weight=pad(c.weight, r, 0),
+                       item_mask=pad(c.item_mask, num_items, False), num_items=num_items)
+
+
+def _rank_scores(c, method, debias, score_prior):
+    """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
+    import jaxrank as jr
+
+    # games, connectivity and P(A) describe the comparisons as given, before any debiasing
+    out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
+    c = scorer_table.transform(c, debias)
+    if method == "poe_bradley_terry":
+        mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
+        sol, post = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias=mode, score_prior=score_prior))   # one fit
+        out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
+                   iterations=sol.iterations)
+    elif method in ("poe_gaussian", "poe_gaussian_hard"):
+        post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"))
+        out.update(scores=post.mean, stderr=post.stderr)
+    else:
+        entry = scorer_table.SCORERS[method]      # c is transformed already: only the model term is left
+        out["scores"] = entry.load()(c, **entry.keywords(debias))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _rank_program():
+    import jax
+    return jax.jit(_rank_scores, static_argnames=("method", "debias", "score_prior"))
+
+
+def _score(c, method, debias, score_prior):
+    """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to :func:`_bucket` sizes."""
+    import numpy as np
+
+    n, r = c.num_items, c.num_comparisons
+    out = _rank_program()(_padded(c, _bucket(n, 8), _bucket(r, 16)), method=method, debias=debias,
+                          score_prior=float(score_prior))
+    out = {k: (None if v is None else np.asarray(v)) for k, v in out.items()}
+    for k in ("scores", "stderr", "games"):
+        if out[k] is not None:
+            out[k] = out[k][..., :n]
+    return out
+
+
+def _write_scores(path, rows):
+    """Write the score rows as CSV or JSON Lines (by suffix); no ``context`` field for one unnamed context."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if all(r["context"] == "" for r in rows):
+        rows = [{k: v for k, v in r.items() if k != "context"} for r in rows]
+    if out.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        with out.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    print(f"\nwrote {len(rows)} scores to {out}")
+
+
+def run(args):
+    """Run ``jaxrank rank``."""
+    import numpy as np
+
+    _check_rank_options(args)
+    if args.input is None:
+        _default_football(args)
+    t0 = time.perf_counter()
+    from jaxrank.io import read_comparisons
+    try:
+        table = read_comparisons(args.input, item_a=args.item_a, item_b=args.item_b, p=args.p,
+                                 outcome=args.outcome, score_a=args.score_a, score_b=args.score_b,
+                                 context=args.context, weight=args.weight)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    c = table.comparisons
+    t1 = time.perf_counter()
+    common.enable_cache(args)
+    res = _score(c, args.method, args.debias, args.score_prior or 0.0)
+    t2 = time.perf_counter()
+    scores, stderr, games = res["scores"], res["stderr"], res["games"]
+    n_cmp = int(np.sum(np.asarray(c.weight) > 0))
+    print(f"{n_cmp} comparisons, {sum(len(x) for x in table.items)} items, {len(table.contexts)} context(s); "
+          f"read {t1 - t0:.2f} s, scored ({args.method}) {t2 - t1:.2f} s")
+    rows = []
+    for k, ctx in enumerate(table.contexts):
+        names = table.items[k]
+        order = np.argsort(-scores[k, :len(names)], kind="stable")
+        head = f"context {ctx!r}: " if ctx else ""
+        info = f"P(A) = {res['pa'][k]:.3f}"
+        if "gamma" in res:
+            info += (f", gamma = {res['gamma'][k]:+.3f} (negative: position A favoured), "
+                     f"converged = {bool(res['converged'][k])}")
+        print(f"\n{head}{len(names)} items, {info}")
+        if not res["connected"][k]:
+            print("  warning: the comparison graph is disconnected; scores are centred per connected "
+                  "component and only comparable within one")
+        print(f"  {'rank':>4}  {'item':<32} {'score':>9} {'± s.e.' if stderr is not None else '':>8} {'games':>7}")
+        for rank, n in enumerate(order, 1):
+            se = "" if stderr is None else f"{stderr[k, n]:8.3f}"
+            if rank <= args.top:
+                print(f"  {rank:>4}  {names[n][:32]:<32} {scores[k, n]:9.3f} {se:>8} {games[k, n]:7.0f}")
+            rows.append({"context": ctx, "rank": rank, "item": names[n], "score": float(scores[k, n]),
+                         "stderr": None if stderr is None else float(stderr[k, n]), "games": float(games[k, n])})
+    if args.top and stderr is not None:
+        print("\n  s.e. = standard error of the score (Laplace approximation); an item with few games has a "
+              "large one,\n  so its rank is uncertain: scores within about 2 s.e. of each other are not "
+              "clearly ordered.")
+    if args.output:
+        _write_scores(args.output, rows)
+
