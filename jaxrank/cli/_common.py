@@ -29,18 +29,28 @@ def enable_cache(args):
 
 
 def make_judge(args):
+    """The judge of ``--judge`` (with ``--template`` and, for an LLM judge, ``--soft-prompt``)."""
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
 
     try:
         template = template_option(args)
+        soft = None
+        if getattr(args, "soft_prompt", None):
+            from jaxrank.judges.soft_prompt import SoftPrompt   # optax and safetensors: only when asked for
+            soft = SoftPrompt.load(args.soft_prompt)
         lm = load_model(args.judge)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
     if lm.architecture == "bert":
+        if soft is not None:
+            raise SystemExit("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
         return SimilarityJudge(lm, batch_size=args.batch_size)
-    return PromptJudge(lm, template, batch_size=args.batch_size)
+    try:
+        return PromptJudge(lm, template, batch_size=args.batch_size, soft_prompt=soft)
+    except ValueError as e:
+        raise SystemExit(f"jaxrank: --soft-prompt: {e}")
 
 
 def template_option(args):

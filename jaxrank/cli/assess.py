@@ -38,6 +38,8 @@ def add_parsers(sub):
         j.add_argument("--template", default="poe",
                        help="prompt: 'poe' (PoE Table 4 style, default), 'zepo' (ZEPO's seed) or a template FILE "
                             "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
+        j.add_argument("--soft-prompt", default=None, metavar="FILE",
+                       help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
