@@ -52,12 +52,14 @@ _LAZY: dict[str, str] = {
     "JudgeParams": "jaxrank.simulate", "SimulatedJudge": "jaxrank.simulate", "calibrate_judge": "jaxrank.simulate",
     "judge_stats": "jaxrank.simulate", "simulate_judge": "jaxrank.simulate",
     "shard_contexts": "jaxrank.sharding",
+    "zepo_search": "jaxrank.assessment", "ZepoResult": "jaxrank.assessment",
+    "SoftPrompt": "jaxrank.judges", "train_soft_prompt": "jaxrank.judges",
 }
 """Every public function and class, by the module it is loaded from on first use."""
 
 _SUBMODULES = frozenset({
     "assessment", "calibration", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges",
-    "learning", "metrics",
+    "fairness", "learning", "metrics",
     "models", "scorer_table", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })
 """Subpackages and modules reachable as attributes (``jr.metrics``); each is imported on first use.
@@ -79,12 +81,13 @@ __all__ = [
     "PairSResult", "active_assess", "ActiveResult",
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
     "shard_contexts",
+    "fairness", "zepo_search", "ZepoResult", "SoftPrompt", "train_soft_prompt",
     "enable_compilation_cache",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
 
 if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __getattr__ loads these
-    from jaxrank import data, judges, metrics, selection
+    from jaxrank import data, fairness, judges, metrics, selection
     from jaxrank.bootstrap import (bootstrap, bootstrap_intervals, bootstrap_outcomes, percentile_intervals,
                                    resample_comparisons)
     from jaxrank.comparisons import Comparisons, stack_contexts
@@ -98,6 +101,8 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
     from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons,
                                    greedy_comparisons, laplace_comparisons, pairs_rank, random_comparisons)
     from jaxrank.sharding import shard_contexts
+    from jaxrank.assessment import ZepoResult, zepo_search
+    from jaxrank.judges import SoftPrompt, train_soft_prompt
     from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
     from jaxrank.uncertainty import (LaplaceFit, RankIntervals, laplace_bradley_terry, laplace_posterior,
                                      posterior_samples, rank_intervals, ranking_confidence, score_intervals)

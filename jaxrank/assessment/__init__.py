@@ -8,15 +8,18 @@ as it is produced -> :meth:`JudgementStore.comparisons` gives the
 (:mod:`~jaxrank.assessment.report`) reports agreement with human scores.
 :func:`active_judge_contexts` (:mod:`~jaxrank.assessment.active`) asks the judge
 only for the most informative comparisons (active assessment), through the same store.
+:func:`zepo_search` (:mod:`~jaxrank.assessment.zepo`) searches a fairer judge instruction without
+labels (ZEPO), every candidate's judgements going through the same store.
 """
 
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
 from jaxrank.assessment.run import ContextSet, contexts_of, judge_comparisons, judge_contexts, plan_pairs
 from jaxrank.assessment.report import Assessment, assess_comparisons
 from jaxrank.assessment.active import ActiveRun, StoreJudgeFn, active_judge_contexts, check_active
+from jaxrank.assessment.zepo import ZepoResult, zepo_search
 
 __all__ = [
     "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "judge_comparisons",
     "plan_pairs", "Assessment", "assess_comparisons", "active_judge_contexts", "ActiveRun", "StoreJudgeFn",
-    "check_active",
+    "check_active", "zepo_search", "ZepoResult",
 ]

@@ -31,8 +31,11 @@ __all__ = [
     "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "SimilarityJudge",
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
-    "pairwise_template", "pointwise_template",
+    "pairwise_template", "pointwise_template", "SoftPrompt", "train_soft_prompt",
 ]
+
+_SOFT_PROMPT = ("SoftPrompt", "train_soft_prompt")
+"""Loaded from :mod:`jaxrank.judges.soft_prompt` on first use (it imports optax and safetensors)."""
 
 MOVED_MODULES = {
     "jaxrank.judges.models": "jaxrank.models",
@@ -59,4 +62,7 @@ _deprecation.forward_modules(MOVED_MODULES)
 
 
 def __getattr__(name):
+    if name in _SOFT_PROMPT:
+        from jaxrank.judges import soft_prompt
+        return getattr(soft_prompt, name)
     return _deprecation.forward_name(__name__, name, MOVED_NAMES, MOVED_MODULES)
