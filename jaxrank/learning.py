@@ -43,6 +43,17 @@ averaged over contexts. The scorer is a function ``score_fn(params, c, judge)``
 (:func:`calibrated` wraps any ``scorer(c)``, e.g. :func:`jaxrank.poe_gaussian` or
 :func:`jaxrank.poe_bradley_terry`, both differentiable in ``p``), so a scorer with
 its own learnable parameters plugs in by taking them inside ``params``.
+
+**(c) A general expert's parameters** (:func:`expert_scores`): the scores of the
+product of any :class:`jaxrank.Expert` (PoE eq. 2-3) as a function of its
+parameters ``theta``, shared by every context (and optionally of a calibration
+applied first),
+
+    s*(theta) = argmax_s sum_k w_k log q(s_{i_k} - s_{j_k} | f_j(p_k), theta),              (E3)
+
+differentiable in ``theta`` by implicit differentiation at the optimum
+(:func:`jaxrank.fit_poe`), so ``ranking_loss(..., score_fn=expert_scores(solver))``
+fits ``theta`` across many contexts at once with :func:`fit`.
 """
 
 from __future__ import annotations
@@ -59,11 +70,14 @@ import optax
 from jaxrank import metrics
 from jaxrank.calibration import Calibration, calibrate, calibrate_logits, log_derivative, logit
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.gaussian import poe_gaussian
+from jaxrank.scoring.poe import fit_poe
+from jaxrank.scoring.solver import ProductOfExpertsSolver
 
 __all__ = ["EvidenceParams", "FitResult", "gaussian_evidence_nll", "marginal_nll", "calibrated",
            "pairwise_logistic_loss", "soft_spearman", "ranking_loss", "fit", "make_step", "heldout_spearman",
-           "split_contexts", "CALIBRATED_POE_GAUSSIAN", "logdet_and_quadratic"]
+           "split_contexts", "CALIBRATED_POE_GAUSSIAN", "logdet_and_quadratic", "ExpertParams", "expert_scores"]
 
 
 class EvidenceParams(NamedTuple):
@@ -191,6 +205,74 @@ def calibrated(scorer: Callable[[Comparisons], jax.Array]) -> Callable:
 
 CALIBRATED_POE_GAUSSIAN = calibrated(poe_gaussian)
 """PoE-g (:func:`jaxrank.poe_gaussian`) of calibrated comparisons: the default ``score_fn``."""
+
+
+class ExpertParams(NamedTuple):
+    """Parameters of :func:`expert_scores` learnt jointly: a calibration applied first, then the expert's ``theta``.
+
+    Attributes:
+        calibration: the judges' calibration (:mod:`jaxrank.calibration`), or ``None`` for none.
+        theta: dict ``name -> value`` of the expert parameters learnt (a subset of the
+            expert's keys; the others keep the expert's defaults).
+    """
+
+    calibration: Any
+    theta: Any
+
+
+def expert_scores(solver: ProductOfExpertsSolver | Expert) -> Callable:
+    """``score_fn(params, c, judge)``: scores of the product of a general expert as a function of its ``theta``, eq. (E3).
+
+    ``params`` is either a dict ``theta`` (the expert's parameters, shared by every
+    context; missing keys keep the expert's defaults) or an :class:`ExpertParams`
+    ``(calibration, theta)``, which first calibrates ``p`` per judge (eq. (1) of
+    :mod:`jaxrank.calibration`) and then solves with ``theta``. The scores are
+    ``jaxrank.fit_poe(c, solver, theta).scores``, differentiable in ``theta``
+    (and the calibration) by implicit differentiation, with no recompilation for new
+    values. Use it with :func:`ranking_loss` and :func:`fit`::
+
+        score_fn = learning.expert_scores(jr.scoring.experts.soft_bradley_terry())
+        loss = functools.partial(learning.ranking_loss, score_fn=score_fn)
+        res = learning.fit(loss, {"gamma": jnp.zeros(())}, c, judge, labels, mask)
+
+    A parameter the expert sets per context (``from_context``, e.g. ``debias="mean"``)
+    or fits with the scores (``learnt``) gets no gradient from the scores: learn a
+    positional bias with ``debias="none"``. Constrained parameters (``kappa >= 0``)
+    are learnt through a wrapper, e.g. ``lambda q, c, j: score_fn({"kappa": jnp.exp(q)}, c, j)``.
+    Only the order of the scores matters to :func:`ranking_loss` (standardised per
+    context), so a parameter that only rescales them (a temperature) is not identified by it.
+    Inside :func:`fit` a solve cannot raise: check ``jaxrank.fit_poe(...).result``
+    at the learnt ``theta`` afterwards.
+
+    Args:
+        solver: a :class:`jaxrank.ProductOfExpertsSolver` (its settings), or an
+            :class:`jaxrank.Expert` (solved with the default settings).
+
+    Returns:
+        ``score_fn(params, c, judge) -> [..., N]`` scores.
+
+    Raises:
+        ValueError: ``solver`` neither; at call, ``params`` neither a dict nor an :class:`ExpertParams`.
+    """
+    if isinstance(solver, Expert):
+        solver = ProductOfExpertsSolver(solver)
+    if not isinstance(solver, ProductOfExpertsSolver):
+        raise ValueError(f"solver must be a jaxrank.ProductOfExpertsSolver or Expert, got {type(solver).__name__}")
+
+    def score_fn(params, c: Comparisons, judge=None):
+        if isinstance(params, ExpertParams):
+            if params.calibration is not None:
+                c = calibrate(params.calibration, c, judge)
+            theta = params.theta
+        else:
+            theta = params
+        if not isinstance(theta, dict):
+            raise ValueError("params must be a dict theta or learning.ExpertParams(calibration, theta), "
+                             f"got theta of type {type(theta).__name__}")
+        return fit_poe(c, solver, theta).scores
+
+    score_fn.__name__ = f"expert_scores_{solver.expert.name}"
+    return score_fn
 
 
 def _standardise(scores, mask):
