@@ -59,10 +59,32 @@ def _targets(c: Comparisons, debias, hard):
     return x - jnp.where(debias, mean, 0.5).astype(x.dtype)
 
 
+CG_TOL = 1e-6
+"""Relative residual at which the conjugate-gradient solve of a large sparse pool stops."""
+
+
+def _solve_cg(e, w, rhs, labels, k):
+    """``(L + k P)^{-1} rhs`` by Jacobi-preconditioned conjugate gradients, ``O(N + R)`` memory.
+
+    ``L v = W^T D W v`` is a gather and a scatter-add over the comparisons and
+    ``P v`` a segment mean (``_graph.component_mean``): no ``[N, N]`` array.
+    """
+    sizes = _graph.component_sizes(labels, rhs.dtype)
+    matvec = lambda v: _graph.incidence_t(e, w * _graph.incidence(e, v)) + k * _graph.component_mean(v, labels, sizes)
+    diag = _graph.item_sums(e, w, w) + k / sizes
+    s, _ = jax.scipy.sparse.linalg.cg(matvec, rhs, tol=CG_TOL, maxiter=e.num_items + 1,
+                                      M=lambda v: v / diag)
+    return s
+
+
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     y = alpha * _targets(c, debias, hard)
     e = _graph.edges(c)
     w, wy = _graph.reduce(e, c.weight, c.weight * y)
+    if not with_cov and _graph.use_cg(e):   # large sparse pool: eq. 11 by CG, no [N, N] Laplacian
+        labels = _graph.components(c, e=e, w=w)
+        k = jnp.maximum(2 * jnp.sum(w) / c.num_items, 1.0)   # trace(L) / N, as below
+        return _solve_cg(e, w, _graph.incidence_t(e, wy), labels, k)
     lap = _graph.laplacian(e, w)
     proj = _graph.component_projector(_graph.components(c, e=e, w=w), lap.dtype)
     # (L + k P)^{-1} = L^+ + P / k; k on L's scale keeps float32 precision when L is large.
