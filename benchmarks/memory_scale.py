@@ -20,6 +20,9 @@ runs the case once and reports its peak resident set size
   ``win_ratio`` and ``poe_bradley_terry`` (the default, with Laplace standard
   errors), compilation cache off.
 
+``--bt-vs-poe N`` also times hard BT against PoE-BT on one pool of ``N`` items in
+this process (compiled first, interleaved rounds).
+
 ``--root`` picks the checkout whose jaxrank is measured (``PYTHONPATH``), so a
 "before" (e.g. ``--root /work/main``) and an "after" run the same script.
 
@@ -40,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _report import Report, load_line, spread   # benchmarks/ is on sys.path when run as a script
+from _report import Report, interleaved, load_line, spread   # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_METHODS = ("win_ratio", "poe_bradley_terry")
@@ -64,7 +67,7 @@ def _rss_mb():
 
 def worker(case, n):
     """Run one case in this process; print a JSON line with peak RSS (MB) and seconds."""
-    import jax
+    import jax   # deferred: imported inside the measured process only
 
     import jaxrank as jr
     from jaxrank import scorer_table
@@ -93,6 +96,32 @@ def worker(case, n):
     print(json.dumps({"case": case, "n": n, "rss_mb": _rss_mb(), "seconds": seconds}))
 
 
+def bt_vs_poe(n, repeats, rep):
+    """Hard BT against PoE-BT on one sparse pool of ``n`` items, interleaved in this process (compiled first)."""
+    import jax   # deferred: the parent of the memory cases imports no JAX (nothing of it counts in theirs)
+
+    import jaxrank as jr
+
+    i, j, p = _pool(n)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n)
+    fns = {"bradley_terry": lambda: jax.block_until_ready(jr.bradley_terry(c)),
+           "poe_bradley_terry": lambda: jax.block_until_ready(jr.poe_bradley_terry(c))}
+    for f in fns.values():
+        f()                                   # compile
+    times, loads = interleaved(fns, repeats)
+    bt, poe = np.asarray(times["bradley_terry"]), np.asarray(times["poe_bradley_terry"])
+    rep.say(f"## Hard BT against PoE-BT, {n} items, {10 * n} comparisons (compiled; {repeats} interleaved rounds)")
+    rep.say()
+    rep.table(["scorer", "seconds median [min, max]"],
+              [["bradley_terry (Newton on smoothed decisions)", spread(bt)],
+               ["poe_bradley_terry", spread(poe)],
+               ["ratio BT / PoE-BT (per round)", spread(bt / poe, fmt="{:.1f}")]])
+    rep.say(f"load per round: {', '.join(f'{x:.2f}' for x in loads)}")
+    rep.say()
+    rep.row(part="bt_vs_poe", n=n, bt_seconds=float(np.median(bt)), poe_seconds=float(np.median(poe)),
+            ratio=float(np.median(bt / poe)))
+
+
 def _run_case(case, n, root, timeout):
     env = dict(os.environ, PYTHONPATH=str(root), JAXRANK_COMPILATION_CACHE="0")
     try:
@@ -109,24 +138,27 @@ def _run_case(case, n, root, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--root", default=str(ROOT), help="checkout whose jaxrank is measured")
     ap.add_argument("--label", default="", help="suffix of the results file (e.g. before, after)")
     ap.add_argument("--cases", nargs="*", help="only these cases")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it counts as failed")
     ap.add_argument("--smoke", action="store_true", help="200 items, one repeat, two scorers: seconds")
+    ap.add_argument("--bt-vs-poe", type=int, default=0, metavar="N",
+                    help="also time hard BT against PoE-BT on N items in this process (issue 14: 5000)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker[0], int(args.worker[1]))
         return
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(args.root))
     from jaxrank import scorer_table   # JAX-free: the names only
 
     cases = ["jax-import"] + [k for k in scorer_table.SCORERS if k not in SKIPPED] + [f"cli-{m}" for m in CLI_METHODS]
     if args.smoke:
         args.sizes, args.repeats, cases = [200], 1, ["jax-import", "win_ratio", "cli-win_ratio"]
+        args.bt_vs_poe = 200 if args.bt_vs_poe else 0
     if args.cases:
         cases = [k for k in cases if k in args.cases]
     name = "memory_scale" + (f"_{args.label}" if args.label else "")
@@ -151,7 +183,10 @@ def main():
                 rep.row(n=n, case=case, rss_mb=float(np.median(rss)), seconds=float(np.median(sec)),
                         repeats=len(ok))
             print(rows[-1], file=sys.stderr, flush=True)
-    rep.table(["items N", "case", "peak RSS MB", "seconds", "load after"], rows)
+    if rows:
+        rep.table(["items N", "case", "peak RSS MB", "seconds", "load after"], rows)
+    if args.bt_vs_poe:
+        bt_vs_poe(args.bt_vs_poe, args.repeats, rep)
     rep.write()
 
 
