@@ -122,6 +122,33 @@ def bt_vs_poe(n, repeats, rep):
             ratio=float(np.median(bt / poe)))
 
 
+def combine(before, after):
+    """``results/memory_scale.md``: the rows of the ``before`` and ``after`` runs side by side (their CSVs)."""
+    import csv
+
+    from _report import RESULTS, write_results
+
+    def rows(label):
+        out = {}
+        for path in sorted(RESULTS.glob(f"memory_scale_{label}*.csv")):
+            for r in csv.DictReader(path.open()):
+                if r.get("case"):
+                    out[(int(r["n"]), r["case"])] = r
+        return out
+
+    b, a = rows(before), rows(after)
+    fmt = lambda r, k: "-" if r is None else (r.get("error") or f"{float(r[k]):.{0 if k == 'rss_mb' else 2}f}")
+    lines = [f"# Peak memory (RSS, MB) and time (s) on sparse pools (R = 10 N): {before} against {after}", "",
+             f"From `memory_scale_{before}*.md` and `memory_scale_{after}*.md` (each with its command, repeats and "
+             "load); one fresh process per case, compilation included.", "",
+             "| items N | case | RSS before | RSS after | s before | s after |", "|---|---|---:|---:|---:|---:|"]
+    for key in sorted(set(b) | set(a)):
+        rb, ra = b.get(key), a.get(key)
+        lines.append(f"| {key[0]} | {key[1]} | {fmt(rb, 'rss_mb')} | {fmt(ra, 'rss_mb')} | "
+                     f"{fmt(rb, 'seconds')} | {fmt(ra, 'seconds')} |")
+    write_results("memory_scale", lines)
+
+
 def _run_case(case, n, root, timeout):
     env = dict(os.environ, PYTHONPATH=str(root), JAXRANK_COMPILATION_CACHE="0")
     try:
@@ -147,10 +174,15 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="200 items, one repeat, two scorers: seconds")
     ap.add_argument("--bt-vs-poe", type=int, default=0, metavar="N",
                     help="also time hard BT against PoE-BT on N items in this process (issue 14: 5000)")
+    ap.add_argument("--combine", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="only write results/memory_scale.md from the runs labelled BEFORE* and AFTER*")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker[0], int(args.worker[1]))
+        return
+    if args.combine:
+        combine(*args.combine)
         return
     sys.path.insert(0, str(args.root))
     from jaxrank import scorer_table   # JAX-free: the names only
