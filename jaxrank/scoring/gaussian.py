@@ -13,6 +13,12 @@ anchor row ``e_1``; we add instead the projector ``P`` onto per-component
 constants (see ``_graph.component_projector``), which returns the same scores
 up to a shift on a connected graph, centred to mean 0, and handles
 disconnected graphs by centring every connected component on its own.
+
+On a large sparse pool (``_graph.use_cg``: the sparse edge space and at least
+``_graph.CG_MIN_ITEMS`` items) :func:`poe_gaussian` solves eq. 11 by conjugate
+gradients with ``O(N + R)`` memory and never forms the Laplacian;
+:func:`poe_gaussian_posterior` (the covariance, eq. 8) is dense ``[N, N]`` by
+nature and always takes the Cholesky path.
 """
 
 from __future__ import annotations
