@@ -140,7 +140,8 @@ def combine(before, after):
     fmt = lambda r, k: "-" if r is None else (r.get("error") or f"{float(r[k]):.{0 if k == 'rss_mb' else 2}f}")
     lines = [f"# Peak memory (RSS, MB) and time (s) on sparse pools (R = 10 N): {before} against {after}", "",
              f"From `memory_scale_{before}*.md` and `memory_scale_{after}*.md` (each with its command, repeats and "
-             "load); one fresh process per case, compilation included.", "",
+             "load); one fresh process per case, compilation included; where a case was re-run, the file later "
+             "by name wins (`_1k_cli`: the command-line cases re-run at 1k with no other job of ours running).", "",
              "| items N | case | RSS before | RSS after | s before | s after |", "|---|---|---:|---:|---:|---:|"]
     for key in sorted(set(b) | set(a)):
         rb, ra = b.get(key), a.get(key)
