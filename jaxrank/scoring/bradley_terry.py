@@ -69,7 +69,8 @@ class _Problem(NamedTuple):
     a: jax.Array      # wins of i over j per edge (with the prior)
     b: jax.Array      # wins of j over i per edge
     live: jax.Array   # [N] items in at least one comparison
-    proj: jax.Array   # [N, N] per-component projector
+    labels: jax.Array  # [N] connected-component label of every item
+    sizes: jax.Array   # [N] size of every item's component
 
 
 def _prepare(c: Comparisons, prior):
@@ -83,8 +84,13 @@ def _prepare(c: Comparisons, prior):
         pr = jnp.asarray(prior, dt)
     e = _graph.edges(c)
     a, b = _graph.reduce(e, c.weight * (y + pr), c.weight * (1 - y + pr))
-    proj = _graph.component_projector(_graph.components(c, e=e, w=a + b), dt)
-    return _Problem(e, a, b, live, proj)
+    labels = _graph.components(c, e=e, w=a + b)
+    return _Problem(e, a, b, live, labels, _graph.component_sizes(labels, dt))
+
+
+def _centre(pr: _Problem, s):
+    """``s - P s``: each component centred, by segment sums (no ``[N, N]`` projector)."""
+    return s - _graph.component_mean(s, pr.labels, pr.sizes)
 
 
 def _update(pr: _Problem, s, method):
@@ -100,7 +106,7 @@ def _update(pr: _Problem, s, method):
         num = _graph.item_sums(e, a * rj * inv, b * ri * inv)
         den = _graph.item_sums(e, b * inv, a * inv)
     s = jnp.log(jnp.where(pr.live, num / jnp.where(pr.live, den, 1), 1))
-    return s - pr.proj @ s
+    return _centre(pr, s)
 
 
 def _step(pr: _Problem, state, method, tol):
@@ -111,7 +117,7 @@ def _step(pr: _Problem, state, method, tol):
     # cycle and leaves the fixed point unchanged.
     delta = jnp.where(delta * prev_step < 0, 0.5 * delta, delta)
     s_new = s + delta
-    s_new = s_new - pr.proj @ s_new
+    s_new = _centre(pr, s_new)
     r, r_new = jnp.exp(s), jnp.exp(s_new)
     return s_new, delta, it + 1, jnp.max(jnp.abs(r_new - r) / jnp.maximum(r_new, 1)) < tol
 
@@ -126,12 +132,18 @@ def _fit_flat(c: Comparisons, prior, method, tol, max_iter):
     step = functools.partial(_step, method=method, tol=tol)
     s, _, it, done = _batching.while_per_context(cont, step, pr, state)
     s = jnp.where(c.item_mask & pr.live, s, 0)
-    return BradleyTerrySolution(s - jnp.einsum("bnm,bm->bn", pr.proj, s), it, done)
+    return BradleyTerrySolution(jax.vmap(_centre)(pr, s), it, done)
 
 
 def _live_items(c):
-    """``[..., N]``: items in at least one comparison of non-zero weight (no scatter)."""
+    """``[..., N]``: items in at least one comparison of non-zero weight.
+
+    A comparison of ``[..., R, N]`` (no scatter) where the pool is dense
+    (``_graph.use_dense``); scatter-adds over the comparisons, ``O(N + R)``, where it is sparse.
+    """
     n = c.num_items
+    if not _graph.use_dense(n, c.i.shape[-1]):
+        return _batching.batched(lambda cc: _graph.item_sums(cc, cc.weight, cc.weight) > 0, c)
     k = jnp.arange(n, dtype=c.i.dtype)
     touch = ((c.i[..., :, None] == k) | (c.j[..., :, None] == k)) & (c.weight > 0)[..., :, None]
     return jnp.any(touch, axis=-2)

@@ -13,6 +13,12 @@ anchor row ``e_1``; we add instead the projector ``P`` onto per-component
 constants (see ``_graph.component_projector``), which returns the same scores
 up to a shift on a connected graph, centred to mean 0, and handles
 disconnected graphs by centring every connected component on its own.
+
+On a large sparse pool (``_graph.use_cg``: the sparse edge space and at least
+``_graph.CG_MIN_ITEMS`` items) :func:`poe_gaussian` solves eq. 11 by conjugate
+gradients with ``O(N + R)`` memory and never forms the Laplacian;
+:func:`poe_gaussian_posterior` (the covariance, eq. 8) is dense ``[N, N]`` by
+nature and always takes the Cholesky path.
 """
 
 from __future__ import annotations
@@ -59,10 +65,32 @@ def _targets(c: Comparisons, debias, hard):
     return x - jnp.where(debias, mean, 0.5).astype(x.dtype)
 
 
+CG_TOL = 1e-6
+"""Relative residual at which the conjugate-gradient solve of a large sparse pool stops."""
+
+
+def _solve_cg(e, w, rhs, labels, k):
+    """``(L + k P)^{-1} rhs`` by Jacobi-preconditioned conjugate gradients, ``O(N + R)`` memory.
+
+    ``L v = W^T D W v`` is a gather and a scatter-add over the comparisons and
+    ``P v`` a segment mean (``_graph.component_mean``): no ``[N, N]`` array.
+    """
+    sizes = _graph.component_sizes(labels, rhs.dtype)
+    matvec = lambda v: _graph.incidence_t(e, w * _graph.incidence(e, v)) + k * _graph.component_mean(v, labels, sizes)
+    diag = _graph.item_sums(e, w, w) + k / sizes
+    s, _ = jax.scipy.sparse.linalg.cg(matvec, rhs, tol=CG_TOL, maxiter=e.num_items + 1,
+                                      M=lambda v: v / diag)
+    return s
+
+
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     y = alpha * _targets(c, debias, hard)
     e = _graph.edges(c)
     w, wy = _graph.reduce(e, c.weight, c.weight * y)
+    if not with_cov and _graph.use_cg(e):   # large sparse pool: eq. 11 by CG, no [N, N] Laplacian
+        labels = _graph.components(c, e=e, w=w)
+        k = jnp.maximum(2 * jnp.sum(w) / c.num_items, 1.0)   # trace(L) / N, as below
+        return _solve_cg(e, w, _graph.incidence_t(e, wy), labels, k)
     lap = _graph.laplacian(e, w)
     proj = _graph.component_projector(_graph.components(c, e=e, w=w), lap.dtype)
     # (L + k P)^{-1} = L^+ + P / k; k on L's scale keeps float32 precision when L is large.

@@ -234,7 +234,7 @@ class _State(NamedTuple):
 
 def _pass(ops, state: _State, mode, st) -> _State:
     """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
-    pr, proj, labels, r_start, prior = ops
+    pr, labels, r_start, prior = ops
     st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
     dt = pr.w.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
@@ -252,6 +252,7 @@ def _pass(ops, state: _State, mode, st) -> _State:
         new, g, diag, scale, trace = _direction_cg(y, h, r, mag, pr, mode, st, labels)
     else:
         # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
+        proj = _graph.component_projector(labels, dt)   # [N, N] beside the dense Laplacian only
         lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)
         g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
         hess = _hessian_from(lap, pr.free * wt_h, pr.free * jnp.sum(h), mode, st, proj)
@@ -323,7 +324,7 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     return x, g, diag, scale, jnp.sum(deg)
 
 
-def _pass_operands(pr, proj, prior):
+def _pass_operands(pr, labels, prior):
     """Per-context constants of the loop: component labels, the start's residuals, the score prior."""
     # Each edge's mean probability clipped to [0.01, 0.99] (logits within +-4.6): finite with
     # eps = 0, and an edge of one decisive comparison (hard outcomes) does not start the
@@ -331,11 +332,10 @@ def _pass_operands(pr, proj, prior):
     # football results; 1e-3 or a half-win smoothing were slower on soft probabilities).
     pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
     r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
-    labels = jnp.argmax(proj > 0, axis=1).astype(jnp.int32)   # first item of each one's component
-    return pr, proj, labels, r_start, prior
+    return pr, labels, r_start, prior
 
 
-def _newton(c, proj, prior, mode, st):
+def _newton(c, labels, prior, mode, st):
     """Newton's method with backtracking on a batch ``[B]`` of contexts.
 
     Per context, every pass of the loop evaluates the trial point
@@ -351,8 +351,8 @@ def _newton(c, proj, prior, mode, st):
     state (contexts converge independently).
     """
     pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
-    ops = jax.vmap(_pass_operands)(pr, proj, prior)
-    b, n = proj.shape[0], c.num_items + (mode == "learn")
+    ops = jax.vmap(_pass_operands)(pr, labels, prior)
+    b, n = labels.shape[0], c.num_items + (mode == "learn")
     dt = c.p.dtype
     z = jnp.zeros((b, n), dt)
     zb = jnp.zeros(b, dt)
@@ -375,27 +375,28 @@ call (about 0.05 s of 0.25 s on 10,000 contexts)."""
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _argmin(c, proj, prior, st, mode):
-    return _newton(c, proj, prior, mode, st)
+def _argmin(c, labels, prior, st, mode):
+    return _newton(c, labels, prior, mode, st)
 
 
-def _argmin_fwd(c, proj, prior, st, mode):
-    out = _newton(c, proj, prior, mode, st)
-    return out, (c, proj, prior, st, out[0])
+def _argmin_fwd(c, labels, prior, st, mode):
+    out = _newton(c, labels, prior, mode, st)
+    return out, (c, labels, prior, st, out[0])
 
 
 def _argmin_bwd(mode, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
-    def one(c, proj, prior, x, ctx):
+    def one(c, labels, prior, x, ctx):
         stc = st._replace(score_prior=prior)
+        proj = _graph.component_projector(labels, x.dtype)
         u = _graph.psd_solve(_hessian(x, c, mode, stc, proj), ctx)
         _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, stc), c)
         return vjp(-u)[0]
 
-    c, proj, prior, st, x = res
+    c, labels, prior, st, x = res
     zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
                       else np.zeros(a.shape, jax.dtypes.float0))
-    return (jax.vmap(one)(c, proj, prior, x, ct[0]), jnp.zeros_like(proj), jnp.zeros_like(prior),
+    return (jax.vmap(one)(c, labels, prior, x, ct[0]), zero(labels), jnp.zeros_like(prior),
             jax.tree.map(zero, st))
 
 
@@ -421,13 +422,12 @@ def _fit_flat(c, mode, st, check=False):
     to be finite (``eps > 0`` or a prior guarantees it).
     """
     labels = jax.vmap(_graph.components)(c)
-    proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
     prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
     finite = jnp.ones(labels.shape[:1], bool)
     if check:
         finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
-    x, it, done, result = _argmin(c, proj, prior, st, mode)
+    x, it, done, result = _argmin(c, labels, prior, st, mode)
     sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
     return sol, finite
 
