@@ -45,6 +45,13 @@ OUT = Path(__file__).resolve().parent / "results"
 OBJECTIVES = ("fairness", "confidence", "calibration", "context_free")
 
 
+def _mean_defined(rho):
+    """Mean Spearman over the contexts where it is defined; NaN (no warning) where no context has one
+    (the prompt made the judge give constant scores everywhere, e.g. the same position every time)."""
+    rho = np.asarray(rho, float)
+    return float(rho[np.isfinite(rho)].mean()) if np.isfinite(rho).any() else float("nan")
+
+
 def spearman_per_context(store, judge_name, template_key, sample, labels, *, debias="none", method="average_probability"):
     """``[C]`` Spearman of the judge's scores with the human scores, per sample context."""
     cand = {c: ids for c, ids in zip(sample.ids, sample.candidate_ids)}
@@ -167,8 +174,8 @@ def main(argv=None):
         rho_wp = spearman_per_context(store, judge.name, key, sample, s_labels, method="win_ratio",
                                       debias="permutation")
         rows.append({**{k: c[k] for k in ("epoch", "template_key", "decision_rate", *OBJECTIVES)},
-                     "spearman": float(np.nanmean(rho)), "spearman_win_ratio": float(np.nanmean(rho_w)),
-                     "spearman_win_ratio_permutation": float(np.nanmean(rho_wp)), "instruction": c["instruction"]})
+                     "spearman": _mean_defined(rho), "spearman_win_ratio": _mean_defined(rho_w),
+                     "spearman_win_ratio_permutation": _mean_defined(rho_wp), "instruction": c["instruction"]})
     with open(out / f"{tag}-prompts.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
@@ -176,7 +183,15 @@ def main(argv=None):
     say(f"\n## Zero-shot objectives vs Spearman over {len(rows)} candidate prompts (search sample contexts)\n")
     say("| objective | Spearman corr. with human agreement | 95% CI (bootstrap over prompts) | p |\n|---|---|---|---|")
     for o in OBJECTIVES:
-        r, lo, hi, pv = boot_corr([x[o] for x in rows], [x["spearman"] for x in rows], rng, args.bootstrap)
+        xs, ys = np.array([x[o] for x in rows]), np.array([x["spearman"] for x in rows])
+        ok = np.isfinite(xs) & np.isfinite(ys)
+        if ok.sum() < 3 or np.ptp(xs[ok]) == 0 or np.ptp(ys[ok]) == 0:
+            why = ("fewer than 3 prompts with a defined value" if ok.sum() < 3 else
+                   f"every prompt has the same {o} ({xs[ok][0]:+.3f})" if np.ptp(xs[ok]) == 0 else
+                   "every prompt has the same Spearman")
+            say(f"| {o} | undefined: {why} | | |")
+            continue
+        r, lo, hi, pv = boot_corr(xs[ok], ys[ok], rng, args.bootstrap)
         say(f"| {o} | {r:+.2f} | [{lo:+.2f}, {hi:+.2f}] | {pv:.2g} |")
 
     # ---- seed vs ZEPO on held-out contexts
