@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxrank as jr
+from jaxrank.assessment.store import StoreDamageWarning
 from jaxrank.models.loading import LoadedModel, load_model
 from jaxrank.models.llama import LlamaConfig, LlamaModel
 from jaxrank.judges.pairwise import PromptJudge, batch_sizes, bucket, plan_batches
@@ -353,7 +354,9 @@ def test_real_smollm2_two_articles_both_orders_with_crash(smollm2, tmp_path):
     with open(path, "a") as f:
         f.write('{"judge": "smollm2-135m", "te')        # and a torn line
     judge.compare = original
-    sel = judge_contexts(judge, cs, path, chunk=6, progress=False)
+    with pytest.warns(StoreDamageWarning, match="torn last line"):      # moved aside, said once, nothing valid lost
+        sel = judge_contexts(judge, cs, path, chunk=6, progress=False)
+    assert "torn last line" in (tmp_path / "real.jsonl.damaged").read_text()
     c = sel.comparisons
     p = np.asarray(c.p)[np.asarray(c.weight) > 0]
     assert p.size == 24 and np.all((p > 0) & (p < 1))
