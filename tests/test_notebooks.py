@@ -23,9 +23,20 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     exec(compile(code, str(path), "exec"), {"__name__": "__notebook__"})
 
 
-def test_readme_quick_start_runs():
+def test_readme_quick_start_runs(tmp_path):
+    """The README's first Python block, in a fresh process: it turns on the process-wide persistent
+    compilation cache (``jr.enable_compilation_cache()``), which must not leak into this test
+    process (every later compile would be serialised to disk) nor write to the user's cache."""
+    import os
     import re
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    import subprocess
+    import sys
+    root = Path(__file__).parent.parent
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(), re.S)
     assert blocks
-    exec(compile(blocks[0], "README.md", "exec"), {})
+    env = dict(os.environ, JAXRANK_CACHE=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", blocks[0]], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    if "enable_compilation_cache" in blocks[0]:
+        assert (tmp_path / "cache" / "xla").is_dir()          # the cache went where JAXRANK_CACHE says
