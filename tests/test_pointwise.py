@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_lm import EOS, OFFSET, ByteTokenizer, tiny_lm
+from tiny_lm import EOS, OFFSET, ByteTokenizer, sharpen, tiny_lm
 
 from jaxrank.judges import textgen
 from jaxrank.models.loading import LoadedModel
@@ -23,17 +23,10 @@ CANDS = ["The bridge closes for repairs.", "Council votes; bridge shut until nex
 STEPS = "1. Read the text.\n2. Read the summary.\n3. Give a score."
 
 
-def _sharpen(lm, factor=4.0):
-    """Scale every weight matrix so the tiny model's next-token distribution is far from uniform."""
-    for n, w in lm.model.weights().items():
-        if not n.endswith("norm"):
-            getattr(lm.model, n).set_value(factor * w)
-    return lm
-
 
 @pytest.fixture(scope="module")
 def lm():
-    return _sharpen(tiny_lm(seed=1))
+    return sharpen(tiny_lm(seed=1))
 
 
 def _reference_score(lm, text, score_ids, scores, bos=True):
@@ -72,7 +65,7 @@ def test_geval_equals_full_forward_reference(lm):
 
 
 def test_geval_chat_template_reads_after_assistant_header():
-    lm = _sharpen(tiny_lm(seed=2, chat=True))
+    lm = sharpen(tiny_lm(seed=2, chat=True))
     tpl = pointwise_template("fluency")
     judge = GEvalJudge(lm, tpl, steps=STEPS, batch_size=4)
     text = judge.prompt_text(CTX, CANDS[0])

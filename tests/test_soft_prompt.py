@@ -24,7 +24,7 @@ from jaxrank.judges.soft_prompt import (
 )
 from jaxrank.models import _llama_core
 from jaxrank.models.llama import extend_with_vectors
-from tiny_lm import tiny_lm
+from tiny_lm import sharpen, tiny_lm
 
 CTX = "The city council approved a new park on Monday. It will open next spring near the river."
 CANDS = ["A park was approved by the council.", "The council met on Monday to talk.",
@@ -38,16 +38,10 @@ I_BOTH = np.array([0, 0, 1, 1, 2, 3, 1, 2, 3, 2, 3, 0])     # 6 pairs, then thei
 J_BOTH = np.array([1, 2, 3, 2, 3, 0, 0, 0, 1, 1, 2, 3])
 
 
-def _sharpen(lm, factor):
-    for n, w in lm.model.weights().items():
-        if not n.endswith("norm"):
-            getattr(lm.model, n).set_value(factor * w)
-    return lm
-
 
 @pytest.fixture(scope="module")
 def lm():
-    return _sharpen(tiny_lm(seed=1, chat=True), 3.0)
+    return sharpen(tiny_lm(seed=1, chat=True), 3.0)
 
 
 @pytest.fixture(scope="module")

@@ -39,3 +39,11 @@ def tiny_lm(*, chat=False, seed=0, layers=2, hidden=32, max_len=4096) -> LoadedM
     model = LlamaModel(cfg, rngs=nnx.Rngs(seed))
     return LoadedModel(model, cfg, ByteTokenizer(), CHAT_TEMPLATE if chat else None, "tiny", "llama",
                        Path("."), (EOS,), PAD)
+
+
+def sharpen(lm: LoadedModel, factor: float = 4.0) -> LoadedModel:
+    """Scale every weight matrix (not the norms) so the tiny model's next-token distribution is far from uniform."""
+    for n, w in lm.model.weights().items():
+        if not n.endswith("norm"):
+            getattr(lm.model, n).set_value(factor * w)
+    return lm
