@@ -13,14 +13,25 @@ sets JAX's global ``jax_compilation_cache_dir``, so it also caches the
 caller's own programs). jaxrank never calls it at import: it is the caller's
 choice, like every global JAX setting. The ``jaxrank`` command line turns it
 on (``--no-compilation-cache`` turns it off).
+
+The persistent cache skips XLA's compilation, not JAX's tracing and lowering
+of the Python function, which is most of what is left of a small first call
+(about 0.4 s for ``jaxrank rank``'s program). :class:`ExportedProgram` keeps a
+traced program itself on disk (a :mod:`jax.export` artifact, serialized
+StableHLO), keyed by the program's name, the argument shapes, the versions of
+jax and jaxlib, the backend and a digest of jaxrank's own source; a later
+process deserializes it instead of tracing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["enable_compilation_cache", "default_cache_dir"]
+__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram"]
 
 
 def default_cache_dir() -> Path:
@@ -60,3 +71,93 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     return path
+
+
+def _source_digest() -> str:
+    """SHA-256 of every ``.py`` file of the installed jaxrank (path and content): a changed program is a new key."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        root = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
+
+
+_SOURCE_DIGEST: str | None = None
+
+
+class ExportedProgram:
+    """A jitted function whose traced program is kept on disk, so a later process skips tracing it.
+
+    The first call with a new signature traces ``fn`` once with
+    :func:`jax.export.export` and writes the serialized artifact (atomically:
+    a temporary file, then ``os.replace``) to ``directory``; every call runs
+    the exported program under ``jax.jit``, whose compiled executable the
+    persistent compilation cache keeps (:func:`enable_compilation_cache`). A
+    later process with the same key reads the artifact instead of tracing:
+    ``jaxrank rank`` on a small file spends about 0.2 s there instead of 0.6 s.
+
+    The key of an artifact is ``name``, the shapes and dtypes of the
+    arguments, the jax and jaxlib versions, the default backend and a digest
+    of jaxrank's source files, so an edited jaxrank or another JAX never reads
+    a stale program. An artifact that fails to deserialize (a truncated file)
+    is traced and written again. Arguments are arrays only (a flat tuple; pass
+    static settings in ``name`` and close over them in ``fn``); the result is a
+    pytree of arrays (dicts, lists, tuples; no ``None`` leaves).
+
+    Args:
+        fn: the function to jit, of arrays only.
+        name: what the program is, including every static setting closed over
+            in ``fn`` (different settings must give different names).
+        directory: where artifacts are kept; default ``exported`` beside
+            :func:`default_cache_dir`.
+    """
+
+    def __init__(self, fn: Callable, *, name: str, directory: str | os.PathLike | None = None):
+        if not name or not isinstance(name, str):
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        self.fn, self.name = fn, name
+        self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir().parent / "exported"
+        self._calls: dict[str, Callable] = {}
+
+    def path(self, *args) -> Path:
+        """The artifact file of a call with ``args``."""
+        import jax  # deliberately lazy: see the module docstring
+        import jaxlib
+
+        sig = ";".join(f"{tuple(getattr(a, 'shape', ()))}:{getattr(a, 'dtype', type(a).__name__)}" for a in args)
+        key = "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(), _source_digest()])
+        stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in self.name)[:60]
+        return self.directory / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.jaxexport"
+
+    def __call__(self, *args):
+        import jax
+
+        path = self.path(*args)
+        call = self._calls.get(str(path))
+        if call is None:
+            exported = None
+            if path.is_file():
+                try:
+                    exported = jax.export.deserialize(bytearray(path.read_bytes()))
+                except Exception:             # a damaged artifact: trace again and overwrite it
+                    exported = None
+            if exported is None:
+                exported = jax.export.export(jax.jit(self.fn))(*args)
+                self._write(path, exported.serialize())
+            call = self._calls[str(path)] = jax.jit(exported.call)
+        return call(*args)
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -34,6 +34,8 @@ imports JAX at module level, so ``jaxrank --help`` and argument errors answer wi
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from jaxrank.cli import _common as common
 from jaxrank.cli import assess, rank, store, zepo
@@ -53,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None):
+    """Run the ``jaxrank`` command; output cut short by its reader (``jaxrank rank | head``) ends it quietly."""
+    try:
+        _main(argv)
+    except BrokenPipeError:
+        # the reader closed the pipe: stop writing, without a traceback (Python's documented recipe)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1)
+
+
+def _main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "rank":  # its options and file are checked before JAX is imported
         rank.run(args)

@@ -22,10 +22,13 @@ def cache_option(p):
                         "JAXRANK_COMPILATION_CACHE=0 also turns it off)")
 
 
-def enable_cache(args):
+def enable_cache(args) -> bool:
+    """Turn on the persistent compilation cache unless switched off; whether it is on."""
     if args.compilation_cache and os.environ.get("JAXRANK_COMPILATION_CACHE", "1") != "0":
         from jaxrank.compilation import enable_compilation_cache
         enable_compilation_cache()
+        return True
+    return False
 
 
 def make_judge(args):

@@ -127,19 +127,38 @@ def _rank_scores(c, method, debias, score_prior):
 
 
 @functools.lru_cache(maxsize=None)
-def _rank_program():
+def _rank_program(method, debias, score_prior, exported):
+    """The jitted program of :func:`_rank_scores` for these settings, of the arrays of a ``Comparisons``.
+
+    With ``exported`` its traced program is kept on disk beside the compilation cache
+    (:class:`jaxrank.compilation.ExportedProgram`), so a later process neither traces nor compiles it.
+    """
     import jax
-    return jax.jit(_rank_scores, static_argnames=("method", "debias", "score_prior"))
+
+    from jaxrank.compilation import ExportedProgram
+
+    def program(i, j, p, weight, item_mask):
+        from jaxrank.comparisons import Comparisons   # traced only on a cache miss: JAX-heavy imports stay out
+
+        c = Comparisons(i=i, j=j, p=p, weight=weight, item_mask=item_mask, num_items=item_mask.shape[-1])
+        out = _rank_scores(c, method, debias, score_prior)
+        return {k: v for k, v in out.items() if v is not None}
+
+    if exported:
+        return ExportedProgram(program, name=f"rank-{method}-{debias}-{score_prior!r}")
+    return jax.jit(program)
 
 
-def _score(c, method, debias, score_prior):
+def _score(c, method, debias, score_prior, *, exported=True):
     """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to :func:`_bucket` sizes."""
     import numpy as np
 
     n, r = c.num_items, c.num_comparisons
-    out = _rank_program()(_padded(c, _bucket(n, 8), _bucket(r, 16)), method=method, debias=debias,
-                          score_prior=float(score_prior))
-    out = {k: (None if v is None else np.asarray(v)) for k, v in out.items()}
+    cp = _padded(c, _bucket(n, 8), _bucket(r, 16))
+    program = _rank_program(method, debias, float(score_prior), bool(exported))
+    out = program(cp.i, cp.j, cp.p, cp.weight, cp.item_mask)
+    out = {k: np.asarray(v) for k, v in out.items()}
+    out.setdefault("stderr", None)
     for k in ("scores", "stderr", "games"):
         if out[k] is not None:
             out[k] = out[k][..., :n]
@@ -179,8 +198,8 @@ def run(args):
         raise SystemExit(f"jaxrank: {e}")
     c = table.comparisons
     t1 = time.perf_counter()
-    common.enable_cache(args)
-    res = _score(c, args.method, args.debias, args.score_prior or 0.0)
+    cached = common.enable_cache(args)
+    res = _score(c, args.method, args.debias, args.score_prior or 0.0, exported=cached)
     t2 = time.perf_counter()
     scores, stderr, games = res["scores"], res["stderr"], res["games"]
     n_cmp = int(np.sum(np.asarray(c.weight) > 0))
