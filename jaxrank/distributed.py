@@ -20,6 +20,8 @@ CPU collectives (gloo) only when it is called on a CPU backend.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Sequence
 
 __all__ = ["initialize", "process_share", "shard_store_path", "barrier"]
@@ -94,9 +96,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     ``None`` they come from ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``
     and ``JAX_PROCESS_ID``, or from a cluster JAX detects (SLURM, Cloud TPU, ...).
 
-    A process that never joins makes the others raise (a ``RuntimeError``
-    naming the missing tasks, from JAX) after ``initialization_timeout``
-    seconds; one that dies later is noticed after ``heartbeat_timeout_seconds``.
+    If not every process joins within ``initialization_timeout`` seconds, the
+    processes waiting end themselves with exit status ``NOT_JOINED_EXIT_STATUS``
+    (3) and a message on stderr naming the coordinator (JAX itself would abort
+    them from C++ a few seconds later, which Python cannot catch). A process
+    that dies after joining is noticed by the others after
+    ``heartbeat_timeout_seconds``: JAX then ends them with its own message.
 
     Args:
         coordinator_address: ``host:port`` of the coordinator (process 0).
@@ -113,7 +118,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
     Raises:
         ValueError: a bad ``num_processes``, ``process_id`` or timeout.
-        RuntimeError: from JAX, when the processes do not all join in time.
     """
     import jax
 
@@ -131,9 +135,41 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         platforms = (jax.config.jax_platforms or "").split(",")
         if "cpu" in platforms or not any(p in ("cuda", "gpu", "rocm", "tpu") for p in platforms):
             jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               initialization_timeout=initialization_timeout,
-                               heartbeat_timeout_seconds=heartbeat_timeout_seconds, **kwargs)
+    # JAX ends a process whose peers do not join by aborting it from C++ (SIGABRT, DEADLINE_EXCEEDED on
+    # RegisterTask), which Python cannot catch. So this call keeps JAX's deadline a little later as a
+    # backstop and, at ``initialization_timeout``, ends the process itself with a message that says why.
+    watchdog = threading.Timer(initialization_timeout, _not_joined,
+                               (coordinator_address, num_processes, process_id, initialization_timeout))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                                   initialization_timeout=initialization_timeout + JAX_DEADLINE_MARGIN,
+                                   heartbeat_timeout_seconds=heartbeat_timeout_seconds, **kwargs)
+    finally:
+        watchdog.cancel()
+
+
+JAX_DEADLINE_MARGIN = 5
+"""Seconds JAX's own join deadline runs past ``initialization_timeout`` (its backstop)."""
+
+NOT_JOINED_EXIT_STATUS = 3
+"""Exit status of a process whose peers did not all join within ``initialization_timeout``."""
+
+
+def _not_joined(coordinator_address, num_processes, process_id, timeout):
+    import os
+
+    who = "this process" if process_id is None else f"process {process_id}"
+    of = "" if num_processes is None else f" of {num_processes}"
+    sys.stderr.write(
+        f"jaxrank.distributed.initialize: {who}{of}: not every process joined the coordinator "
+        f"{coordinator_address or '(from JAX_COORDINATOR_ADDRESS)'} within initialization_timeout={timeout} s. "
+        f"Start all processes with the same coordinator address and process count and distinct process ids "
+        f"0..N-1 (process 0 runs the coordinator); a firewall can also block the port. Exiting with status "
+        f"{NOT_JOINED_EXIT_STATUS}.\n")
+    sys.stderr.flush()
+    os._exit(NOT_JOINED_EXIT_STATUS)
 
 
 def barrier(name: str) -> None:
