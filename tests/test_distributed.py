@@ -177,3 +177,30 @@ def test_a_process_that_never_joins_is_a_clear_error_within_the_timeout():
     assert rc == NOT_JOINED_EXIT_STATUS and "joined" not in stdout
     assert "not every process joined the coordinator 127.0.0.1:" in stderr and "initialization_timeout=5 s" in stderr
     assert elapsed < 45                                     # the timeout, not a hang (generous for start-up)
+
+
+# ---- the command line ---------------------------------------------------------------------------------
+
+
+def test_cli_refuses_bad_process_options_before_loading_anything_and_merges_shards(tmp_path, monkeypatch, capsys):
+    from jaxrank import cli
+
+    for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match=r"--process-id must lie in 0..1 \(--num-processes 2\), got 2"):
+        cli.main(["judge", "--judge", "no-such-model", "--num-processes", "2", "--process-id", "2"])
+    monkeypatch.setenv("JAX_PROCESS_ID", "one")
+    with pytest.raises(SystemExit, match=r"\$JAX_PROCESS_ID='one' is not an integer"):
+        cli.main(["judge", "--judge", "no-such-model", "--num-processes", "2"])
+    monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    with pytest.raises(SystemExit, match="assess judges and reports in one process"):
+        cli.main(["assess", "--judge", "no-such-model", "--num-processes", "2"])
+    recs = [{"judge": "m", "template": "t", "context": f"c{k}", "a": "x", "b": "y", "p": k / 4} for k in range(4)]
+    for k in range(2):
+        JudgementStore(tmp_path / f"s.process-{k}-of-2.jsonl").append(recs[k::2])
+    cli.main(["store", "merge", str(tmp_path / "s.jsonl"), str(tmp_path / "s.process-0-of-2.jsonl"),
+              str(tmp_path / "s.process-1-of-2.jsonl")])
+    assert "4 judgement(s) added from 2 shard(s)" in capsys.readouterr().out
+    assert _records(tmp_path / "s.jsonl") == {(r["context"], "x", "y"): r["p"] for r in recs}
+    with pytest.raises(SystemExit, match="no such file"):
+        cli.main(["store", "merge", str(tmp_path / "s.jsonl"), str(tmp_path / "gone.jsonl")])
