@@ -3,6 +3,7 @@
 MODE ``score COORDINATOR N PID OUT``: join the runtime, score this process's share of
 :func:`contexts` with ``shard_contexts(process_local=True)``, gathered and local, into ``OUT``.
 MODE ``join COORDINATOR N PID TIMEOUT``: join with ``initialization_timeout=TIMEOUT`` and print ``joined``.
+MODE ``die COORDINATOR N PID HEARTBEAT``: join, then process 1 dies and the others wait at a barrier.
 MODE ``judge COORDINATOR N PID STORE CRASH_AFTER``: ``jaxrank judge`` (COORDINATOR ``-`` for none) on
 :func:`dataset` with :class:`FakeJudge`, which kills its process (``os._exit(9)``) at its
 ``CRASH_AFTER``-th ``compare`` call (``-1``: never); prints ``asked K`` (comparisons judged).
@@ -86,6 +87,18 @@ def main(argv):
 
     if mode == "judge":
         judge(coordinator, num_processes, process_id, argv[4], int(argv[5]))
+        return
+    if mode == "die":                  # process 1 dies after joining; process 0 waits at a barrier
+        import os
+
+        from jaxrank.distributed import barrier
+        initialize(coordinator, num_processes, process_id, initialization_timeout=60,
+                   heartbeat_timeout_seconds=int(argv[4]))
+        print("joined", flush=True)
+        if process_id == 1:
+            os._exit(9)
+        barrier("the others")
+        print("passed the barrier", flush=True)
         return
     if mode == "join":
         initialize(coordinator, num_processes, process_id, initialization_timeout=int(argv[4]))

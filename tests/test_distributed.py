@@ -204,3 +204,15 @@ def test_cli_refuses_bad_process_options_before_loading_anything_and_merges_shar
     assert _records(tmp_path / "s.jsonl") == {(r["context"], "x", "y"): r["p"] for r in recs}
     with pytest.raises(SystemExit, match="no such file"):
         cli.main(["store", "merge", str(tmp_path / "s.jsonl"), str(tmp_path / "gone.jsonl")])
+
+
+def test_a_process_that_dies_after_joining_ends_the_others_within_the_heartbeat_timeout():
+    port = _port()
+    t0 = time.monotonic()
+    (rc0, out0, err0), (rc1, out1, _) = _finish([_start("die", f"127.0.0.1:{port}", 2, k, 5) for k in range(2)],
+                                                timeout=90)
+    elapsed = time.monotonic() - t0
+    assert "joined" in out1 and rc1 == 9
+    assert "joined" in out0 and "passed the barrier" not in out0 and rc0 != 0     # JAX ends it (abort)
+    assert "stopped sending heartbeats" in err0
+    assert elapsed < 60

@@ -90,7 +90,7 @@ def store_path(args, judge):
 
 
 def process_options(p):
-    """``--num-processes``, ``--process-id``, ``--coordinator``, ``--join-timeout`` (several hosts)."""
+    """``--num-processes``, ``--process-id``, ``--coordinator``, ``--join-timeout``, ``--heartbeat-timeout``."""
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="split the contexts over N processes (hosts), each judging its share into its own store "
                         "shard STORE.process-K-of-N.jsonl (default $JAX_NUM_PROCESSES, else 1)")
@@ -102,6 +102,9 @@ def process_options(p):
                         "(default $JAX_COORDINATOR_ADDRESS; none: the processes run independently)")
     p.add_argument("--join-timeout", type=int, default=300, metavar="SECONDS",
                    help="with --coordinator: seconds to wait for every process to join (default 300)")
+    p.add_argument("--heartbeat-timeout", type=int, default=100, metavar="SECONDS",
+                   help="with --coordinator: seconds after which a process that died is an error on the others "
+                        "(JAX ends them naming it; default 100)")
 
 
 def processes(args, *, join: bool = True):
@@ -127,11 +130,13 @@ def processes(args, *, join: bool = True):
         raise SystemExit(f"jaxrank: --num-processes must be >= 1, got {n}")
     if not 0 <= k < n:
         raise SystemExit(f"jaxrank: --process-id must lie in 0..{n - 1} (--num-processes {n}), got {k}")
-    if args.join_timeout < 1:
-        raise SystemExit(f"jaxrank: --join-timeout must be >= 1 second, got {args.join_timeout}")
+    for option in ("join_timeout", "heartbeat_timeout"):
+        if getattr(args, option) < 1:
+            raise SystemExit(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
     if coordinator and n > 1 and join:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,
               flush=True)
-        initialize(coordinator, n, k, initialization_timeout=args.join_timeout)
+        initialize(coordinator, n, k, initialization_timeout=args.join_timeout,
+                   heartbeat_timeout_seconds=args.heartbeat_timeout)
     return n, k, coordinator if n > 1 else None
