@@ -16,6 +16,14 @@ batch shape restored; the results equal the single-device ones.
 The sharded program is compiled once per scorer, static options, devices and
 shapes (cached), so later calls with the same shapes do not recompile.
 
+Several processes (hosts, after :func:`jaxrank.distributed.initialize`): with
+``process_local=True`` each process passes only its own contexts; the batch is
+assembled on a mesh over every process's devices with
+``jax.make_array_from_process_local_data`` (each process's contexts on its own
+devices, every process padded to the same count), scored by the same compiled
+program, and either gathered to every process
+(``multihost_utils.process_allgather``) or left as each process's own rows.
+
 Several *CPU* devices (``--xla_force_host_platform_device_count``) are for
 testing: with jaxlib 0.10 the batched LAPACK kernels behind the Cholesky solves
 wait on XLA:CPU's one shared thread pool, and two devices factorising large

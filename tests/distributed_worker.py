@@ -9,6 +9,7 @@ MODE ``judge COORDINATOR N PID STORE CRASH_AFTER``: ``jaxrank judge`` (COORDINAT
 ``CRASH_AFTER``-th ``compare`` call (``-1``: never); prints ``asked K`` (comparisons judged).
 """
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -118,6 +119,14 @@ def main(argv):
         scorer = jr.SCORERS[name]
         out[name + "_all"] = np.asarray(jr.shard_contexts(scorer, local, process_local=True))
         out[name + "_mine"] = np.asarray(jr.shard_contexts(scorer, local, process_local=True, gather=False))
+    from compile_log import CompileLog
+
+    again = dataclasses.replace(local, p=1 - local.p)
+    with CompileLog() as log:                # the same shapes again (new values): nothing compiles anew
+        jr.shard_contexts(jr.SCORERS["poe_bradley_terry"], again, process_local=True)
+        jr.shard_contexts(jr.SCORERS["poe_bradley_terry"], again, process_local=True, gather=False)
+    out["recompiled"] = np.asarray(len(log.records))
+    print("\n".join(log.records), flush=True)
     np.savez(argv[4], **out)
     print("scored", flush=True)
 

@@ -101,6 +101,7 @@ def test_two_processes_score_their_shares_to_the_single_process_numbers(tmp_path
         assert rc == 0 and "scored" in stdout, stderr[-3000:]
     got = [np.load(tmp_path / f"p{k}.npz") for k in range(2)]
     assert int(got[0]["devices"]) == 4                     # the mesh spans both processes' devices
+    assert [int(g["recompiled"]) for g in got] == [0, 0]    # a repeated same-shape call compiles nothing
     c = worker.contexts()
     ids = [f"ctx{k}" for k in range(c.batch_shape[0])]
     order = np.concatenate([process_share(ids, k, 2) for k in range(2)])
