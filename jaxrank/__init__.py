@@ -58,7 +58,8 @@ _LAZY: dict[str, str] = {
 """Every public function and class, by the module it is loaded from on first use."""
 
 _SUBMODULES = frozenset({
-    "assessment", "calibration", "comparisons", "compilation", "data", "debias", "experiments", "io", "judges",
+    "assessment", "calibration", "comparisons", "compilation", "data", "debias", "distributed", "experiments", "io",
+    "judges",
     "fairness", "learning", "metrics",
     "models", "scorer_table", "scoring", "selection", "sharding", "simulate", "studies", "uncertainty",
 })

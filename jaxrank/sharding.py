@@ -16,6 +16,14 @@ batch shape restored; the results equal the single-device ones.
 The sharded program is compiled once per scorer, static options, devices and
 shapes (cached), so later calls with the same shapes do not recompile.
 
+Several processes (hosts, after :func:`jaxrank.distributed.initialize`): with
+``process_local=True`` each process passes only its own contexts; the batch is
+assembled on a mesh over every process's devices with
+``jax.make_array_from_process_local_data`` (each process's contexts on its own
+devices, every process padded to the same count), scored by the same compiled
+program, and either gathered to every process
+(``multihost_utils.process_allgather``) or left as each process's own rows.
+
 Several *CPU* devices (``--xla_force_host_platform_device_count``) are for
 testing: with jaxlib 0.10 the batched LAPACK kernels behind the Cholesky solves
 wait on XLA:CPU's one shared thread pool, and two devices factorising large
@@ -148,7 +156,49 @@ def _trim_and_unflatten(out, shape):
     return jax.tree.map(lambda x: x[:b].reshape(shape + x.shape[1:]), out)
 
 
-def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] | None = None, **scorer_kwargs):
+def _global_devices(devices) -> tuple:
+    """All processes' devices, grouped by process (a process's contexts land on its own devices)."""
+    devices = _devices(devices)
+    counts = {}
+    for d in devices:
+        counts[d.process_index] = counts.get(d.process_index, 0) + 1
+    if len(counts) != jax.process_count() or len(set(counts.values())) != 1:
+        raise ValueError(f"process_local=True needs the same number of devices from every one of the "
+                         f"{jax.process_count()} processes; devices has {dict(sorted(counts.items()))} a process")
+    return tuple(sorted(devices, key=lambda d: (d.process_index, d.id)))
+
+
+def _shard_process_local(scorer, c, devices, scorer_kwargs, gather):
+    """:func:`shard_contexts` with ``process_local=True``: see there."""
+    from jax.experimental import multihost_utils
+
+    shape = c.batch_shape
+    if len(shape) != 1:
+        raise ValueError(f"process_local=True needs one batch axis (this process's contexts), got batch shape {shape}")
+    devices = _global_devices(devices)
+    local_devices = len(devices) // jax.process_count()
+    counts = np.asarray(multihost_utils.process_allgather(np.asarray([shape[0]], np.int32))).reshape(-1)
+    per_process = -(-int(counts.max()) // local_devices) * local_devices     # same on every process
+    static, per_context, replicated = _split_kwargs(scorer_kwargs, shape)
+    run, split, copy = _sharded(scorer, devices, static, tuple(sorted(per_context)), tuple(sorted(replicated)))
+    local = jax.device_get(_flatten_and_pad(c, per_context, 1, per_process - shape[0]))
+    c_global, per_context_global = jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(split, np.asarray(x)), local)
+    replicated = jax.tree.map(lambda x: jax.make_array_from_process_local_data(copy, np.asarray(x)), replicated)
+    out = run(c_global, per_context_global, replicated)
+    if gather:
+        full = multihost_utils.process_allgather(out, tiled=True)
+        rows = np.concatenate([np.arange(p * per_process, p * per_process + int(n)) for p, n in enumerate(counts)])
+        return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[rows]), full)
+
+    def mine(x):
+        shards = sorted(x.addressable_shards, key=lambda sh: sh.index[0].start or 0)
+        return jnp.asarray(np.concatenate([np.asarray(sh.data) for sh in shards])[:shape[0]])
+    return jax.tree.map(mine, out)
+
+
+def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] | None = None,
+                   process_local: bool = False, gather: bool = True, **scorer_kwargs):
     """``scorer(c, **scorer_kwargs)`` with the contexts of ``c`` split over devices.
 
     The result equals ``scorer(c, **scorer_kwargs)`` on one device (same shapes
@@ -175,6 +225,16 @@ def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] |
             ``init=``) are split with the contexts; other arrays are copied to
             every device; any other value (``debias="learn"``, ``tol=1e-6``)
             is static: it must be hashable and a new value compiles anew.
+        process_local: several processes (after :func:`jaxrank.distributed.initialize`):
+            ``c`` (one batch axis) holds only *this process's* contexts; every
+            process calls ``shard_contexts`` with its own (the counts may differ),
+            and the contexts are scored on one mesh over every process's
+            devices (``devices``, default ``jax.devices()``, all processes'),
+            each process's on its own devices. Also right in one process.
+        gather: with ``process_local``: return the results of every process's
+            contexts, concatenated in process order (``True``, an allgather),
+            or only this process's (``False``, no communication); plain arrays
+            of this process either way.
 
     Returns:
         The scorer's output with batch shape ``c.batch_shape``, on the devices.
@@ -199,6 +259,8 @@ def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] |
         raise ValueError(f"scorer must be callable (e.g. jaxrank.poe_bradley_terry), got {scorer!r}")
     if not isinstance(c, Comparisons):
         raise ValueError(f"c must be a jaxrank.Comparisons, got {type(c).__name__}")
+    if process_local:
+        return _shard_process_local(scorer, c, devices, scorer_kwargs, gather)
     shape = c.batch_shape
     if not shape:
         raise ValueError("c is a single context (no batch axis): there is nothing to split over devices; "

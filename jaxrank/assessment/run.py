@@ -182,7 +182,7 @@ def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: 
 
 def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget: int | None = None,
                    selection: str = "random", seed: int = 0, chunk: int | None = None,
-                   progress: bool = True) -> StoredComparisons:
+                   progress: bool = True, positions: Sequence[int] | None = None) -> StoredComparisons:
     """Judge the planned comparisons of every context, appending each chunk to ``store`` as it is done.
 
     Args:
@@ -195,17 +195,31 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             4 x the judge's batch size).
         progress: show a progress bar (tqdm) over comparisons, moving after every
             batch of the judge (with rate and time left).
+        positions: judge only these contexts of ``cs`` (e.g. one process's share,
+            :func:`jaxrank.distributed.process_share`); each keeps its position in
+            ``cs`` as the key of its planned pairs, so a share plans exactly the
+            pairs a whole run would. Default: every context.
 
     Returns:
         The judged comparisons of these contexts (:meth:`JudgementStore.comparisons`),
         with every candidate of each context as an item.
+
+    Raises:
+        ValueError: a position outside ``cs``.
     """
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
     name, tkey = judge.name, template_key(judge)
     chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
+    if positions is None:
+        positions = range(len(cs.ids))
+    positions = [int(k) for k in positions]
+    bad = [k for k in positions if not 0 <= k < len(cs.ids)]
+    if bad:
+        raise ValueError(f"positions {bad} outside [0, {len(cs.ids)}) (the contexts of cs)")
     todo = []
-    for k, ctx in enumerate(cs.ids):
+    for k in positions:
+        ctx = cs.ids[k]
         i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_index=k)
         ca = cs.candidate_ids[k]
         keep = [(a, b) for a, b in zip(i.tolist(), j.tolist())
@@ -226,7 +240,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     finally:
         if bar is not None:
             bar.close()
-    cand = {cs.ids[k]: cs.candidate_ids[k] for k in range(len(cs.ids))}
+    cand = {cs.ids[k]: cs.candidate_ids[k] for k in positions}
     sel = store.comparisons(judge=name, template=tkey, candidates=cand)
     keep_rows = [r for r, c in enumerate(sel.contexts) if c in cand]
     if len(keep_rows) != len(sel.contexts):       # the store may hold other contexts too

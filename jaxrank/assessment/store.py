@@ -50,7 +50,7 @@ import numpy as np
 
 from jaxrank.comparisons import Comparisons, stack_contexts
 
-__all__ = ["JudgementStore", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
+__all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store"]
 
 _FIELDS = ("judge", "template", "context", "a", "b")
@@ -472,3 +472,42 @@ class JudgementStore:
             cands.append(ids)
             sets.append(Comparisons.from_pairs(i, j, p, num_items=len(ids)))
         return StoredComparisons(stack_contexts(sets), ctxs, cands)
+
+
+def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *,
+                 lock_timeout: float = 60.0) -> int:
+    """Append to the store ``path`` every judgement of the stores ``shards`` it lacks (e.g. per-process shards).
+
+    The shards are only read. Rerunning the merge (or merging a shard that grew
+    since) appends only what is new, so a merge is safe to repeat.
+
+    Args:
+        path: the merged store (created if absent).
+        shards: the stores to merge, in order (the first record of a key wins).
+        lock_timeout: as for :class:`JudgementStore`.
+
+    Returns:
+        How many records were appended.
+
+    Raises:
+        ValueError: no shards, a shard that does not exist, or one key with
+            different ``p`` in two stores (names both).
+    """
+    if not shards:
+        raise ValueError("shards is empty: give the store shards to merge")
+    missing = [str(s) for s in shards if not Path(s).is_file()]
+    if missing:
+        raise ValueError(f"shards: no such file(s): {', '.join(missing)}")
+    out = JudgementStore(path, lock_timeout=lock_timeout)
+    source = {k: str(out.path) for k in out._records}
+    before = len(out)
+    for shard in shards:
+        recs = JudgementStore(shard, lock_timeout=lock_timeout).records()
+        for rec in recs:
+            key = Key(*(str(rec[f]) for f in _FIELDS))
+            old = out.get(key)
+            if old is not None and float(old["p"]) != float(rec["p"]):
+                raise ValueError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in {shard}")
+            source.setdefault(key, str(shard))
+        out.append(recs)
+    return len(out) - before

@@ -90,3 +90,56 @@ def contexts(args):
 
 def store_path(args, judge):
     return args.store or f"results/judgements/{args.data}-{args.aspect}-{judge.name}.jsonl"
+
+
+def process_options(p):
+    """``--num-processes``, ``--process-id``, ``--coordinator``, ``--join-timeout``, ``--heartbeat-timeout``."""
+    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="split the contexts over N processes (hosts), each judging its share into its own store "
+                        "shard STORE.process-K-of-N.jsonl (default $JAX_NUM_PROCESSES, else 1)")
+    p.add_argument("--process-id", type=int, default=None, metavar="K",
+                   help="this process, 0..N-1 (default $JAX_PROCESS_ID, else 0)")
+    p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="join JAX's multi-process runtime at HOST:PORT (process 0's host) so that a process "
+                        "that never joins is an error on the others, and wait for every share at the end "
+                        "(default $JAX_COORDINATOR_ADDRESS; none: the processes run independently)")
+    p.add_argument("--join-timeout", type=int, default=300, metavar="SECONDS",
+                   help="with --coordinator: seconds to wait for every process to join (default 300)")
+    p.add_argument("--heartbeat-timeout", type=int, default=100, metavar="SECONDS",
+                   help="with --coordinator: seconds after which a process that died is an error on the others "
+                        "(JAX ends them naming it; default 100)")
+
+
+def processes(args, *, join: bool = True):
+    """``(num_processes, process_id, coordinator)`` of the options or JAX's environment variables.
+
+    With a coordinator and ``join``, joins JAX's runtime (:func:`jaxrank.distributed.initialize`).
+    """
+    def env_int(name, option):
+        text = os.environ.get(name)
+        if text is None:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise SystemExit(f"jaxrank: ${name}={text!r} is not an integer (it stands for {option})") from None
+
+    n = args.num_processes if args.num_processes is not None else env_int("JAX_NUM_PROCESSES", "--num-processes")
+    k = args.process_id if args.process_id is not None else env_int("JAX_PROCESS_ID", "--process-id")
+    n = 1 if n is None else n
+    k = 0 if k is None else k
+    coordinator = args.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if n < 1:
+        raise SystemExit(f"jaxrank: --num-processes must be >= 1, got {n}")
+    if not 0 <= k < n:
+        raise SystemExit(f"jaxrank: --process-id must lie in 0..{n - 1} (--num-processes {n}), got {k}")
+    for option in ("join_timeout", "heartbeat_timeout"):
+        if getattr(args, option) < 1:
+            raise SystemExit(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
+    if coordinator and n > 1 and join:
+        from jaxrank.distributed import initialize
+        print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,
+              flush=True)
+        initialize(coordinator, n, k, initialization_timeout=args.join_timeout,
+                   heartbeat_timeout_seconds=args.heartbeat_timeout)
+    return n, k, coordinator if n > 1 else None

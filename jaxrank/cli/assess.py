@@ -43,6 +43,7 @@ def add_parsers(sub):
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
+        common.process_options(j)
         if name == "assess":
             j.add_argument("--methods", default=",".join(_report_methods()),
                            help="comma-separated scorers (default: all but max_likelihood_ranking)")
@@ -116,19 +117,37 @@ def _judge_active(args):
 
 
 def run_judge(args):
-    """Run ``jaxrank judge``."""
+    """Run ``jaxrank judge``: the whole data set, or this process's share of it into its own store shard."""
     import numpy as np
 
     from jaxrank.assessment.run import judge_contexts
+    from jaxrank.distributed import process_share, shard_store_path
 
+    num_processes, process_id, coordinator = common.processes(args)
     cs = common.contexts(args)
     judge = common.make_judge(args)
     store = common.store_path(args, judge)
+    positions = None
+    if num_processes > 1:
+        positions = process_share(cs.ids, process_id, num_processes)
+        store = shard_store_path(store, process_id, num_processes)
+        if not positions:
+            print(f"process {process_id} of {num_processes}: no contexts in its share ({len(cs.ids)} contexts)")
+            return cs, None
     t0 = time.perf_counter()
     sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
-                         seed=args.seed, progress=not args.no_progress)
+                         seed=args.seed, progress=not args.no_progress, positions=positions)
     n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
-    print(f"{n} judgements of {len(cs.ids)} contexts in {store} ({time.perf_counter() - t0:.1f} s)")
+    share = "" if positions is None else f" (process {process_id} of {num_processes}: {len(positions)} of them)"
+    print(f"{n} judgements of {len(sel.contexts)} contexts{share} in {store} ({time.perf_counter() - t0:.1f} s)")
+    if num_processes > 1:
+        if coordinator:
+            from jaxrank.distributed import barrier
+            barrier("jaxrank judge: every share judged")
+            print(f"all {num_processes} shares judged", flush=True)
+        shards = " ".join(shard_store_path(common.store_path(args, judge), k, num_processes)
+                          for k in range(num_processes))
+        print(f"merge the shards into one store: jaxrank store merge {common.store_path(args, judge)} {shards}")
     return cs, sel
 
 
@@ -140,6 +159,10 @@ def run_assess(args):
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)
+    if common.processes(args, join=False)[0] > 1:
+        raise SystemExit("jaxrank: assess judges and reports in one process; with several processes run "
+                         "`jaxrank judge --num-processes N --process-id K` on each, `jaxrank store merge`, then "
+                         "`jaxrank assess --store MERGED` (it judges nothing already in the store)")
     run = None
     if args.active:
         cs, sel, run = _judge_active(args)

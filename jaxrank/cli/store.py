@@ -7,18 +7,30 @@ from pathlib import Path
 
 def add_parser(sub):
     """Add the ``store`` subcommand to the subparsers ``sub``."""
-    st = sub.add_parser("store", help="check or repair a judgement store (.jsonl)",
+    st = sub.add_parser("store", help="check, repair or merge judgement stores (.jsonl)",
                         description="check: report damaged lines and keys stored twice, change nothing (exit "
                                     "status 1 if any); repair: move them, with their line numbers, to "
                                     "PATH.damaged, keeping the first record of every key.")
-    st.add_argument("action", choices=("check", "repair"))
+    st.add_argument("action", choices=("check", "repair", "merge"),
+                    help="merge: append to PATH every judgement of the SHARDS it lacks (the per-process "
+                         "stores of `jaxrank judge --num-processes`); safe to repeat")
     st.add_argument("path", help="the judgement store (.jsonl)")
+    st.add_argument("shards", nargs="*", help="merge: the stores to merge into PATH")
 
 
 def run(args):
     """Run ``jaxrank store``."""
-    from jaxrank.assessment.store import check_store, repair_store
+    from jaxrank.assessment.store import check_store, merge_stores, repair_store
 
+    if args.action == "merge":
+        try:
+            added = merge_stores(args.path, args.shards)
+        except (ValueError, OSError, TimeoutError) as e:
+            raise SystemExit(f"jaxrank: store merge: {e}")
+        print(f"{args.path}: {added} judgement(s) added from {len(args.shards)} shard(s)")
+        return
+    if args.shards:
+        raise SystemExit(f"jaxrank: store {args.action} takes one PATH, not shards")
     if not Path(args.path).is_file():
         raise SystemExit(f"jaxrank: {args.path}: no such file")
     try:
