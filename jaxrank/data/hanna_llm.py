@@ -9,7 +9,8 @@ the six averaged human scores (Relevance ... Complexity) of the row against the 
 systems' values at that prompt (exact to 1e-6). One prompt of the release (P76) has two
 systems (GPT, RoBERTa) with identical six averages; such ties are broken by the order of
 the CSV's ``Text length`` metric against the stories' word counts (longer story ->
-larger ``Text length``), and the tie-break must itself be unambiguous. Anything else
+larger ``Text length``; over all uniquely matched stories the two agree with Spearman
+0.989, per prompt median 0.991, min 0.909), and the tie-break must itself be unambiguous. Anything else
 that does not give a bijection stories <-> systems per prompt raises ``ValueError``.
 
 The LLM columns are ``"<judge> <AS> <v>"`` (judge in :data:`LLM_JUDGES`, aspect code
