@@ -136,13 +136,13 @@ def write(out: Path, suffix: str, rows: list[dict], curve_rows: list[dict]) -> N
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for judge in dict.fromkeys(r["llm"] for r in curve_rows):
+    for colour, judge in enumerate(dict.fromkeys(r["llm"] for r in curve_rows)):
         for selection, style in (("random", "-"), ("greedy", "--")):
             pts = [r for r in curve_rows if r["llm"] == judge and r["selection"] == selection
                    and r["scorer"] == "poe_gaussian"]
             if pts:
                 ax.plot([r["budget"] / 110 for r in pts], [r["mean"] for r in pts], style,
-                        label=f"{judge} {selection}")
+                        color=f"C{colour}", label=f"{judge} {selection}")
     ax.set_xlabel("fraction of the 110 ordered comparisons")
     ax.set_ylabel("Spearman (mean over prompts)")
     ax.set_title(f"HANNA {curve_rows[0]['aspect']}: PoE-g on replayed LLM ratings")
