@@ -11,5 +11,7 @@ from jaxrank.data.loaders import (
     label_matrix,
     load_dataset,
 )
+from jaxrank.data.hanna_llm import LLM_JUDGES, LLMRatings, load_llm_ratings, match_systems
 
-__all__ = ["load_dataset", "label_matrix", "LabelMatrix", "data_dir", "ASPECTS", "DATASETS"]
+__all__ = ["load_dataset", "label_matrix", "LabelMatrix", "data_dir", "ASPECTS", "DATASETS",
+           "LLM_JUDGES", "LLMRatings", "load_llm_ratings", "match_systems"]
