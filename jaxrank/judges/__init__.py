@@ -24,6 +24,7 @@ from jaxrank.judges.pointwise import (GEvalJudge, PointwiseResult, PromptScoring
                                       pointwise_comparisons)
 from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser
 from jaxrank.judges.similarity import SimilarityJudge
+from jaxrank.judges.rating_replay import replay_comparisons, replay_probabilities, replay_scores
 from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, PairwiseTemplate, PointwiseTemplate,
                                     pairwise_template, pointwise_template)
 
@@ -32,6 +33,7 @@ __all__ = [
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template", "SoftPrompt", "train_soft_prompt",
+    "replay_comparisons", "replay_probabilities", "replay_scores",
 ]
 
 _SOFT_PROMPT = ("SoftPrompt", "train_soft_prompt")
