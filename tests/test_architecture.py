@@ -332,7 +332,8 @@ def test_moved_names_forward_with_a_warning():
             value = getattr(jaxrank.judges, name)
         assert value is getattr(sys.modules[new], name)
     # every name jaxrank.judges exported before the split is still there: a judge, or forwarded
-    new_judges = {"SoftPrompt", "train_soft_prompt"}                 # added after the split
+    new_judges = {"SoftPrompt", "train_soft_prompt",                 # added after the split
+                  "replay_comparisons", "replay_probabilities", "replay_scores"}
     assert set(OLD_JUDGES_ALL) | new_judges == set(jaxrank.judges.__all__) | set(jaxrank.judges.MOVED_NAMES)
     assert not set(jaxrank.judges.__all__) & set(jaxrank.judges.MOVED_NAMES)
     with pytest.warns(DeprecationWarning, match="JudgeMatrix"):
