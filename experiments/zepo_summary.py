@@ -96,7 +96,8 @@ def pooled_corr(groups: dict, rng, reps: int, centre: bool):
     """Spearman of fairness vs Spearman-with-humans over all prompts of ``groups`` and a 95% interval.
 
     ``groups`` maps a group name to ``(fairness[n], spearman[n])``; with ``centre`` each group's means
-    are subtracted first. The interval resamples prompts with replacement within each group.
+    are subtracted first and groups of one prompt are left out. The interval resamples prompts with
+    replacement within each group. Returns ``(r, lo, hi, p, n)`` with ``n`` the prompts used.
     """
     def corr(parts):
         x = np.concatenate([f - f.mean() if centre else f for f, _ in parts])
@@ -104,6 +105,10 @@ def pooled_corr(groups: dict, rng, reps: int, centre: bool):
         return stats.spearmanr(x, y)[0] if np.ptp(x) > 0 and np.ptp(y) > 0 else np.nan
 
     parts = [(np.asarray(f, float), np.asarray(s, float)) for f, s in groups.values()]
+    if centre:      # a one-prompt group centres to the point (0, 0): it carries no within-group information
+        parts = [(f, s) for f, s in parts if len(f) >= 2]
+    if not parts:
+        return np.nan, np.nan, np.nan, np.nan, 0
     r = corr(parts)
     n = sum(len(f) for f, _ in parts)
     x = np.concatenate([f - f.mean() if centre else f for f, _ in parts])

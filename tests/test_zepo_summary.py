@@ -80,6 +80,8 @@ def test_centring_removes_a_between_group_shift():
     y = np.concatenate([s1 - s1.mean(), s2 - s2.mean()])
     assert cen == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
     assert raw > 0.6 and raw > abs(cen)   # the shift alone makes the raw pooled value large
+    with_single = summary.pooled_corr({"a": (f1, s1), "b": (f2, s2), "one": ([-0.3], [0.9])}, rng, 20, centre=True)
+    assert with_single[0] == pytest.approx(cen, abs=1e-12) and with_single[4] == 24
 
 
 def test_main_writes_table_and_plot_from_stored_results(tmp_path):
