@@ -23,6 +23,7 @@ resumes where it stopped. Writes ``zepo[_smoke]-*.{md,csv,png}`` and the optimis
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import csv
 import sys
 import time
@@ -65,6 +66,24 @@ def spearman_per_context(store, judge_name, template_key, sample, labels, *, deb
         gold[k, :len(x)] = x
     where = ~np.isnan(gold) & np.asarray(comps.item_mask)
     return np.asarray(metrics.spearman(scores, np.nan_to_num(gold), where=where))
+
+
+DIALOGUE_DATA = ("topicalchat", "personachat")
+
+
+def zepo_seed(data, aspect):
+    """ZEPO's seed instruction (zepo Fig. 1); for dialogue data its summary wording names dialogue responses.
+
+    The paper's seed speaks of a "source text" and "summary candidates"; for TopicalChat-like data the
+    same instruction is kept with "Dialogue" / "response" in their place (the labels A/B and the aspect
+    keyword the paraphrases must keep are unchanged).
+    """
+    t = pairwise_template(data, aspect, style="zepo")
+    if data not in DIALOGUE_DATA:
+        return t
+    text = (t.text.replace("Source text:", "Dialogue:").replace("Summary candidate", "Response")
+            .replace("summary candidate", "response").replace("the candidate", "the response"))
+    return dataclasses.replace(t, text=text)
 
 
 def boot_mean(x, rng, reps):
@@ -135,7 +154,7 @@ def main(argv=None):
     if overlap:
         raise SystemExit(f"--eval-contexts overlap the search pool ({len(overlap)} contexts)")
     lm = load_model(args.judge)
-    seed_t = pairwise_template(args.data, args.aspect, style="zepo")
+    seed_t = zepo_seed(args.data, args.aspect)
     judge = PromptJudge(lm, seed_t, batch_size=args.batch_size)
     para = zepo.Paraphraser(args.paraphraser or lm, args.aspect, temperature=args.temperature, seed=args.seed)
     sample = zepo.sample_pairs(search_cs, num_contexts=args.sample_contexts, pairs_per_context=args.budget,
