@@ -15,6 +15,8 @@ runs the case once and reports its peak resident set size
 * every scorer of ``jaxrank.scorer_table.SCORERS`` through ``scorer_table.score``
   (``max_likelihood_ranking`` is exhaustive over orderings and only for a
   handful of items: left out);
+* ``fit_poe``: the general Product-of-Experts solver (``jaxrank.fit_poe``) with
+  Thurstone experts (``experts.thurstone()``);
 * ``cli-<method>``: ``jaxrank rank pool.csv --method <method> -o scores.csv``
   in-process (the file written first, then read by the command), for
   ``win_ratio`` and ``poe_bradley_terry`` (the default, with Laplace standard
@@ -88,6 +90,11 @@ def worker(case, n):
             t0 = time.perf_counter()
             main(["rank", str(path), "--method", case[4:], "--top", "0", "--no-compilation-cache",
                   "-o", str(Path(tmp) / "scores.csv")])
+    elif case == "fit_poe":
+        from jaxrank.scoring import experts
+        s = np.asarray(jr.fit_poe(c, jr.ProductOfExpertsSolver(experts.thurstone())).scores)
+        if not np.all(np.isfinite(s)):
+            raise SystemExit(f"{case}: non-finite scores")
     else:
         s = np.asarray(scorer_table.score(case, c))
         if not np.all(np.isfinite(s)):
@@ -188,7 +195,8 @@ def main():
     sys.path.insert(0, str(args.root))
     from jaxrank import scorer_table   # JAX-free: the names only
 
-    cases = ["jax-import"] + [k for k in scorer_table.SCORERS if k not in SKIPPED] + [f"cli-{m}" for m in CLI_METHODS]
+    cases = (["jax-import"] + [k for k in scorer_table.SCORERS if k not in SKIPPED] + ["fit_poe"]
+             + [f"cli-{m}" for m in CLI_METHODS])
     if args.smoke:
         args.sizes, args.repeats, cases = [200], 1, ["jax-import", "win_ratio", "cli-win_ratio"]
         args.bt_vs_poe = 200 if args.bt_vs_poe else 0

@@ -28,7 +28,7 @@ _LAZY: dict[str, str] = {
     "positional_bias": "jaxrank.debias", "threshold_debias": "jaxrank.debias",
     "BradleyTerrySolution": "jaxrank.scoring", "bradley_terry": "jaxrank.scoring",
     "fit_bradley_terry": "jaxrank.scoring",
-    "GaussianPosterior": "jaxrank.scoring", "poe_gaussian": "jaxrank.scoring",
+    "GaussianPosterior": "jaxrank.scoring", "MarginalPosterior": "jaxrank.scoring", "poe_gaussian": "jaxrank.scoring",
     "poe_gaussian_posterior": "jaxrank.scoring",
     "SoftBTSolution": "jaxrank.scoring", "poe_bradley_terry": "jaxrank.scoring",
     "fit_poe_bradley_terry": "jaxrank.scoring",
@@ -71,7 +71,7 @@ imported (:class:`_Package`), as with the eager imports before."""
 __all__ = [
     "Comparisons", "stack_contexts",
     "win_ratio", "average_probability", "decisions", "bradley_terry", "fit_bradley_terry", "BradleyTerrySolution",
-    "poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior",
+    "poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior", "MarginalPosterior",
     "poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "BradleyTerrySolver", "RESULTS", "SolverError",
     "laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "max_likelihood_ranking",
     "Expert", "ProductOfExpertsSolver", "PoESolution", "fit_poe", "poe_scores",
@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
     from jaxrank.comparisons import Comparisons, stack_contexts
     from jaxrank.compilation import enable_compilation_cache
     from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
-    from jaxrank.scoring import (RESULTS, BradleyTerrySolution, BradleyTerrySolver, GaussianPosterior,
+    from jaxrank.scoring import (RESULTS, BradleyTerrySolution, BradleyTerrySolver, GaussianPosterior, MarginalPosterior,
                                  SoftBTSolution, SolverError, average_probability, bradley_terry, decisions,
                                  fit_bradley_terry, fit_poe_bradley_terry, max_likelihood_ranking,
                                  poe_bradley_terry, poe_gaussian, poe_gaussian_posterior, win_ratio)

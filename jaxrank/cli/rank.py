@@ -114,7 +114,9 @@ def _rank_scores(c, method, debias, score_prior):
     c = scorer_table.transform(c, debias)
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
-        sol, post = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias=mode, score_prior=score_prior))   # one fit
+        # one fit; standard errors by the sparse estimate above DENSE_COVARIANCE_MAX_ITEMS items (O(N + R))
+        sol, post = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias=mode, score_prior=score_prior),
+                                         covariance="auto")
         out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
                    iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):

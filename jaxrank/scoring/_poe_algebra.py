@@ -26,18 +26,23 @@ class Ops(NamedTuple):
     p: jax.Array        # p, with 0.5 on padded comparisons (so an expert never sees a value it rejects)
     w: jax.Array
     theta: dict         # theta after expert.from_context; learnt entries hold the start / prior mean
-    proj: jax.Array
-    labels: jax.Array
+    labels: jax.Array   # connected components (the projector P is built from them only beside a dense Hessian)
     prior: jax.Array    # this context's score-prior precision
 
 
-def make_ops(c, theta, proj, labels, prior, expert: Expert) -> Ops:
+def make_ops(c, theta, labels, prior, expert: Expert) -> Ops:
     w = c.weight
     p = jnp.where(w > 0, c.p, jnp.asarray(0.5, c.p.dtype))
     if expert.from_context is not None:
         theta = expert.from_context(p, w, theta)
     theta = {k: jnp.asarray(v, c.p.dtype) for k, v in theta.items()}
-    return Ops(_graph.edges(c, dense=False), p, w, theta, proj, labels, prior)
+    return Ops(_graph.edges(c, dense=False), p, w, theta, labels, prior)
+
+
+def centre_scores(g, ops: Ops):
+    """``g`` with its score block projected off per-component constants (``g_s - P g_s``, ``O(N)``)."""
+    n = ops.e.num_items
+    return g.at[:n].set(_graph.centre_per_component(g[:n], ops.labels))
 
 
 def theta_at(x, ops, expert):
@@ -107,7 +112,8 @@ def objective_from(x, loc: Local, ops: Ops, expert, st):
 def hessian_matrix(curv, loc: Local, ops: Ops, st):
     """``[[L(curv) + lambda I + P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense)."""
     n, m = ops.e.num_items, loc.g.shape[1] - 1
-    hss = _graph.laplacian(ops.e, curv) + ops.proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
+    proj = _graph.component_projector(ops.labels, curv.dtype)
+    hss = _graph.laplacian(ops.e, curv) + proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
     if m == 0:
         return hss
     hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
@@ -155,7 +161,45 @@ def true_hessian(x, ops: Ops, expert: Expert, st):
     return hessian_matrix(-loc.h[:, 0, 0], loc, ops, st)
 
 
+def solve_true_hessian(x, ops: Ops, expert: Expert, st, rhs):
+    """``(H + P)^{-1} rhs`` with the true Hessian at ``x``: Cholesky, or CG on large sparse pools (``O(N + R)``).
+
+    The CG solution's score block is centred per component, i.e. differs from the
+    exact one by ``P rhs_s`` (to which every derivative of the gradient in the data
+    is orthogonal, so implicit derivatives are the same).
+    """
+    loc = local_derivatives(x, ops, expert)
+    if _graph.use_cg(ops.e):
+        new, _ = direction_cg(-rhs, -loc.h[:, 0, 0], loc, ops, st)
+        return new
+    return _graph.psd_solve(hessian_matrix(-loc.h[:, 0, 0], loc, ops, st), rhs)
+
+
 def is_maximum(x, ops, expert, st):
-    """Whether the true Hessian (plus the anchor ``P``) at ``x`` is positive definite (Cholesky succeeds)."""
+    """Whether the true Hessian (plus the anchor ``P``) at ``x`` is positive definite.
+
+    Dense: its Cholesky factorisation succeeds. Large sparse pools
+    (``_graph.use_cg``), ``O(N + R)``: every comparison's curvature is
+    non-negative (then the score block is a Laplacian plus ``P``, definite) and
+    the learnt parameters' Schur complement ``H_phi,phi - H_phi,s H_ss^{-1} H_s,phi``
+    (``m`` CG solves) is definite. A negative curvature there is reported as not
+    a maximum (conservative: the score block could still be definite).
+    """
+    if _graph.use_cg(ops.e):
+        loc = local_derivatives(x, ops, expert)
+        curv = -loc.h[:, 0, 0]
+        n, m = ops.e.num_items, loc.g.shape[1] - 1
+        ok = jnp.all(curv >= 0)
+        if m:
+            scores_only = loc._replace(h=loc.h.at[:, 0, 1:].set(0).at[:, 1:, 0].set(0))
+            hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
+            hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
+            cols = []
+            for a in range(m):
+                rhs = jnp.concatenate([hsp[:, a], jnp.zeros(m, curv.dtype)])
+                cols.append(direction_cg(-rhs, curv, scores_only, ops, st)[0][:n])
+            schur = hpp - hsp.T @ jnp.stack(cols, axis=1)
+            ok = ok & jnp.all(jnp.linalg.eigvalsh(0.5 * (schur + schur.T)) > 0)
+        return ok
     cf, _ = jax.scipy.linalg.cho_factor(true_hessian(x, ops, expert, st), lower=True)
     return jnp.all(jnp.isfinite(jnp.diagonal(cf))) & jnp.all(jnp.diagonal(cf) > 0)

@@ -34,7 +34,7 @@ from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
-__all__ = ["poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior"]
+__all__ = ["poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior", "MarginalPosterior"]
 
 
 class GaussianPosterior(NamedTuple):
@@ -56,6 +56,26 @@ class GaussianPosterior(NamedTuple):
     def stderr(self) -> jax.Array:
         """``[..., N]`` marginal standard deviation of every score."""
         return jnp.sqrt(jnp.clip(jnp.diagonal(self.covariance, axis1=-2, axis2=-1), 0))
+
+
+class MarginalPosterior(NamedTuple):
+    """The marginals of a Gaussian over scores, without its ``[N, N]`` covariance (``O(N)``).
+
+    What :func:`jaxrank.laplace_posterior` returns with ``covariance="diagonal"``
+    (the variances estimated by a sparse method; see its docstring for the accuracy).
+
+    Attributes:
+        mean: ``[..., N]`` scores, centred per connected component.
+        variance: ``[..., N]`` marginal variance of every centred score (0 for padded or isolated items).
+    """
+
+    mean: jax.Array
+    variance: jax.Array
+
+    @property
+    def stderr(self) -> jax.Array:
+        """``[..., N]`` marginal standard deviation of every score."""
+        return jnp.sqrt(jnp.clip(self.variance, 0))
 
 
 def _targets(c: Comparisons, debias, hard):

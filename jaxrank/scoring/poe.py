@@ -58,14 +58,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrank import _batching, _graph
+from jaxrank import _batching, _graph, _sparse_inverse
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import _poe_algebra as alg
 from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
 
 __all__ = ["PoESolution", "solve", "fit_poe", "solve_context", "hessian", "solution_vector", "poe_scores",
-           "CHUNK"]
+           "CHUNK", "precision_terms"]
 
 _HALVINGS = 30   # a step halved this many times without sufficient decrease ends the solve, unconverged
 
@@ -136,7 +136,7 @@ def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
     g = jnp.where(start, jnp.concatenate([gs0, jnp.zeros(m, dt)]), g)
     curv = jnp.where(start, w, curv)
     loc_sys = loc._replace(h=jnp.where(start, 0.0, loc.h)) if m else loc
-    g_c = g.at[:n].add(-(ops.proj @ g[:n]))
+    g_c = alg.centre_scores(g, ops)
     if _graph.use_cg(ops.e):
         new, diag = alg.direction_cg(g_c, curv, loc_sys, ops, st)
         indefinite = jnp.zeros((), bool)
@@ -192,7 +192,7 @@ def _quadratic_one(ops: alg.Ops, expert: Expert, st):
     x0 = jnp.concatenate([jnp.zeros(n, ops.p.dtype), alg.phi0(ops, expert)])
     loc = alg.local_derivatives(x0, ops, expert)
     g = alg.gradient(x0, loc, ops, expert, st)
-    g = g.at[:n].add(-(ops.proj @ g[:n]))
+    g = alg.centre_scores(g, ops)
     curv = -loc.h[:, 0, 0]
     if _graph.use_cg(ops.e):
         new, _ = alg.direction_cg(g, curv, loc, ops, st)
@@ -211,7 +211,8 @@ def _lbfgs_one(ops: alg.Ops, expert: Expert, st):
     w = jnp.where(ops.w > 0, ops.w, 0)
     x0 = jnp.concatenate([jnp.zeros(n, dt), alg.phi0(ops, expert)])
     if expert.start is not None and not _graph.use_cg(ops.e):
-        lap = _graph.laplacian(ops.e, w) + ops.proj + ops.prior * jnp.eye(n, dtype=dt)
+        proj = _graph.component_projector(ops.labels, dt)
+        lap = _graph.laplacian(ops.e, w) + proj + ops.prior * jnp.eye(n, dtype=dt)
         rhs = _graph.incidence_t(ops.e, w * alg.start_differences(ops, expert))
         x0 = x0.at[:n].set(_graph.psd_solve(lap, rhs))
     fun = lambda x: alg.objective(x, ops, expert, st)
@@ -220,7 +221,7 @@ def _lbfgs_one(ops: alg.Ops, expert: Expert, st):
     gtol = st.tol * jnp.maximum(2 * jnp.sum(w) / n, jnp.finfo(dt).tiny)
 
     def gnorm(g):
-        return jnp.max(jnp.abs(g.at[:n].add(-(ops.proj @ g[:n]))))
+        return jnp.max(jnp.abs(alg.centre_scores(g, ops)))
 
     def body(carry):
         x, state, it, _ = carry
@@ -252,39 +253,39 @@ def _solve_ops(ops: alg.Ops, expert: Expert, method: str, st):
     return x, it, conv & ~nonconcave, result
 
 
-def _context_ops(c, theta, proj, labels, prior, expert):
+def _context_ops(c, theta, labels, prior, expert):
     make = functools.partial(alg.make_ops, expert=expert)
-    return jax.vmap(make, in_axes=(0, None, 0, 0, 0))(c, theta, proj, labels, prior)
+    return jax.vmap(make, in_axes=(0, None, 0, 0))(c, theta, labels, prior)
 
 
-def _argmin_impl(c, theta, proj, labels, prior, st, expert, method):
-    return _solve_ops(_context_ops(c, theta, proj, labels, prior, expert), expert, method, st)
+def _argmin_impl(c, theta, labels, prior, st, expert, method):
+    return _solve_ops(_context_ops(c, theta, labels, prior, expert), expert, method, st)
 
 
-_argmin = jax.custom_vjp(_argmin_impl, nondiff_argnums=(6, 7))
+_argmin = jax.custom_vjp(_argmin_impl, nondiff_argnums=(5, 6))
 
 
-def _argmin_fwd(c, theta, proj, labels, prior, st, expert, method):
-    out = _argmin_impl(c, theta, proj, labels, prior, st, expert, method)
-    return out, (c, theta, proj, labels, prior, st, out[0])
+def _argmin_fwd(c, theta, labels, prior, st, expert, method):
+    out = _argmin_impl(c, theta, labels, prior, st, expert, method)
+    return out, (c, theta, labels, prior, st, out[0])
 
 
 def _argmin_bwd(expert, method, res, ct):
     # Implicit function theorem on grad F(x*; c, theta) = 0:  dx* = -H^{-1} d_(c, theta) grad F.
-    c, theta, proj, labels, prior, st, x = res
+    c, theta, labels, prior, st, x = res
 
-    def one(cc, pj, lab, pr, xx, ctx):
-        u = _graph.psd_solve(alg.true_hessian(xx, alg.make_ops(cc, theta, pj, lab, pr, expert), expert, st), ctx)
-        grad_at = lambda c2, th2: jax.grad(alg.objective)(xx, alg.make_ops(c2, th2, pj, lab, pr, expert),
+    def one(cc, lab, pr, xx, ctx):
+        u = alg.solve_true_hessian(xx, alg.make_ops(cc, theta, lab, pr, expert), expert, st, ctx)
+        grad_at = lambda c2, th2: jax.grad(alg.objective)(xx, alg.make_ops(c2, th2, lab, pr, expert),
                                                           expert, st)
         _, vjp = jax.vjp(grad_at, cc, theta)
         return vjp(-u)
 
-    dc, dtheta = jax.vmap(one)(c, proj, labels, prior, x, ct[0])
+    dc, dtheta = jax.vmap(one)(c, labels, prior, x, ct[0])
     dtheta = jax.tree.map(lambda a: jnp.sum(a, axis=0), dtheta)
     zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
                       else np.zeros(a.shape, jax.dtypes.float0))
-    return (dc, dtheta, jnp.zeros_like(proj), zero(labels), jnp.zeros_like(prior), jax.tree.map(zero, st))
+    return (dc, dtheta, zero(labels), jnp.zeros_like(prior), jax.tree.map(zero, st))
 
 
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)
@@ -292,10 +293,9 @@ _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 def _fit_flat(c, theta, st, expert, method):
     labels = jax.vmap(_graph.components)(c)
-    proj = jax.vmap(_graph.component_projector, in_axes=(0, None))(labels, c.p.dtype)
     prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
-    x, it, conv, result = _argmin(c, theta, proj, labels, prior, st, expert, method)
-    ops = _context_ops(c, theta, proj, labels, prior, expert)
+    x, it, conv, result = _argmin(c, theta, labels, prior, st, expert, method)
+    ops = _context_ops(c, theta, labels, prior, expert)
     n = c.num_items
 
     def finish(o, cc, xx):
@@ -377,8 +377,30 @@ def hessian(c: Comparisons, sol: PoESolution, solver: ProductOfExpertsSolver, pr
     th = solver.theta(theta, c.p.dtype)
     st = solver.settings(c.p.dtype)
     labels = jnp.argmax(proj > 0, axis=1).astype(jnp.int32)
-    ops = alg.make_ops(c, th, proj, labels, jnp.asarray(st.score_prior), solver.expert)
+    ops = alg.make_ops(c, th, labels, jnp.asarray(st.score_prior), solver.expert)
     return alg.true_hessian(solution_vector(sol, solver), ops, solver.expert, st)
+
+
+def precision_terms(c: Comparisons, sol: PoESolution, solver: ProductOfExpertsSolver, labels: jax.Array,
+                    theta: Mapping | None = None) -> _sparse_inverse.PrecisionTerms:
+    """:func:`hessian` at ``sol`` as ``O(N + R)`` terms, never ``[N, N]`` (one context; ``labels`` its components).
+
+    The curvatures ``c_k = -w_k d^2 log q / dd^2`` per comparison, the learnt
+    parameters' cross block ``H_s,phi = -W^T (w d^2 log q / dd dphi)`` and their
+    block ``H_phi,phi`` (the module docstring's equation).
+    """
+    th = solver.theta(theta, c.p.dtype)
+    st = solver.settings(c.p.dtype)
+    ops = alg.make_ops(c, th, labels, jnp.asarray(st.score_prior), solver.expert)
+    x = solution_vector(sol, solver)
+    loc = alg.local_derivatives(x, ops, solver.expert)
+    m = len(solver.expert.learnt)
+    dt = c.p.dtype
+    cross = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1) if m else \
+        jnp.zeros((c.num_items, 0), dt)
+    corner = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=dt)
+    return _sparse_inverse.PrecisionTerms(ops.e, -loc.h[:, 0, 0], cross, corner, jnp.asarray(st.score_prior, dt),
+                                          labels)
 
 
 def poe_scores(c: Comparisons, expert: Expert, theta: Mapping | None = None, **settings) -> jax.Array:

@@ -49,13 +49,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _batching, _graph, _validate
+from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
 from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
-           "solution_vector"]
+           "solution_vector", "precision_terms"]
 
 _STEPS = 30  # a step halved 30 times without sufficient decrease ends the solve, unconverged
 
@@ -500,6 +500,29 @@ def hessian(c: Comparisons, sol: SoftBTSolution, solver: BradleyTerrySolver, pro
     ``h = w q (1 - q)`` (the last row and column only when ``gamma`` is learnt).
     """
     return _hessian(solution_vector(sol, solver), c, solver.mode, solver.settings(c.p.dtype), proj)
+
+
+def precision_terms(c: Comparisons, sol: SoftBTSolution, solver: BradleyTerrySolver,
+                    labels: jax.Array) -> _sparse_inverse.PrecisionTerms:
+    """The Hessian of :func:`hessian` at ``sol`` as ``O(N + R)`` terms, never ``[N, N]`` (one context).
+
+    ``h_k = w_k q_k (1 - q_k)`` per comparison (sparse edge space), and when
+    ``gamma`` is learnt its cross block ``-W^T h`` and corner ``1^T h + lambda_g``
+    (0 and ``lambda_g`` where the comparisons do not identify ``gamma``).
+    """
+    mode, st = solver.mode, solver.settings(c.p.dtype)
+    dt = c.p.dtype
+    e = _graph.edges(c, dense=False)
+    free = _problem(c, mode, st.eps).free if mode == "learn" else jnp.zeros((), dt)
+    q = jax.nn.sigmoid(_graph.incidence(e, sol.scores) - free * sol.gamma)
+    floor = 1e-12
+    h = c.weight * jnp.maximum(q * (1 - q), floor)
+    if mode == "learn":
+        cross = (-free * _graph.incidence_t(e, h))[:, None]
+        corner = (free * jnp.sum(h) + st.gamma_prior)[None, None]
+    else:
+        cross, corner = jnp.zeros((c.num_items, 0), dt), jnp.zeros((0, 0), dt)
+    return _sparse_inverse.PrecisionTerms(e, h, cross, corner, jnp.asarray(st.score_prior, dt), labels)
 
 
 def fit_poe_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior=1e-6, score_prior=0.0,
