@@ -3,7 +3,7 @@ memory close to the size of its weights, and its weights equal an independent
 NumPy dequantisation.
 
 The file is a wide, shallow llama (vocabulary 512, hidden 1024, MLP 4096, 4
-layers: 67 M parameters, 268 MB in float32, an 89 MB file) with F32, F16 and Q8_0 tensors.
+layers: 67.6 M parameters, 271 MB in float32, an 89 MB file) with F32, F16 and Q8_0 tensors.
 It is loaded in a fresh subprocess that records its peak RSS
 (``ru_maxrss``) after importing JAX and after loading, so the difference is
 what loading cost. Runs in CI (~20 s on 2 cores: writing the file dominates).
