@@ -10,7 +10,7 @@ goes on with the next contexts. At the end it prints the positional bias
 against the human scores (ties left out) over everything in the store.
 
     nice -n 15 python experiments/long_judge.py --judge qwen2.5-1.5b --aspect coherence \\
-        --dtype bfloat16 --until 21:35 \\
+        --dtype float32 --batch-size 4 --until 21:35 \\
         --store experiments/results/stores/summeval-coherence-qwen2.5-1.5b.jsonl
 """
 
@@ -29,7 +29,7 @@ def parse_args(argv):
     ap.add_argument("--data", default="summeval")
     ap.add_argument("--aspect", default="coherence")
     ap.add_argument("--judge", default="qwen2.5-1.5b", help="registry name or model path")
-    ap.add_argument("--dtype", default="bfloat16", choices=("float32", "bfloat16"), help="weight dtype")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="weight dtype")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--store", required=True, help="judgement store (.jsonl), created or continued")
     ap.add_argument("--until", default=None, help="UTC HH:MM after which no new context is started")
@@ -74,10 +74,17 @@ def main(argv=None):
         from jaxrank.judges.prompts import pairwise_template
         from jaxrank.models.loading import load_model
 
+        import resource
+
         stop = deadline(args.until)
+        jnp.zeros(1).block_until_ready()
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
         t0 = time.time()
         lm = load_model(args.judge, dtype=getattr(jnp, args.dtype))
-        print(f"loaded {lm.name} ({args.dtype}) in {time.time() - t0:.0f} s", flush=True)
+        weights = sum(int(w.nbytes) for w in lm.model.weights().values()) / 2**20
+        extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - base
+        print(f"loaded {lm.name} ({args.dtype}) in {time.time() - t0:.0f} s; peak RSS - JAX baseline "
+              f"{extra:.0f} MiB for {weights:.0f} MiB of weights ({extra / weights:.2f}x)", flush=True)
         judge = PromptJudge(lm, pairwise_template(args.data, args.aspect), batch_size=args.batch_size)
         name = judge.name
         per_context = None
