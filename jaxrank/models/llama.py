@@ -47,7 +47,7 @@ from flax import nnx
 from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
     ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
 )
-from ._weights import checked_array
+from ._weights import checked_array, release_pages, stacked_param
 from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConfig  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -237,15 +237,23 @@ def extend_with_vectors(config: LlamaConfig, weights: Mapping[str, jax.Array], c
 
 
 # ------------------------------------------------------------------------ loading
-def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    def get(name):
+def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float32) -> dict[str, jax.Array]:
+    """Parameters in ``dtype``, built one at a time (lean: see :func:`load_state_dict`)."""
+    def key_of(name):
         for key in (name, "model." + name if not name.startswith("lm_head") else name):
             if key in t:
-                return np.asarray(t[key])
+                return key
         raise ValueError(f"checkpoint lacks tensor {name!r}")
 
+    def get(name):
+        arr = np.asarray(t[key_of(name)])
+        out = jax.device_put(arr.astype(np.dtype(dtype), copy=False))
+        release_pages(arr)
+        return out
+
     def stack(fmt):
-        return np.stack([get(fmt.format(i)) for i in range(cfg.num_hidden_layers)])
+        keys = [key_of(fmt.format(i)) for i in range(cfg.num_hidden_layers)]
+        return stacked_param([lambda k=k: t[k] for k in keys], dtype)
 
     a = "model.layers.{}.self_attn."
     m = "model.layers.{}.mlp."
@@ -274,18 +282,26 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
     """Map Hugging Face tensor names (``model.layers.N.self_attn.q_proj.weight``...)
     onto a :class:`LlamaModel`.
 
+    Lean: each parameter is built on its own, the ``L`` layer tensors of a
+    stacked parameter read one at a time (``tensors`` may be lazy, e.g. the
+    dequantising mapping of :func:`jaxrank.models.gguf.gguf_tensors`) and cast
+    into one host buffer of the target dtype that moves to the device and is
+    dropped before the next parameter. Peak host memory is about the loaded
+    weights in ``dtype`` plus one stacked parameter plus one float32 tensor.
+
     Args:
         model_or_config: a model to fill in place, or a config to build one.
-        tensors: HF name -> array (``[out, in]`` linear weights as in PyTorch).
+        tensors: HF name -> array (``[out, in]`` linear weights as in PyTorch);
+            memory-mapped arrays have their pages released once copied.
         dtype: parameter dtype when building from a config.
 
     Raises:
         ValueError: a tensor is missing or has the wrong shape.
     """
     if isinstance(model_or_config, LlamaConfig):
-        return LlamaModel(model_or_config, dtype=dtype, params=_hf_to_params(model_or_config, tensors))
+        return LlamaModel(model_or_config, dtype=dtype, params=_hf_to_params(model_or_config, tensors, dtype))
     model = model_or_config
-    params = _hf_to_params(model.config, tensors)
+    params = _hf_to_params(model.config, tensors, model.embed[...].dtype)
     for n in model._names:
         var = getattr(model, n)
         var.set_value(checked_array(n, params[n], var[...].shape, var[...].dtype, _SHAPE_ERROR))

