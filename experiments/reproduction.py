@@ -99,8 +99,11 @@ def zepo_rows(results: Path) -> list[tuple[str, str, str]]:
         for line in md.read_text().splitlines():
             m = re.match(r"\| (seed|ZEPO) \| (\w+) \| (\w+) \| [^|]+ \| [^|]+ \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", line)
             if m:
-                out.append((str(md.relative_to(results)), f"{m[1]} / {m[2]} / {m[3]}",
-                            f"{m[4].strip()} {m[5].strip()} ({m[6].strip()} contexts)"))
+                value = f"{m[4].strip()} {m[5].strip()} ({m[6].strip()} contexts)"
+                if m[6].strip().startswith("0 /"):      # no context with a defined Spearman: say why, no NaN
+                    value = (f"undefined ({m[6].strip()} contexts: the scores are constant in every context, "
+                             "the judge chose one position throughout)")
+                out.append((str(md.relative_to(results)), f"{m[1]} / {m[2]} / {m[3]}", value))
     return out
 
 
