@@ -79,6 +79,13 @@ def read_prompts_csv(path: Path) -> list[dict]:
     return rows
 
 
+def _spearman_text(row: dict) -> str:
+    """``mean [lo, hi]``, or why it is undefined (never a bare NaN)."""
+    if not np.isfinite(row["spearman"]):
+        return "undefined: constant scores in every context"
+    return f"{row['spearman']:+.3f} [{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}]"
+
+
 def soft_rows(path: Path) -> list[dict]:
     """Held-out rows of a ``soft_prompt.py`` JSON summary (the merged one lists seed, soft and ZEPO)."""
     d = json.loads(path.read_text())
@@ -166,8 +173,8 @@ def main(argv=None):
             lines.append(f"| {r['data']} | {r['aspect']} | {r['judge']} | {r['paraphraser']} | "
                          f"{r.get('search_contexts', '?')} x {r.get('candidates', '?')} | {r['eval_range']} "
                          f"({r['eval_contexts']}) | {row['prompt']} | {row['scorer']} | {row['debias']} | "
-                         f"{row['fairness']:+.3f} | {row['P(A)']:.2f} | {row['spearman']:+.3f} "
-                         f"[{row['ci'][0]:+.3f}, {row['ci'][1]:+.3f}] | {row['defined']} | {dtxt} | "
+                         f"{row['fairness']:+.3f} | {row['P(A)']:.2f} | {_spearman_text(row)} | "
+                         f"{row['defined']} | {dtxt} | "
                          f"{r.get('time_s', '?')} |")
     if args.soft:
         sp = Path(args.soft)
