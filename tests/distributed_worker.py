@@ -7,6 +7,7 @@ MODE ``die COORDINATOR N PID HEARTBEAT``: join, then process 1 dies and the othe
 MODE ``judge COORDINATOR N PID STORE CRASH_AFTER``: ``jaxrank judge`` (COORDINATOR ``-`` for none) on
 :func:`dataset` with :class:`FakeJudge`, which kills its process (``os._exit(9)``) at its
 ``CRASH_AFTER``-th ``compare`` call (``-1``: never); prints ``asked K`` (comparisons judged).
+MODE ``assess COORDINATOR N PID STORE OUTDIR``: ``jaxrank assess`` the same way, joined through COORDINATOR.
 """
 
 import dataclasses
@@ -82,12 +83,29 @@ def judge(coordinator, num_processes, process_id, store, crash_at):
     print(f"asked {fake.asked}", flush=True)
 
 
+def assess(coordinator, num_processes, process_id, store, outdir):
+    import jaxrank.data
+    from jaxrank import cli
+
+    fake = FakeJudge()
+    jaxrank.data.load_dataset = lambda name, **kw: dataset()
+    cli.common.make_judge = lambda args: fake
+    cli.main(["assess", "--aspect", "coherence", "--no-progress", "--store", store, "--output", outdir,
+              "--methods", "win_ratio,average_probability", "--num-processes", str(num_processes),
+              "--process-id", str(process_id), "--no-compilation-cache", "--coordinator", coordinator,
+              "--join-timeout", "60"])
+    print(f"asked {fake.asked}", flush=True)
+
+
 def main(argv):
     mode, coordinator, num_processes, process_id = argv[0], argv[1], int(argv[2]), int(argv[3])
     from jaxrank.distributed import initialize, process_share
 
     if mode == "judge":
         judge(coordinator, num_processes, process_id, argv[4], int(argv[5]))
+        return
+    if mode == "assess":
+        assess(coordinator, num_processes, process_id, argv[4], argv[5])
         return
     if mode == "die":                  # process 1 dies after joining; process 0 waits at a barrier
         import os

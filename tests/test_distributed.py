@@ -6,8 +6,10 @@ each with two CPU devices; the results are compared with a computation in this
 one process.
 """
 
+import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -158,6 +160,27 @@ def test_two_processes_judge_disjoint_shards_resume_after_a_kill_and_merge_to_on
         assert _records(shard_store_path(store_b, k, 2)) == _records(shard[k])
 
 
+def test_two_processes_assess_through_a_coordinator_process_0_merges_and_reports(tmp_path):
+    store = str(tmp_path / "s.jsonl")
+    cs = contexts_of(worker.dataset(), aspect="coherence")
+    port = _port()
+    results = _finish([_start("assess", f"127.0.0.1:{port}", 2, k, store, str(tmp_path / f"out{k}"))
+                       for k in range(2)])
+    for rc, stdout, stderr in results:
+        assert rc == 0, stderr[-3000:]
+    asked = [int(re.search(r"asked (\d+)", out).group(1)) for _, out, _ in results]
+    share = [process_share(cs.ids, k, 2) for k in range(2)]
+    assert asked == [len(share[k]) * 12 for k in range(2)]           # each its own share, nothing twice
+    assert "merged 2 shard(s)" in results[0][1] and "process 0 merges" in results[1][1]
+    one = tmp_path / "one.jsonl"
+    judge_contexts(worker.FakeJudge(), cs, one, progress=False)
+    assert _records(store) == _records(one)                          # the merged store is the whole data set
+    report = list((tmp_path / "out0").glob("assess-*-scores.csv"))
+    assert len(report) == 1 and not (tmp_path / "out1").exists()     # process 0 alone reports
+    rows = list(csv.DictReader(report[0].open()))
+    assert len(rows) == len(cs.ids) * 4 and {r["context"] for r in rows} == set(cs.ids)
+
+
 def test_merge_refuses_one_key_with_two_different_judgements_naming_both_files(tmp_path):
     rec = {"judge": "m", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.25}
     JudgementStore(tmp_path / "s0.jsonl").append([rec])
@@ -194,8 +217,10 @@ def test_cli_refuses_bad_process_options_before_loading_anything_and_merges_shar
     with pytest.raises(SystemExit, match=r"\$JAX_PROCESS_ID='one' is not an integer"):
         cli.main(["judge", "--judge", "no-such-model", "--num-processes", "2"])
     monkeypatch.setenv("JAX_PROCESS_ID", "1")
-    with pytest.raises(SystemExit, match="assess judges and reports in one process"):
+    with pytest.raises(SystemExit, match="assess with several processes needs --coordinator"):
         cli.main(["assess", "--judge", "no-such-model", "--num-processes", "2"])
+    with pytest.raises(SystemExit, match="and no --active"):
+        cli.main(["assess", "--judge", "no-such-model", "--num-processes", "2", "--coordinator", "h:1", "--active"])
     recs = [{"judge": "m", "template": "t", "context": f"c{k}", "a": "x", "b": "y", "p": k / 4} for k in range(4)]
     for k in range(2):
         JudgementStore(tmp_path / f"s.process-{k}-of-2.jsonl").append(recs[k::2])

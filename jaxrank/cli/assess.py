@@ -116,8 +116,12 @@ def _judge_active(args):
     return cs, run.selection, run
 
 
-def run_judge(args):
-    """Run ``jaxrank judge``: the whole data set, or this process's share of it into its own store shard."""
+def run_judge(args, judge=None):
+    """Run ``jaxrank judge``: the whole data set, or this process's share of it into its own store shard.
+
+    With a coordinator, every process (one with an empty share too) ends at a barrier, so on return
+    every share is judged. ``judge``: an already built judge (default: from the options).
+    """
     import numpy as np
 
     from jaxrank.assessment.run import judge_contexts
@@ -125,7 +129,7 @@ def run_judge(args):
 
     num_processes, process_id, coordinator = common.processes(args)
     cs = common.contexts(args)
-    judge = common.make_judge(args)
+    judge = common.make_judge(args) if judge is None else judge
     store = common.store_path(args, judge)
     positions = None
     if num_processes > 1:
@@ -133,6 +137,9 @@ def run_judge(args):
         store = shard_store_path(store, process_id, num_processes)
         if not positions:
             print(f"process {process_id} of {num_processes}: no contexts in its share ({len(cs.ids)} contexts)")
+            if coordinator:
+                from jaxrank.distributed import barrier
+                barrier("jaxrank judge: every share judged")
             return cs, None
     t0 = time.perf_counter()
     sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
@@ -151,6 +158,30 @@ def run_judge(args):
     return cs, sel
 
 
+def _judge_shares_then_merge(args, num_processes, process_id):
+    """Judge this process's share (:func:`run_judge`, joined through the coordinator, a barrier at the end);
+    process 0 then merges every shard into the store and returns ``(contexts, selection)`` of the whole data
+    set, read from it; the others ``(contexts, None)``.
+    """
+    from jaxrank.assessment.run import judge_contexts
+    from jaxrank.assessment.store import merge_stores
+    from jaxrank.distributed import shard_store_path
+
+    judge = common.make_judge(args)
+    cs, _ = run_judge(args, judge)          # ends at a barrier: every share is judged when it returns
+    if process_id != 0:
+        print(f"process {process_id} of {num_processes}: share judged; process 0 merges the shards and reports")
+        return cs, None
+    store = common.store_path(args, judge)
+    shards = [shard_store_path(store, k, num_processes) for k in range(num_processes)]
+    shards = [s for s in shards if Path(s).is_file()]     # a process whose share was empty wrote none
+    added = merge_stores(store, shards) if shards else 0
+    print(f"merged {len(shards)} shard(s) into {store} ({added} judgements added)")
+    sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
+                         seed=args.seed, progress=False)    # every comparison is in the store: nothing judged
+    return cs, sel
+
+
 def run_assess(args):
     """Run ``jaxrank assess``."""
     import numpy as np
@@ -159,13 +190,21 @@ def run_assess(args):
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)
-    if common.processes(args, join=False)[0] > 1:
-        raise SystemExit("jaxrank: assess judges and reports in one process; with several processes run "
-                         "`jaxrank judge --num-processes N --process-id K` on each, `jaxrank store merge`, then "
-                         "`jaxrank assess --store MERGED` (it judges nothing already in the store)")
+    num_processes, process_id, coordinator = common.processes(args, join=False)
+    if num_processes > 1 and (args.active or not coordinator):
+        raise SystemExit("jaxrank: assess with several processes needs --coordinator (each process judges its "
+                         "share, then process 0 merges the shards and reports)" +
+                         (" and no --active (the active loop chooses comparisons from all contexts at once)"
+                          if args.active else "") +
+                         "; otherwise run `jaxrank judge --num-processes N --process-id K` on each, "
+                         "`jaxrank store merge`, then `jaxrank assess --store MERGED` (it judges nothing stored)")
     run = None
     if args.active:
         cs, sel, run = _judge_active(args)
+    elif num_processes > 1:
+        cs, sel = _judge_shares_then_merge(args, num_processes, process_id)
+        if sel is None:
+            return
     else:
         cs, sel = run_judge(args)
     pos = {c: k for k, c in enumerate(cs.ids)}
