@@ -128,12 +128,19 @@ def summarise(records, labels, boot, seed):
                    "mean p": float(p_all.mean()), "calibration": float(abs(np.mean(np.concatenate(diffs))))}
             row["fairness"] = -abs(row["P(A)"] - 0.5)
             for name, rho in (("avg-prob", rho_ap), ("win ratio", rho_wr)):
-                rho = np.nan_to_num(np.array(rho))
+                rho = np.array(rho)
+                row[f"constant {name}"] = int(np.sum(~np.isfinite(rho)))   # contexts with constant scores
+                rho = np.nan_to_num(rho)                  # ... count as 0 (no agreement), stated in the report
                 means = rho[rng.integers(0, len(rho), (boot, len(rho)))].mean(1)
                 row[f"spearman {name}"] = float(rho.mean())
                 row[f"ci {name}"] = (float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
             rows.append(row)
     return rows
+
+
+def _constant_note(row, name):
+    k = row.get(f"constant {name}", 0)
+    return f" ({k} constant, as 0)" if k else ""
 
 
 def write_report(rows, history, path_md, meta):
@@ -145,8 +152,11 @@ def write_report(rows, history, path_md, meta):
         lo, hi = r["ci avg-prob"]
         lo2, hi2 = r["ci win ratio"]
         lines.append(f"| {r['variant']} | {r['debias']} | {r['comparisons']} | {r['P(A)']:.3f} | {r['fairness']:.3f} "
-                     f"| {r['calibration']:.3f} | {r['spearman avg-prob']:.3f} [{lo:.3f}, {hi:.3f}] "
-                     f"| {r['spearman win ratio']:.3f} [{lo2:.3f}, {hi2:.3f}] |")
+                     f"| {r['calibration']:.3f} | {r['spearman avg-prob']:.3f} [{lo:.3f}, {hi:.3f}]"
+                     f"{_constant_note(r, 'avg-prob')} | {r['spearman win ratio']:.3f} [{lo2:.3f}, {hi2:.3f}]"
+                     f"{_constant_note(r, 'win ratio')} |")
+    lines += ["", "A context where a scorer's scores are constant (the judge chose one position for every "
+              "comparison there) has no Spearman; it counts as 0 (no agreement), and the cell says in how many."]
     if history:
         lines += ["", "Training (loss eq. SP-1 on each step's batch, before its update): "
                   + ", ".join(f"{h['loss']:.3f}" for h in history)]
@@ -187,10 +197,13 @@ def main(argv=None):
         store = out / f"soft_prompt_{tag}_judgements.jsonl"
         records = [json.loads(x) for x in store.read_text().splitlines() if x.strip()]
         rows = summarise(records, held.labels, args.boot, args.seed)
-        write_report(rows, [], out / f"soft_prompt_{tag}.md", dict(data=args.data, aspect=args.aspect,
-                                                                  model=args.model, note=f"Summary of {store}."))
-        (out / f"soft_prompt_{tag}.json").write_text(json.dumps({"rows": rows}, indent=1))
-        plot(rows, [], out / f"soft_prompt_{tag}.png")
+        before = out / f"soft_prompt_{tag}.json"       # keep the training history and note of the run, if any
+        kept = json.loads(before.read_text()) if before.is_file() else {}
+        history, note = kept.get("history", []), kept.get("note", f"Summary of {store}.")
+        write_report(rows, history, out / f"soft_prompt_{tag}.md", dict(data=args.data, aspect=args.aspect,
+                                                                       model=args.model, note=note))
+        before.write_text(json.dumps({"rows": rows, "history": history, "note": note}, indent=1))
+        plot(rows, history, out / f"soft_prompt_{tag}.png")
         print((out / f"soft_prompt_{tag}.md").read_text())
         return 0
     lm = load_model(args.model)

@@ -313,3 +313,20 @@ def test_study_summary_against_the_library_debiasing():
     want = float(spearman(average_probability(permutation_average(c)), labels[0]))
     assert perm["spearman avg-prob"] == pytest.approx(want, abs=1e-6)
     assert perm["P(A)"] == pytest.approx(0.5) and raw["fairness"] == pytest.approx(-abs(np.mean(p > 0.5) - 0.5))
+
+
+def test_study_summary_counts_contexts_with_constant_scores():
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(
+        "_exp_soft_prompt", Path(__file__).resolve().parents[1] / "experiments" / "soft_prompt.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = np.random.default_rng(5)
+    i, j = mod.eval_pairs(4, 6, rng)              # every unordered pair of 4 items, both orders
+    labels = [np.arange(4, dtype=np.float32)]
+    always_a = {"variant": "seed", "context_index": 0, "i": i.tolist(), "j": j.tolist(), "p": [0.9] * len(i)}
+    raw, perm = mod.summarise([always_a], labels, boot=10, seed=0)
+    assert raw["constant win ratio"] == 1 and raw["spearman win ratio"] == 0.0    # every item wins half: constant
+    assert "(1 constant, as 0)" in mod._constant_note(raw, "win ratio")
+    assert raw["constant avg-prob"] == 1          # each item averages 0.9 and 0.1: constant too
