@@ -156,7 +156,8 @@ def write_report(rows, history, path_md, meta):
                      f"{_constant_note(r, 'avg-prob')} | {r['spearman win ratio']:.3f} [{lo2:.3f}, {hi2:.3f}]"
                      f"{_constant_note(r, 'win ratio')} |")
     lines += ["", "A context where a scorer's scores are constant (the judge chose one position for every "
-              "comparison there) has no Spearman; it counts as 0 (no agreement), and the cell says in how many."]
+              "comparison there) or whose human scores are all equal has no Spearman; it counts as 0 (no "
+              "agreement), and the cell says in how many."]
     if history:
         lines += ["", "Training (loss eq. SP-1 on each step's batch, before its update): "
                   + ", ".join(f"{h['loss']:.3f}" for h in history)]
