@@ -31,19 +31,9 @@ def contexts(num_contexts=7, n=6, r=20, seed=3):
 
 def dataset(num_contexts=5, num_candidates=4):
     """A small data set in jaxrank's schema (``coherence`` = the human score)."""
-    import datasets
+    from tiny_data import summary_dataset
 
-    rng = np.random.default_rng(0)
-    rows = {k: [] for k in ("context_id", "context", "candidate_id", "candidate", "reference", "coherence")}
-    for c in range(num_contexts):
-        for n in range(num_candidates):
-            rows["context_id"].append(f"doc{c}")
-            rows["context"].append(f"article {c}")
-            rows["candidate_id"].append(f"s{n}")
-            rows["candidate"].append(f"summary {n} of article {c}")
-            rows["reference"].append("")
-            rows["coherence"].append(float(rng.uniform(1, 5)))
-    return datasets.Dataset.from_dict(rows)
+    return summary_dataset(np.random.default_rng(0).uniform(1, 5, (num_contexts, num_candidates)))
 
 
 class FakeJudge:

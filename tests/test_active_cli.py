@@ -8,7 +8,6 @@ need neither model weights nor the shared data folder.
 import csv
 import json
 
-import datasets
 import numpy as np
 import pytest
 
@@ -17,6 +16,7 @@ from jaxrank.assessment.active import StoreJudgeFn, active_judge_contexts
 from jaxrank.judges.pairwise import Judgement
 from jaxrank.assessment.run import contexts_of
 from jaxrank.assessment.store import JudgementStore
+from tiny_data import summary_dataset
 
 N, CONTEXTS = 8, 2
 HUMAN = [np.array([1.0, 4.5, 2.0, 5.0, 3.0, 1.5, 4.0, 2.5]),     # distinct scores, 0.5 apart
@@ -24,16 +24,7 @@ HUMAN = [np.array([1.0, 4.5, 2.0, 5.0, 3.0, 1.5, 4.0, 2.5]),     # distinct scor
 
 
 def _dataset():
-    rows = {k: [] for k in ("context_id", "context", "candidate_id", "candidate", "reference", "coherence")}
-    for c in range(CONTEXTS):
-        for n in range(N):
-            rows["context_id"].append(f"doc{c}")
-            rows["context"].append(f"article {c}")
-            rows["candidate_id"].append(f"s{n}")
-            rows["candidate"].append(f"summary {n} of article {c}")
-            rows["reference"].append("")
-            rows["coherence"].append(float(HUMAN[c][n]))
-    return datasets.Dataset.from_dict(rows)
+    return summary_dataset(HUMAN)
 
 
 class FakeJudge:

@@ -1,6 +1,5 @@
 """HANNA LLM ratings: loader vs an independent reading of the CSV, replay-judge p by hand."""
 
-import csv
 import json
 import math
 
@@ -10,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from jaxrank.data import load_llm_ratings, match_systems
 from jaxrank.data.loaders import data_dir
+from hanna_raw import read_hanna_raw
 from jaxrank.judges.rating_replay import all_pairs, replay_comparisons, replay_probabilities, replay_scores
 
 try:
@@ -23,15 +23,7 @@ needs_data = pytest.mark.skipif(not HAVE, reason="HANNA data not present")
 @pytest.fixture(scope="module")
 def raw():
     """The CSV parsed with csv + json only, and hanna.jsonl rows grouped by prompt."""
-    csv.field_size_limit(1 << 30)
-    with open(DATA / "hanna" / "hanna_metric_scores_llm.csv", newline="", encoding="utf-8") as f:
-        rows = {r["Model"]: r for r in csv.DictReader(f)}
-    stories = {}
-    with open(DATA / "hanna" / "hanna.jsonl", encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            stories.setdefault(rec["prompt_id"], []).append(rec)
-    return rows, stories
+    return read_hanna_raw(DATA)
 
 
 @pytest.fixture(scope="module")

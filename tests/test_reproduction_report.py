@@ -1,6 +1,5 @@
 """The reproduction report: generated from stored results, one row checked by an independent recomputation."""
 
-import csv
 import importlib.util
 import json
 import re
@@ -12,6 +11,7 @@ from scipy.stats import spearmanr
 
 from jaxrank.data import match_systems
 from jaxrank.data.loaders import data_dir
+from hanna_raw import read_hanna_raw
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -43,15 +43,8 @@ def test_report_hanna_row_matches_independent_recomputation(tmp_path):
     reported = float(re.findall(r"\| ([-\d.]+) \[", row)[2])          # the average-probability column
 
     # independent: raw CSV (csv + json), variant-share p by hand, average probability, scipy Spearman
-    csv.field_size_limit(1 << 30)
-    folder = data_dir()
-    with open(folder / "hanna" / "hanna_metric_scores_llm.csv", newline="", encoding="utf-8") as f:
-        rows = {r["Model"]: r for r in csv.DictReader(f)}
-    human = {}
-    with open(folder / "hanna" / "hanna.jsonl", encoding="utf-8") as f:
-        for line in f:
-            rec = json.loads(line)
-            human.setdefault(rec["prompt_id"], []).append(rec["coherence"])
+    rows, stories = read_hanna_raw(data_dir())
+    human = {pid: [rec["coherence"] for rec in recs] for pid, recs in stories.items()}
     cols = {name: np.array([json.loads(r[f"Mistral-7B CH {v}"]) for v in (1, 2, 3, 4)]) for name, r in rows.items()}
     rhos = []
     for k, names in enumerate(match_systems()):

@@ -289,17 +289,23 @@ def test_cli_soft_prompt_of_the_wrong_size(tmp_path, smollm2):
               "--store", str(tmp_path / "s.jsonl")])
 
 
-def test_study_summary_against_the_library_debiasing():
+def _study_module():
+    """``experiments/soft_prompt.py`` loaded as a module (a script, not a package)."""
     import importlib.util
     from pathlib import Path
-    from jaxrank.comparisons import Comparisons
-    from jaxrank.debias import permutation_average
-    from jaxrank.metrics import spearman
-    from jaxrank.scoring.counting import average_probability
     spec = importlib.util.spec_from_file_location(
         "_exp_soft_prompt", Path(__file__).resolve().parents[1] / "experiments" / "soft_prompt.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_study_summary_against_the_library_debiasing():
+    from jaxrank.comparisons import Comparisons
+    from jaxrank.debias import permutation_average
+    from jaxrank.metrics import spearman
+    from jaxrank.scoring.counting import average_probability
+    mod = _study_module()
     rng = np.random.default_rng(3)
     i, j = mod.eval_pairs(6, 9, rng)
     assert len(i) == 18 and set(zip(i[:9], j[:9])) == set(zip(j[9:], i[9:]))
@@ -316,12 +322,7 @@ def test_study_summary_against_the_library_debiasing():
 
 
 def test_study_summary_counts_contexts_with_constant_scores():
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location(
-        "_exp_soft_prompt", Path(__file__).resolve().parents[1] / "experiments" / "soft_prompt.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _study_module()
     rng = np.random.default_rng(5)
     i, j = mod.eval_pairs(4, 6, rng)              # every unordered pair of 4 items, both orders
     labels = [np.arange(4, dtype=np.float32)]
