@@ -19,7 +19,7 @@ runs the case once and reports its peak resident set size
   Thurstone experts (``experts.thurstone()``);
 * ``cli-<method>``: ``jaxrank rank pool.csv --method <method> -o scores.csv``
   in-process (the file written first, then read by the command), for
-  ``win_ratio`` and ``poe_bradley_terry`` (the default, with Laplace standard
+  ``win_ratio``, ``poe_gaussian`` (with its standard errors) and ``poe_bradley_terry`` (the default, with Laplace standard
   errors), compilation cache off.
 
 ``--bt-vs-poe N`` also times hard BT against PoE-BT on one pool of ``N`` items in
@@ -48,7 +48,7 @@ import numpy as np
 from _report import Report, interleaved, load_line, spread   # benchmarks/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI_METHODS = ("win_ratio", "poe_bradley_terry")
+CLI_METHODS = ("win_ratio", "poe_bradley_terry", "poe_gaussian")
 SKIPPED = ("max_likelihood_ranking",)
 
 

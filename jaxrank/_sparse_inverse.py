@@ -40,6 +40,33 @@ CG_TOL = 1e-4
 """Relative residual of each probe's CG solve (far below the estimator's own sampling error)."""
 
 
+DENSE_COVARIANCE_MAX_ITEMS = 2048
+"""``covariance="auto"`` keeps the dense ``[N, N]`` covariance up to this many items (16 MB in float32,
+an ``O(N^3)`` factorisation of a second or so), or on a dense pool (``_graph.use_dense``); above, it
+estimates the marginal variances by the sparse method (``O(N + R)``)."""
+
+NUM_PROBES = 64
+"""Hutchinson probes of the sparse marginal variances (``covariance="diagonal"``)."""
+
+
+def dense_covariance(num_items: int, num_comparisons: int) -> bool:
+    """Whether ``covariance="auto"`` forms the dense covariance for these (static) sizes."""
+    return num_items <= DENSE_COVARIANCE_MAX_ITEMS or _graph.use_dense(num_items, num_comparisons)
+
+
+def covariance_form(covariance: str, num_items: int, num_comparisons: int) -> str:
+    """``"dense"`` or ``"diagonal"`` for a ``covariance=`` option (``"auto"`` resolved by :func:`dense_covariance`).
+
+    Raises:
+        ValueError: ``covariance`` is not ``"dense"``, ``"diagonal"`` or ``"auto"``.
+    """
+    if covariance not in ("dense", "diagonal", "auto"):
+        raise ValueError(f"covariance must be 'dense', 'diagonal' or 'auto', got {covariance!r}")
+    if covariance == "auto":
+        return "dense" if dense_covariance(num_items, num_comparisons) else "diagonal"
+    return covariance
+
+
 class PrecisionTerms(NamedTuple):
     """The pieces of ``S`` (module docstring) of one context, ``O(N + R)``.
 

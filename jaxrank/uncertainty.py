@@ -41,12 +41,12 @@ def _projector_scale(h, n):
     return jnp.maximum(jnp.trace(h[:n, :n]) / n, 1e-30)
 
 
-DENSE_COVARIANCE_MAX_ITEMS = 2048
+DENSE_COVARIANCE_MAX_ITEMS = _sparse_inverse.DENSE_COVARIANCE_MAX_ITEMS
 """``covariance="auto"`` keeps the dense ``[N, N]`` covariance up to this many items (16 MB in float32,
 an ``O(N^3)`` factorisation of a second or so), or on a dense pool (``_graph.use_dense``); above, it
 estimates the marginal variances by the sparse method (``O(N + R)``)."""
 
-NUM_PROBES = 64
+NUM_PROBES = _sparse_inverse.NUM_PROBES
 """Hutchinson probes of the sparse marginal variances (``covariance="diagonal"``)."""
 
 
@@ -116,7 +116,7 @@ def _laplace_diagonal(c, theta, key, solver, num_probes):
 
 def dense_covariance(num_items: int, num_comparisons: int) -> bool:
     """Whether ``covariance="auto"`` forms the dense covariance for these (static) sizes."""
-    return num_items <= DENSE_COVARIANCE_MAX_ITEMS or _graph.use_dense(num_items, num_comparisons)
+    return _sparse_inverse.dense_covariance(num_items, num_comparisons)
 
 
 def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | ProductOfExpertsSolver | None = None, *,
@@ -161,13 +161,10 @@ def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | ProductOfExpe
         raise ValueError(f"solver must be a BradleyTerrySolver or ProductOfExpertsSolver, got {type(solver).__name__}")
     if theta is not None and not isinstance(solver, ProductOfExpertsSolver):
         raise ValueError("theta is a parameter of a ProductOfExpertsSolver's expert; got a BradleyTerrySolver")
-    if covariance not in ("dense", "diagonal", "auto"):
-        raise ValueError(f"covariance must be 'dense', 'diagonal' or 'auto', got {covariance!r}")
+    covariance = _sparse_inverse.covariance_form(covariance, c.num_items, c.i.shape[-1])
     num_probes = _validate.integer("num_probes", num_probes, low=1)
     if isinstance(solver, ProductOfExpertsSolver):
         theta = solver.theta(theta, c.p.dtype)
-    if covariance == "auto":
-        covariance = "dense" if dense_covariance(c.num_items, c.i.shape[-1]) else "diagonal"
     if covariance == "dense":
         fit = _laplace(c, theta, solver)
     else:

@@ -114,3 +114,52 @@ def test_bad_options_and_marginal_only_uses_raise():
     np.testing.assert_allclose(np.asarray(hi - lo), 2 * 1.6448536 * np.asarray(post.stderr), rtol=1e-5)
     with pytest.raises(ValueError, match="covariance='dense'"):
         jr.uncertainty.rank_intervals(post, key=jax.random.key(0))
+
+
+def _numpy_gaussian_variances(i, j, w, n):
+    """``diag((W^T D W)^+)``: PoE-g's covariance (PoE eq. 8), from a NumPy Laplacian and ``pinv``."""
+    lap = np.zeros((n, n))
+    np.add.at(lap, (i, i), w)
+    np.add.at(lap, (j, j), w)
+    np.add.at(lap, (i, j), -w)
+    np.add.at(lap, (j, i), -w)
+    return np.diag(np.linalg.pinv(lap, hermitian=True))
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_poe_gaussian_marginals_match_numpy_pinv_on_a_medium_pool(hard):
+    n = 600                                   # above CG_MIN_ITEMS: PoE-g's mean by CG too
+    i, j, p = _pool(n, seed=11)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, len(i)).astype(np.float32)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w)
+    post = jr.poe_gaussian_posterior(c, hard=hard, covariance="diagonal")
+    assert isinstance(post, jr.MarginalPosterior)
+    np.testing.assert_allclose(np.asarray(post.mean), np.asarray(jr.poe_gaussian(c, hard=hard)), atol=1e-5)
+    ref = _numpy_gaussian_variances(i, j, w.astype(float), n)
+    rel = np.asarray(post.variance, float) / ref - 1
+    assert np.median(np.abs(rel)) < 0.05        # 64 probes, ~20 comparisons per item: 1/sqrt(d K) ~ 0.03
+    assert np.max(np.abs(rel)) < 0.25
+
+
+def test_poe_gaussian_auto_is_dense_when_small_and_diagonal_agrees_with_it_under_jit():
+    n = 40
+    i, j, p = _pool(n, per_item=5, seed=4)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n + 1)       # one item in no comparison
+    dense = jr.poe_gaussian_posterior(c, covariance="auto")
+    assert isinstance(dense, jr.GaussianPosterior)
+    diag = jax.jit(lambda cc: jr.poe_gaussian_posterior(cc, covariance="diagonal", num_probes=4096))(c)
+    np.testing.assert_allclose(np.asarray(diag.variance)[:n], np.diag(np.asarray(dense.covariance))[:n], rtol=0.06)
+    assert float(diag.variance[n]) == 0.0
+
+
+def test_poe_gaussian_large_pool_program_has_no_item_by_item_value_and_bad_options_raise():
+    n = 3000                                   # above DENSE_COVARIANCE_MAX_ITEMS
+    i, j, p = _pool(n)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n)
+    fn = lambda cc: jr.poe_gaussian_posterior(cc, covariance="auto")
+    assert f"{n}x{n}" not in jax.jit(fn).lower(c).as_text()
+    assert isinstance(jax.eval_shape(fn, c), jr.MarginalPosterior)
+    with pytest.raises(ValueError, match="covariance"):
+        jr.poe_gaussian_posterior(c, covariance="sparse")
+    with pytest.raises(ValueError, match="num_probes"):
+        jr.poe_gaussian_posterior(c, covariance="diagonal", num_probes=0)

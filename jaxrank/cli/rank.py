@@ -120,7 +120,7 @@ def _rank_scores(c, method, debias, score_prior):
         out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
                    iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):
-        post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"))
+        post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"), covariance="auto")
         out.update(scores=post.mean, stderr=post.stderr)
     else:
         entry = scorer_table.SCORERS[method]      # c is transformed already: only the model term is left

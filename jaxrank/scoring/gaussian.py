@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _batching, _graph, _validate
+from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.counting import decisions
 
@@ -170,10 +170,53 @@ def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.
     return _solve(c, _check_debias(debias), _check(c, hard, alpha), alpha, False)
 
 
-def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> GaussianPosterior:
-    """The full Gaussian posterior of PoE-g: mean (PoE eq. 7) and covariance (PoE eq. 8).
+def _marginals_one(c: Comparisons, key, debias, hard, alpha, num_probes):
+    """PoE-g's mean and marginal variances ``diag((W^T D W)^+)`` of one context, ``O(N + R)`` memory."""
+    s = _solve_one(c, debias, hard, alpha, False)          # CG on a large sparse pool (no [N, N] array)
+    e = _graph.edges(c, dense=False)
+    labels = _graph.components(c, e=e, w=c.weight)
+    dt = c.p.dtype
+    terms = _sparse_inverse.PrecisionTerms(e, c.weight, jnp.zeros((c.num_items, 0), dt), jnp.zeros((0, 0), dt),
+                                           jnp.zeros((), dt), labels)
+    var = _sparse_inverse.marginal_variances(terms, key, num_probes)
+    return MarginalPosterior(s, jnp.where(c.item_mask, var, 0))
 
-    The covariance is in units of the experts' variance ``sigma^2`` (taken as 1). Options and
-    errors as :func:`poe_gaussian`.
+
+@functools.partial(jax.jit, static_argnames=("num_probes",))
+def _solve_marginals(c, key, debias, hard, alpha, num_probes):
+    return _batching.batched(_marginals_one, c, key=key, debias=debias, hard=hard, alpha=alpha,
+                             num_probes=num_probes)
+
+
+def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.0, covariance: str = "dense",
+                           key=None, num_probes: int = _sparse_inverse.NUM_PROBES):
+    """The Gaussian posterior of PoE-g: mean (PoE eq. 7) and covariance ``(W^T D W)^+`` (PoE eq. 8).
+
+    The covariance is in units of the experts' variance ``sigma^2`` (taken as 1);
+    it does not depend on ``p``, only on which comparisons were made and their
+    weights ``D``.
+
+    Args:
+        c, debias, hard, alpha: as :func:`poe_gaussian`.
+        covariance: ``"dense"``: the full ``[N, N]`` covariance (a
+            :class:`GaussianPosterior`, ``O(N^2)`` memory). ``"diagonal"``:
+            only the marginal variances ``diag((W^T D W)^+)``, a
+            :class:`MarginalPosterior` in ``O(N + R)`` memory, by Hutchinson's
+            estimator over ``num_probes`` Rademacher probes, each one
+            conjugate-gradient solve (as :func:`jaxrank.laplace_posterior`:
+            relative error of a variance about ``1 / sqrt(d K)`` for ``d``
+            comparisons per item and ``K`` probes). ``"auto"``: dense up to
+            :data:`jaxrank.uncertainty.DENSE_COVARIANCE_MAX_ITEMS` items or on
+            a dense pool, diagonal above.
+        key: ``jax.random`` key of the probes (``"diagonal"``; default ``key(0)``: reproducible).
+        num_probes: Hutchinson probes (``"diagonal"``), rounded up to a multiple of 16.
+
+    Raises:
+        ValueError: as :func:`poe_gaussian`, a bad ``covariance`` or ``num_probes``.
     """
-    return _solve(c, _check_debias(debias), _check(c, hard, alpha), alpha, True)
+    debias, hard = _check_debias(debias), _check(c, hard, alpha)
+    form = _sparse_inverse.covariance_form(covariance, c.num_items, c.i.shape[-1])
+    num_probes = _validate.integer("num_probes", num_probes, low=1)
+    if form == "dense":
+        return _solve(c, debias, hard, alpha, True)
+    return _solve_marginals(c, jax.random.key(0) if key is None else key, debias, hard, alpha, num_probes)
