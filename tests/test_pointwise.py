@@ -100,6 +100,24 @@ def test_steps_generated_once_and_reused(lm, monkeypatch):
     assert len(calls) == 1 and given.steps == STEPS
 
 
+def test_geval_without_chain_of_thought_never_generates_steps(lm, monkeypatch):
+    calls = []
+    monkeypatch.setattr(textgen, "generate", lambda *a, **kw: calls.append(kw))
+    tpl = pointwise_template("coherence", chain_of_thought=False)
+    assert "{steps}" not in tpl.text and "Evaluation Steps" not in tpl.text and tpl.name.endswith("-nocot")
+    assert tpl.key != pointwise_template("coherence").key
+    judge = GEvalJudge(lm, tpl, batch_size=3)
+    res = judge.score(CTX, CANDS)
+    assert not calls and judge.step_generations == 0
+    for c, s in zip(CANDS, res.scores):      # the prompt is the template with only criteria, context, candidate
+        text = tpl.text.replace("{criteria}", tpl.criteria).replace("{context}", CTX).replace("{candidate}", c) + " "
+        assert judge.prompt_text(CTX, c) == text
+        ref, _ = _reference_score(lm, text, judge.score_token_ids, np.arange(1, 6))
+        assert abs(s - ref) < 1e-4
+    with pytest.raises(ValueError, match="chain_of_thought"):
+        pointwise_template("coherence", chain_of_thought="no")
+
+
 def test_geval_truncates_context_and_validates(lm):
     small = tiny_lm(seed=1, max_len=700)
     judge = GEvalJudge(small, pointwise_template("coherence"), steps=STEPS)

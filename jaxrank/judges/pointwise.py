@@ -315,7 +315,9 @@ class GEvalJudge(_PointwiseBase):
         if cached is None or cached[0] != self._steps:
             t = self.template
             msg = t.text.replace("{context}", _CTX).replace("{candidate}", _CAND)
-            msg = msg.replace("{criteria}", t.criteria).replace("{steps}", self.steps)
+            msg = msg.replace("{criteria}", t.criteria)
+            if "{steps}" in msg:      # a template without chain of thought never asks for the steps
+                msg = msg.replace("{steps}", self.steps)
             full = self._wrap(msg, "")
             cached = (self._steps, full, self._split(full))
             self.__dict__["_frame_cache"] = cached

@@ -213,18 +213,28 @@ G_EVAL_CRITERIA: dict[str, str] = {
 }
 
 
-def pointwise_template(aspect: str, *, criteria: str | None = None, kind: str = "summary") -> PointwiseTemplate:
-    """A G-Eval template (g-eval §2) for ``aspect``; ``criteria`` overrides the built-in text."""
+def pointwise_template(aspect: str, *, criteria: str | None = None, kind: str = "summary",
+                       chain_of_thought: bool = True) -> PointwiseTemplate:
+    """A G-Eval template (g-eval §2) for ``aspect``; ``criteria`` overrides the built-in text.
+
+    ``chain_of_thought=False`` leaves the evaluation steps out of the prompt
+    (the G-Eval paper's "without CoT" ablation, g-eval Table 1): a judge then
+    never asks the model for them.
+    """
     if criteria is None:
         if aspect not in G_EVAL_CRITERIA:
             raise ValueError(f"no built-in criteria for aspect {aspect!r} (known: "
                              f"{', '.join(G_EVAL_CRITERIA)}); pass criteria=")
         criteria = G_EVAL_CRITERIA[aspect]
+    if not isinstance(chain_of_thought, bool):
+        raise ValueError(f"chain_of_thought must be True or False, got {chain_of_thought!r}")
     task = (f"You will be given one {kind} written for a source text.\n\n"
             f"Your task is to rate the {kind} on one metric.\n\n")
     steps_request = task + f"Evaluation Criteria:\n\n{criteria}\n\nEvaluation Steps:\n\n" \
         "Write the evaluation steps as a short numbered list."
-    text = (task + "Evaluation Criteria:\n\n{criteria}\n\nEvaluation Steps:\n\n{steps}\n\n"
+    steps = "Evaluation Steps:\n\n{steps}\n\n" if chain_of_thought else ""
+    text = (task + "Evaluation Criteria:\n\n{criteria}\n\n" + steps +
             "Source Text:\n\n{context}\n\n" + kind.capitalize() + ":\n\n{candidate}\n\n"
             f"Evaluation Form (scores ONLY):\n\n- {aspect.capitalize()}:")
-    return PointwiseTemplate(text, steps_request, criteria, name=f"geval-{aspect}")
+    return PointwiseTemplate(text, steps_request, criteria,
+                             name=f"geval-{aspect}" if chain_of_thought else f"geval-{aspect}-nocot")
