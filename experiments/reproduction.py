@@ -107,6 +107,36 @@ def zepo_rows(results: Path) -> list[tuple[str, str, str]]:
     return out
 
 
+GEVAL_PAPER = {"coherence": 0.582, "consistency": 0.507, "fluency": 0.455, "relevance": 0.547}
+"""g-eval Table 1, G-Eval-4 (GPT-4) Spearman per SummEval aspect."""
+
+
+def geval_rows(results: Path) -> list[list[str]]:
+    """G-Eval rows from ``results/geval/geval-summeval-<judge>.csv`` (``experiments/geval.py``), one per aspect."""
+    rows = []
+    for path in sorted((results / "geval").glob("geval-summeval-*.csv")):
+        judge = path.stem.removeprefix("geval-summeval-")
+        recs = read_csv(path) or []
+        cell = {(r["aspect"], r["cot"], r["score"]): r for r in recs}
+        for aspect, paper in GEVAL_PAPER.items():
+            parts = []
+            for cot, kind, label in (("True", "weighted", "weighted, CoT"), ("True", "plain", "plain, CoT"),
+                                     ("False", "weighted", "weighted, no CoT"), ("False", "plain", "plain, no CoT")):
+                r = cell.get((aspect, cot, kind))
+                if r is None:
+                    continue
+                if int(r["defined"]) == 0:
+                    parts.append(f"{label}: undefined (constant scores in all {r['contexts']} articles)")
+                else:
+                    parts.append(f"{label} {float(r['spearman']):.3f} [{float(r['spearman_lo']):.3f}, "
+                                 f"{float(r['spearman_hi']):.3f}] ({r['defined']}/{r['contexts']})")
+            if parts:
+                rows.append([f"SummEval {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
+                             f"{paper:.3f} (Table 1)", "; ".join(parts),
+                             f"{SHAPE}: small local judge, the first articles only"])
+    return rows
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -158,9 +188,9 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"{efficiency_point(eff_sim, 'poe_gaussian', budget=30, selection='greedy')}", SHAPE],
     ])
     L += ["", "## G-Eval", ""]
-    L += table(["setting", "judge", "paper", "ours", "note"], [
+    L += table(["setting", "judge", "paper", "ours", "note"], geval_rows(results) or [
         ["SummEval COH, pointwise score", "GPT-4 (paper)", "0.582 (Table 1)", "left to fill",
-         "no stored G-Eval run on SummEval with a comparable model"],
+         "no stored G-Eval run on SummEval"]] + [
         ["HANNA COH, pointwise mean of 4 stored ratings", "ChatGPT (stored HANNA ratings)",
          "- (G-Eval has no HANNA)", hanna_row(hanna, "ChatGPT", "coherence", "mean_rating (pointwise)", "-"),
          f"{SHAPE}: pointwise vs pairwise replay of the same ratings below"],
