@@ -15,7 +15,7 @@ from jaxrank.assessment.store import JudgementStore
 from jaxrank.data import label_matrix, load_dataset
 from jaxrank.studies import JudgeMatrix, simulated_judge
 
-__all__ = ["LABELS", "store_judge", "load_judge"]
+__all__ = ["LABELS", "store_judge", "load_judge", "rating_judge_matrix", "hanna_llm_judge"]
 
 LABELS = {
     "win_ratio": "win ratio", "average_probability": "avg prob", "bradley_terry": "BT",
@@ -96,3 +96,29 @@ def load_judge(*, data: str, aspect: str, contexts: str | None = None, store=Non
     lm = label_matrix(dataset if dataset is not None else load_dataset(data), aspect)
     j = simulated_judge(lm.labels[cut], lm.mask[cut], accuracy=accuracy, p_a=p_a, item_noise=item_noise, seed=seed)
     return j, f"sim-acc{round(1000 * accuracy)}-pa{round(100 * p_a)}"
+
+
+def rating_judge_matrix(ratings, human, mask, name: str) -> JudgeMatrix:
+    """Every ordered pair's ``variant_share`` probability of stored ratings as a :class:`JudgeMatrix`.
+
+    ``ratings [K, N, V]`` (``V`` rating variants per item), ``human``/``mask [K, N]``;
+    ``p`` as :func:`jaxrank.judges.replay_probabilities` (``method="variant_share"``).
+    """
+    from jaxrank.judges.rating_replay import replay_probabilities
+
+    k, n = mask.shape
+    a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    i = np.broadcast_to(a.reshape(-1), (k, n * n))
+    j = np.broadcast_to(b.reshape(-1), (k, n * n))
+    probs = replay_probabilities(ratings, i, j, method="variant_share").reshape(k, n, n)
+    observed = mask[:, :, None] & mask[:, None, :] & ~np.eye(n, dtype=bool)
+    return JudgeMatrix(np.where(observed, probs, 0.5).astype(np.float32), observed, human, mask, name)
+
+
+def hanna_llm_judge(llm: str, aspect: str = "coherence") -> JudgeMatrix:
+    """A HANNA LLM's stored ratings (:func:`jaxrank.data.load_llm_ratings`) as a pairwise judge, all pairs."""
+    from jaxrank.data import load_llm_ratings
+
+    r = load_llm_ratings(llm, aspect)
+    return rating_judge_matrix(r.ratings, r.human, r.mask, f"{llm} (stored ratings, variant share)")
+

@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import rating_judge_matrix  # noqa: E402
 from jaxrank import studies  # noqa: E402
 from jaxrank.data import LLM_JUDGES, load_llm_ratings, match_systems  # noqa: E402
 from jaxrank.data.loaders import ASPECTS  # noqa: E402
@@ -49,17 +50,6 @@ def bootstrap_ci(values, *, draws: int, seed: int = 0) -> tuple[float, float]:
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), (draws, len(x)))].mean(1)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def judge_matrix(ratings, human, mask, name: str) -> studies.JudgeMatrix:
-    """Every ordered pair's ``variant_share`` probability as a :class:`~jaxrank.studies.JudgeMatrix`."""
-    k, n = mask.shape
-    a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    i = np.broadcast_to(a.reshape(-1), (k, n * n))
-    j = np.broadcast_to(b.reshape(-1), (k, n * n))
-    probs = replay_probabilities(ratings, i, j, method="variant_share").reshape(k, n, n)
-    observed = mask[:, :, None] & mask[:, None, :] & ~np.eye(n, dtype=bool)
-    return studies.JudgeMatrix(np.where(observed, probs, 0.5).astype(np.float32), observed, human, mask, name)
 
 
 def main(argv=None) -> int:
@@ -96,7 +86,7 @@ def main(argv=None) -> int:
                                      spearman=np.nanmean(rho), ci_low=lo, ci_high=hi,
                                      prompts=int((~np.isnan(rho)).sum())))
             if aspect in args.curve_aspects.split(","):
-                jm = judge_matrix(r.ratings, r.human, r.mask, f"{judge} variant_share")
+                jm = rating_judge_matrix(r.ratings, r.human, r.mask, f"{judge} variant_share")
                 n = r.mask.shape[-1]
                 for selection in ("random", "greedy"):
                     got, _ = studies.run_study(jm, scorers=["win_ratio", "poe_gaussian", "bradley_terry"],

@@ -26,13 +26,18 @@ under-confident, saturating judge) that keeps every decision, so accuracy and P(
 unchanged. A second simulated judge (accuracy 0.65, P(A) 0.55, over-confident
 ``x -> 2 x``) makes a product of two judges (``product``: both judges' comparisons
 concatenated, each judge with its own learnt calibration). A judgement store from
-``jaxrank judge`` (``--store FILE --judge NAME --store-aspect ASPECT``) adds its judge.
+``jaxrank judge`` (``--store FILE --judge NAME --store-aspect ASPECT``) adds its judge, and
+``--hanna-llm`` the real LLMs whose ratings HANNA stores (Beluga-13B, OrcaPlatypus,
+Mistral-7B, Llama-13B, ChatGPT; ``p`` = the share of their four rating variants in which
+A beats B, :func:`jaxrank.judges.replay_probabilities`); ``--data ""`` leaves the
+simulated judges out.
 
 Writes ``learnt_experts[_smoke].{csv,md}`` and ``learnt_experts_<data>[_smoke].png`` to
 ``--out`` (default ``experiments/results``).
 
     python experiments/learnt_experts.py [--data summeval,hanna] [--subsets 20] [--smoke]
         [--store FILE --judge NAME --store-data summeval --store-aspect relevance]
+        [--hanna-llm all --hanna-aspect coherence] [--out DIR]
 """
 
 from __future__ import annotations
@@ -273,6 +278,10 @@ def parse_args(argv):
     ap.add_argument("--judge", default=None, help="the judge's name in --store")
     ap.add_argument("--store-data", default="summeval", help="data set of --store (default summeval)")
     ap.add_argument("--store-aspect", default="coherence", help="human aspect of --store")
+    ap.add_argument("--hanna-llm", default=None, metavar="LLM[,LLM]",
+                    help="real HANNA LLM judges (their stored ratings replayed as pairwise p, variant share), "
+                         "e.g. Mistral-7B,ChatGPT; 'all' for every stored LLM")
+    ap.add_argument("--hanna-aspect", default="coherence", help="HANNA aspect of --hanna-llm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output folder (default experiments/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny run: 12 contexts, 2 subsets, 20 steps, summeval")
@@ -281,13 +290,14 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from _common import load_judge, store_judge
+    from _common import hanna_llm_judge, load_judge, store_judge
+    from jaxrank.data import LLM_JUDGES
     from jaxrank.data import label_matrix, load_dataset
     from jaxrank.simulate import judge_stats
 
     if args.store and not args.judge:
         raise SystemExit("--store needs --judge")
-    names = args.data.split(",")
+    names = [x for x in args.data.split(",") if x]
     if args.smoke:
         names, args.subsets, args.steps, args.boot = names[:1], 2, 20, 100
     out = Path(args.out) if args.out else Path(__file__).parent / "results"
@@ -323,6 +333,19 @@ def main(argv=None):
             j = j._replace(probs=j.probs[:12], observed=j.observed[:12], labels=j.labels[:12], mask=j.mask[:12])
         name = f"{args.store_data}-{args.store_aspect} {Path(args.judge).name}"
         say(f"- {name}: judgement store {args.store}")
+        r, _ = study(name, [j], j.labels, j.mask, args, say)
+        rows += r
+    llms = [] if not args.hanna_llm else LLM_JUDGES if args.hanna_llm == "all" else args.hanna_llm.split(",")
+    for llm in llms:
+        if llm not in LLM_JUDGES:
+            raise SystemExit(f"--hanna-llm: {llm!r} is not one of {', '.join(LLM_JUDGES)}")
+        j = hanna_llm_judge(llm, args.hanna_aspect)
+        if args.smoke:
+            j = j._replace(probs=j.probs[:12], observed=j.observed[:12], labels=j.labels[:12], mask=j.mask[:12])
+        st = judge_stats(j.probs, j.labels, j.mask)
+        name = f"hanna-{args.hanna_aspect} {llm}"
+        say(f"- {name}: real stored ratings replayed (variant share): accuracy {st['accuracy']:.3f}, "
+            f"P(A) {st['p_a']:.3f}, mean p {st['mean_p']:.3f}")
         r, _ = study(name, [j], j.labels, j.mask, args, say)
         rows += r
     say(f"\nTotal time {time.perf_counter() - t0:.1f}s (compilation included).")

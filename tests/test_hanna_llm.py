@@ -113,3 +113,29 @@ def test_antisymmetry_and_range(items, method):
     q = replay_probabilities(ratings, b[None], a[None], method=method)
     np.testing.assert_allclose(p + q, 1.0, atol=1e-6)
     assert np.all((p >= 0) & (p <= 1))
+
+
+@needs_data
+def test_experiments_hanna_llm_judge_matrix_by_hand(raw, systems):
+    """experiments/_common.hanna_llm_judge: every ordered pair's variant share, read from the CSV by hand."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1] / "experiments"
+    sys.path.insert(0, str(here))
+    try:
+        spec = importlib.util.spec_from_file_location("_exp_common", here / "_common.py")
+        common = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(common)
+    finally:
+        sys.path.remove(str(here))
+    jm = common.hanna_llm_judge("ChatGPT", "coherence")
+    rows, _ = raw
+    assert jm.probs.shape == (96, 11, 11) and not jm.observed[:, np.arange(11), np.arange(11)].any()
+    for k, a, b in ((0, 1, 2), (40, 7, 3), (95, 10, 0)):
+        ra = [json.loads(rows[systems[k][a]][f"ChatGPT CH {v}"])[k] for v in (1, 2, 3, 4)]
+        rb = [json.loads(rows[systems[k][b]][f"ChatGPT CH {v}"])[k] for v in (1, 2, 3, 4)]
+        hand = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x, y in zip(ra, rb)) / 4
+        assert jm.observed[k, a, b] and float(jm.probs[k, a, b]) == pytest.approx(hand)
+        assert float(jm.probs[k, b, a]) == pytest.approx(1 - hand)
