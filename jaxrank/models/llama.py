@@ -94,8 +94,9 @@ class LlamaModel(nnx.Module):
 
     Args:
         config: the :class:`LlamaConfig`.
-        dtype: parameter / activation dtype (float32 default; bfloat16 works,
-            softmax, norms and logits stay in float32).
+        dtype: parameter dtype (float32 default). With bfloat16 weights the
+            residual stream, norms, softmax and logits stay float32; the matrix
+            products run in bfloat16 with float32 accumulation.
         rngs: for random initialisation (normal, std 0.02; norms at one).
         params: optional ready arrays by name (see :func:`load_state_dict`).
     """
