@@ -15,7 +15,7 @@ from jaxrank.assessment.store import JudgementStore
 from jaxrank.data import label_matrix, load_dataset
 from jaxrank.studies import JudgeMatrix, simulated_judge
 
-__all__ = ["LABELS", "store_judge", "load_judge", "rating_judge_matrix", "hanna_llm_judge"]
+__all__ = ["LABELS", "store_judge", "load_judge", "rating_judge_matrix", "hanna_llm_judge", "assess_store"]
 
 LABELS = {
     "win_ratio": "win ratio", "average_probability": "avg prob", "bradley_terry": "BT",
@@ -121,4 +121,36 @@ def hanna_llm_judge(llm: str, aspect: str = "coherence") -> JudgeMatrix:
 
     r = load_llm_ratings(llm, aspect)
     return rating_judge_matrix(r.ratings, r.human, r.mask, f"{llm} (stored ratings, variant share)")
+
+
+STORE_METHODS = ("win_ratio", "average_probability", "poe_gaussian", "poe_bradley_terry")
+
+
+def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debias: str = "none",
+                 methods=STORE_METHODS):
+    """A judgement store's comparisons against the data set's human scores (``assess_comparisons``).
+
+    Every context of the store is kept with all the candidates the data set gives it
+    (items never judged stay in, masked out of nothing: their score is the scorer's
+    default); a candidate without a human score is left out of the correlation.
+
+    Returns:
+        ``(assessment, judge name)``, or ``(None, None)`` when the store holds no record.
+    """
+    from jaxrank.assessment.report import assess_comparisons
+    from jaxrank.assessment.run import contexts_of
+
+    store = JudgementStore(path)
+    recs = store.records(judge=judge)
+    if not recs:
+        return None, None
+    judge = judge or recs[0]["judge"]
+    cs = contexts_of(load_dataset(data), aspect=aspect)
+    labels = {cs.ids[k]: dict(zip(cs.candidate_ids[k], cs.labels[k])) for k in range(len(cs.ids))}
+    order = {cs.ids[k]: list(cs.candidate_ids[k]) for k in range(len(cs.ids))}
+    sc = store.comparisons(judge=judge, candidates=order)
+    lab = np.full((len(sc.contexts), max(map(len, sc.candidates))), np.nan)   # NaN: no human score, left out
+    for r, (ctx, ids) in enumerate(zip(sc.contexts, sc.candidates)):
+        lab[r, :len(ids)] = [labels.get(ctx, {}).get(cid, np.nan) for cid in ids]
+    return assess_comparisons(sc.comparisons, lab, contexts=sc.contexts, debias=debias, methods=methods), judge
 

@@ -127,6 +127,9 @@ def geval_rows(results: Path) -> list[list[str]]:
                     continue
                 if int(r["defined"]) == 0:
                     parts.append(f"{label}: undefined (constant scores in all {r['contexts']} articles)")
+                elif float(r["spearman_lo"]) != float(r["spearman_lo"]):     # NaN: one article, no interval
+                    parts.append(f"{label} {float(r['spearman']):.3f} (1 article with varying scores of "
+                                 f"{r['contexts']}: no interval)")
                 else:
                     parts.append(f"{label} {float(r['spearman']):.3f} [{float(r['spearman_lo']):.3f}, "
                                  f"{float(r['spearman_hi']):.3f}] ({r['defined']}/{r['contexts']})")
@@ -134,6 +137,47 @@ def geval_rows(results: Path) -> list[list[str]]:
                 rows.append([f"SummEval {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
                              f"{paper:.3f} (Table 1)", "; ".join(parts),
                              f"{SHAPE}: small local judge, the first articles only"])
+    return rows
+
+
+STORES = (("summeval-coherence-qwen2.5-1.5b.jsonl", "summeval", "coherence", "SummEval COH"),
+          ("topicalchat-coherence-qwen2.5-1.5b.jsonl", "topicalchat", "coherence", "TopicalChat COH"))
+"""The long runs' judgement stores (``experiments/long_judge.py``) the LCA table reads."""
+
+
+def store_rows(results: Path) -> list[list[str]]:
+    """LCA rows from the long runs' stores: every ordered comparison, raw and with both orders averaged."""
+    sys.path.insert(0, str(HERE))
+    try:
+        from _common import assess_store
+    finally:
+        sys.path.remove(str(HERE))
+    rows = []
+    for name, data, aspect, label in STORES:
+        path = results / "stores" / name
+        if not path.is_file():
+            continue
+        cells, head = [], None
+        for debias in ("none", "permutation"):
+            a, judge = assess_store(path, data=data, aspect=aspect, debias=debias)
+            if a is None:
+                break
+            head = head or (judge, a)
+            for m in ("win_ratio", "average_probability"):
+                ok = int(np.isfinite(a.spearman[m]).sum())
+                lo, hi = a.interval[m]
+                val = ("undefined (constant scores in every context)" if not ok else
+                       f"{a.mean[m]:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else " (no interval)"))
+                cells.append(f"{m.replace('_', ' ')}{' (both orders averaged)' if debias != 'none' else ''}: "
+                             f"{val} ({ok}/{len(a.contexts)})")
+        if head is None:
+            continue
+        judge, a = head
+        rows.append([f"{label}, all N(N-1) comparisons", f"{judge} (local judge store, long run)",
+                     "51.2 (Table 1, FlanT5-3B; SummEval COH)" if data == "summeval" else "-",
+                     "; ".join(cells),
+                     f"{SHAPE}: P(A) {a.overall_positional_bias:.2f}, pairwise accuracy {a.overall_accuracy:.3f} "
+                     f"over {int(a.num_comparisons.sum())} comparisons in {len(a.contexts)} contexts"])
     return rows
 
 
@@ -168,7 +212,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"{SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
-    ])
+    ] + store_rows(results))
     L += ["", "## Product of Experts (PoE)", ""]
     L += table(["setting", "judge", "paper avg-prob / PoE-BT", "ours avg-prob / PoE-BT", "note"], [
         ["HANNA COH", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",
