@@ -63,3 +63,29 @@ def test_missing_results_leave_rows_to_fill(tmp_path):
     assert gen.hanna_row(None, "Mistral-7B", "coherence", "win_ratio") == "left to fill"
     assert gen.efficiency_point(None, "win_ratio") == "left to fill"
     assert gen.zepo_rows(tmp_path) == []
+    assert gen.store_rows(tmp_path) == [] and gen.geval_rows(tmp_path) == []
+
+
+def _summeval_coherence_raw():
+    """``{(article id, summary id): expert coherence}`` read from the JSONL with ``json`` only."""
+    path = data_dir() / "summeval" / "summeval.jsonl"
+    rows = (json.loads(line) for line in path.read_text().splitlines())
+    return {(r["article_id"], r["summary_id"]): float(r["coherence"]) for r in rows}
+
+
+@pytest.mark.skipif(not (RESULTS / "stores" / "summeval-coherence-qwen2.5-1.5b.jsonl").is_file(),
+                    reason="no stored long run")
+def test_store_row_bias_and_accuracy_match_the_raw_records():
+    gen = _generator()
+    row = next(r for r in gen.store_rows(RESULTS) if r[0].startswith("SummEval COH"))
+    recs = [json.loads(x) for x in (RESULTS / "stores" / "summeval-coherence-qwen2.5-1.5b.jsonl").read_text().splitlines()]
+    p = np.array([r["p"] for r in recs])
+    pa = float(np.mean((p > 0.5) + 0.5 * (p == 0.5)))
+    assert f"P(A) {pa:.2f}" in row[4] and f"over {len(recs)} comparisons" in row[4]
+    human = _summeval_coherence_raw()
+    ha = np.array([human[(r["context"], r["a"])] for r in recs])
+    hb = np.array([human[(r["context"], r["b"])] for r in recs])
+    decided = ha != hb
+    won = ((p > 0.5) + 0.5 * (p == 0.5))[decided]
+    acc = float(np.mean(np.where(ha[decided] > hb[decided], won, 1 - won)))
+    assert f"pairwise accuracy {acc:.3f}" in row[4]
