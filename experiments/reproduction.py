@@ -110,6 +110,9 @@ def zepo_rows(results: Path) -> list[tuple[str, str, str]]:
 GEVAL_PAPER = {"coherence": 0.582, "consistency": 0.507, "fluency": 0.455, "relevance": 0.547}
 """g-eval Table 1, G-Eval-4 (GPT-4) Spearman per SummEval aspect."""
 
+GEVAL_SMALL = {"coherence": 0.085, "consistency": 0.070, "fluency": 0.153, "relevance": 0.241}
+"""LCA Table 1, G-Eval with FlanT5-770M (the papers' judge nearest in size to a 0.5B one)."""
+
 
 def geval_rows(results: Path) -> list[list[str]]:
     """G-Eval rows from ``results/geval/geval-summeval-<judge>.csv`` (``experiments/geval.py``), one per aspect."""
@@ -135,12 +138,14 @@ def geval_rows(results: Path) -> list[list[str]]:
                                  f"{float(r['spearman_hi']):.3f}] ({r['defined']}/{r['contexts']})")
             if parts:
                 rows.append([f"SummEval {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
-                             f"{paper:.3f} (Table 1)", "; ".join(parts),
+                             f"{paper:.3f} (GPT-4, G-Eval Table 1); {GEVAL_SMALL[aspect]:.3f} (FlanT5-770M, "
+                             "LCA Table 1)", "; ".join(parts),
                              f"{SHAPE}: small local judge, the first articles only"])
     return rows
 
 
 STORES = (("summeval-coherence-qwen2.5-1.5b.jsonl", "summeval", "coherence", "SummEval COH"),
+          ("summeval-coherence-qwen2.5-0.5b.jsonl", "summeval", "coherence", "SummEval COH"),
           ("topicalchat-coherence-qwen2.5-1.5b.jsonl", "topicalchat", "coherence", "TopicalChat COH"))
 """The long runs' judgement stores (``experiments/long_judge.py``) the LCA table reads."""
 
@@ -181,6 +186,48 @@ def store_rows(results: Path) -> list[list[str]]:
     return rows
 
 
+def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b") -> list[list[str]]:
+    """LCA Table 1's question with one judge: its G-Eval scores against its pairwise comparisons, same articles.
+
+    Per article present in both the G-Eval records (``geval/geval-summeval-<judge>.jsonl``,
+    coherence, weighted score with auto-CoT) and the judge's long-run store (all
+    ``N(N-1)`` comparisons): Spearman of each with the human scores; the means over
+    those articles and their paired difference (pairwise minus pointwise).
+    """
+    import json
+
+    from scipy.stats import spearmanr
+
+    gpath = results / "geval" / f"geval-summeval-{judge}.jsonl"
+    spath = results / "stores" / f"summeval-coherence-{judge}.jsonl"
+    if not (gpath.is_file() and spath.is_file()):
+        return []
+    sys.path.insert(0, str(HERE))
+    try:
+        from _common import assess_store
+    finally:
+        sys.path.remove(str(HERE))
+    a, _ = assess_store(spath, data="summeval", aspect="coherence", methods=("average_probability",))
+    geval = {}
+    for line in gpath.read_text().splitlines():
+        r = json.loads(line)
+        if r["aspect"] == "coherence" and r["cot"]:
+            geval[r["context"]] = spearmanr(r["weighted"], r["human"])[0]
+    pair = dict(zip(a.contexts, a.spearman["average_probability"]))
+    full = {c for c, n, m in zip(a.contexts, a.num_comparisons, a.num_items) if n == m * (m - 1)}   # all pairs judged
+    both = sorted(c for c in geval if c in full and np.isfinite(pair[c]) and np.isfinite(geval[c]))
+    if not both:
+        return []
+    g = np.array([geval[c] for c in both])
+    q = np.array([pair[c] for c in both])
+    return [[f"SummEval COH, prompt scoring vs comparative, same judge, {len(both)} articles ({', '.join(both)})",
+             f"{judge} (local: G-Eval weighted score with auto-CoT vs all N(N-1) comparisons, average probability)",
+             "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)",
+             f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} "
+             f"(per article: {', '.join(f'{x:+.2f}' for x in q - g)})",
+             f"{SHAPE}: a 0.5B judge on {len(both)} articles; no interval at this size"]]
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -212,7 +259,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"{SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
-    ] + store_rows(results))
+    ] + store_rows(results) + pointwise_vs_pairwise_row(results))
     L += ["", "## Product of Experts (PoE)", ""]
     L += table(["setting", "judge", "paper avg-prob / PoE-BT", "ours avg-prob / PoE-BT", "note"], [
         ["HANNA COH", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",

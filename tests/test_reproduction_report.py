@@ -89,3 +89,25 @@ def test_store_row_bias_and_accuracy_match_the_raw_records():
     won = ((p > 0.5) + 0.5 * (p == 0.5))[decided]
     acc = float(np.mean(np.where(ha[decided] > hb[decided], won, 1 - won)))
     assert f"pairwise accuracy {acc:.3f}" in row[4]
+
+
+def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
+    gen = _generator()
+    rows = gen.pointwise_vs_pairwise_row(RESULTS)
+    if not rows:
+        pytest.skip("no article judged both pointwise (G-Eval) and in all pairs by the same judge")
+    arts = re.search(r"articles \(([^)]*)\)", rows[0][0]).group(1).split(", ")
+    human = _summeval_coherence_raw()
+    recs = [json.loads(x) for x in (RESULTS / "stores" / "summeval-coherence-qwen2.5-0.5b.jsonl").read_text().splitlines()]
+    geval = [json.loads(x) for x in (RESULTS / "geval" / "geval-summeval-qwen2.5-0.5b.jsonl").read_text().splitlines()]
+    pair, point = [], []
+    for art in arts:
+        won = {}
+        for r in (r for r in recs if r["context"] == art):     # average probability of winning, by hand
+            won.setdefault(r["a"], []).append(r["p"])
+            won.setdefault(r["b"], []).append(1 - r["p"])
+        ids = sorted(won)
+        pair.append(spearmanr([np.mean(won[x]) for x in ids], [human[(art, x)] for x in ids])[0])
+        g = next(r for r in geval if r["context"] == art and r["aspect"] == "coherence" and r["cot"])
+        point.append(spearmanr(g["weighted"], [human[(art, x)] for x in g["candidates"]])[0])
+    assert f"pointwise {np.mean(point):.3f}; pairwise {np.mean(pair):.3f}" in rows[0][3]
