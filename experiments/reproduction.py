@@ -186,13 +186,15 @@ def store_rows(results: Path) -> list[list[str]]:
     return rows
 
 
-def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b") -> list[list[str]]:
+def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b", *, boot: int = 1000,
+                              seed: int = 0) -> list[list[str]]:
     """LCA Table 1's question with one judge: its G-Eval scores against its pairwise comparisons, same articles.
 
     Per article present in both the G-Eval records (``geval/geval-summeval-<judge>.jsonl``,
     coherence, weighted score with auto-CoT) and the judge's long-run store (all
     ``N(N-1)`` comparisons): Spearman of each with the human scores; the means over
-    those articles and their paired difference (pairwise minus pointwise).
+    those articles and their paired difference (pairwise minus pointwise) with a 95 %
+    bootstrap interval over articles (``boot`` draws of the articles, paired).
     """
     import json
 
@@ -220,12 +222,15 @@ def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b") -> lis
         return []
     g = np.array([geval[c] for c in both])
     q = np.array([pair[c] for c in both])
+    rng = np.random.default_rng(seed)
+    draws = (q - g)[rng.integers(0, len(both), (boot, len(both)))].mean(1)
+    lo, hi = np.percentile(draws, [2.5, 97.5])
     return [[f"SummEval COH, prompt scoring vs comparative, same judge, {len(both)} articles ({', '.join(both)})",
              f"{judge} (local: G-Eval weighted score with auto-CoT vs all N(N-1) comparisons, average probability)",
              "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)",
-             f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} "
+             f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} [{lo:+.3f}, {hi:+.3f}] "
              f"(per article: {', '.join(f'{x:+.2f}' for x in q - g)})",
-             f"{SHAPE}: a 0.5B judge on {len(both)} articles; no interval at this size"]]
+             f"{SHAPE}: a 0.5B judge on {len(both)} articles (interval: paired bootstrap over articles)"]]
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -259,7 +264,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"{SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
-    ] + store_rows(results) + pointwise_vs_pairwise_row(results))
+    ] + store_rows(results) + pointwise_vs_pairwise_row(results, boot=boot))
     L += ["", "## Product of Experts (PoE)", ""]
     L += table(["setting", "judge", "paper avg-prob / PoE-BT", "ours avg-prob / PoE-BT", "note"], [
         ["HANNA COH", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",

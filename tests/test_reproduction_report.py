@@ -111,3 +111,10 @@ def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
         g = next(r for r in geval if r["context"] == art and r["aspect"] == "coherence" and r["cot"])
         point.append(spearmanr(g["weighted"], [human[(art, x)] for x in g["candidates"]])[0])
     assert f"pointwise {np.mean(point):.3f}; pairwise {np.mean(pair):.3f}" in rows[0][3]
+    diff = np.asarray(pair) - np.asarray(point)
+    m = re.search(r"pairwise - pointwise ([+-][0-9.]+) \[([+-][0-9.]+), ([+-][0-9.]+)\]", rows[0][3])
+    assert m, rows[0][3]
+    mean, lo, hi = (float(x) for x in m.groups())
+    assert mean == pytest.approx(diff.mean(), abs=1e-3)
+    # a bootstrap of the mean over articles lies within the articles' own range and brackets their mean
+    assert diff.min() - 1e-3 <= lo <= mean <= hi <= diff.max() + 1e-3
