@@ -181,7 +181,8 @@ def store_rows(results: Path) -> list[list[str]]:
         rows.append([f"{label}, all N(N-1) comparisons", f"{judge} (local judge store, long run)",
                      "51.2 (Table 1, FlanT5-3B; SummEval COH)" if data == "summeval" else "-",
                      "; ".join(cells),
-                     f"{SHAPE}: P(A) {a.overall_positional_bias:.2f}, pairwise accuracy {a.overall_accuracy:.3f} "
+                     f"{SHAPE}: P(A) {a.overall_positional_bias:.2f} (LCA Table 5), order consistency (self-consistency across the two orders) "
+                     f"{a.overall_consistency:.3f}, pairwise accuracy {a.overall_accuracy:.3f} "
                      f"over {int(a.num_comparisons.sum())} comparisons in {len(a.contexts)} contexts"])
     return rows
 

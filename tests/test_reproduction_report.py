@@ -118,3 +118,18 @@ def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
     assert mean == pytest.approx(diff.mean(), abs=1e-3)
     # a bootstrap of the mean over articles lies within the articles' own range and brackets their mean
     assert diff.min() - 1e-3 <= lo <= mean <= hi <= diff.max() + 1e-3
+
+
+@pytest.mark.skipif(not (RESULTS / "stores" / "summeval-coherence-qwen2.5-0.5b.jsonl").is_file(),
+                    reason="no stored long run")
+def test_store_row_order_consistency_matches_the_raw_records():
+    gen = _generator()
+    row = next(r for r in gen.store_rows(RESULTS) if "qwen2.5-0.5b" in r[1])
+    recs = [json.loads(x) for x in (RESULTS / "stores" / "summeval-coherence-qwen2.5-0.5b.jsonl").read_text().splitlines()]
+    p = {(r["context"], r["a"], r["b"]): r["p"] for r in recs}
+    agree = []
+    for (ctx, a, b), q in p.items():     # a pair judged in both orders is consistent if a wins (or loses) both times
+        if a < b and (ctx, b, a) in p:
+            agree.append((q > 0.5) == (p[(ctx, b, a)] < 0.5))
+    assert agree
+    assert f"order consistency (self-consistency across the two orders) {np.mean(agree):.3f}" in row[4]
