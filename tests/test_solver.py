@@ -102,3 +102,39 @@ def test_public_names_reach_the_top_level():
     from jaxrank import scoring
     assert jr.decisions is scoring.decisions
     assert jr.max_likelihood_ranking is scoring.max_likelihood_ranking
+
+
+def _newton_reference(i, j, p, n):
+    """Soft-BT ML scores to machine precision: NumPy Newton on the dense Hessian, s_0 = 0."""
+    s = np.zeros(n)
+    for _ in range(100):
+        d = s[i] - s[j]
+        q = expit(d)
+        g = np.bincount(i, q - p, n) - np.bincount(j, q - p, n)
+        h = q * (1 - q)
+        hess = np.zeros((n, n))
+        np.add.at(hess, (i, i), h)
+        np.add.at(hess, (j, j), h)
+        np.add.at(hess, (i, j), -h)
+        np.add.at(hess, (j, i), -h)
+        step = np.linalg.solve(hess[1:, 1:], -g[1:])
+        s[1:] += step
+        if np.max(np.abs(step)) < 1e-14:
+            break
+    return s - s.mean()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_stopping_rule_leaves_an_error_below_tol(seed):
+    """Newton stops on a step below tol or on the contraction estimate |step|^2 / |previous| < tol;
+    either way the scores it returns are within tol of the exact optimum (float64, so rounding is not the limit)."""
+    n = 12
+    i, j, p = _data(seed, n=n, reps=2)
+    p = np.clip(expit(4 * (p - 0.5) * 4), 0.01, 0.99)     # sharper probabilities: more Newton steps
+    want = _newton_reference(i, j, p, n)
+    with jax.enable_x64(True):
+        for tol in (1e-4, 1e-7):
+            c = jr.Comparisons.from_pairs(i, j, p.astype(np.float64), num_items=n)
+            sol = jr.fit_poe_bradley_terry(c, eps=1e-9, tol=tol)
+            assert bool(sol.converged)
+            assert np.max(np.abs(np.asarray(sol.scores) - want)) < tol

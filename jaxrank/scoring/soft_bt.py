@@ -69,7 +69,8 @@ class SoftBTSolution(NamedTuple):
         iterations: ``[...]`` Newton steps from the least-squares start (plus
             any line-search halvings).
         converged: ``[...]`` whether the last Newton step was below ``tol``
-            (max-norm) or every gradient entry reached its float rounding level
+            (max-norm), or predicted the error after it below ``tol`` (``|step|^2 / |previous
+            step| < tol``, the contraction-rate estimate), or every gradient entry reached its float rounding level
             (``64 eps`` times the sum of the magnitudes of its terms).
         grad_norm: ``[...]`` max-norm of the log-likelihood gradient at the solution.
         result: ``[...]`` int32 :data:`jaxrank.scoring.RESULTS` code of each context
@@ -277,7 +278,13 @@ def _pass(ops, state: _State, mode, st) -> _State:
     # comparisons stop at float32's noise floor along its nearly flat direction, where its
     # score is anyway undetermined to far more than tol.
     curv = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
-    small = (jnp.max(jnp.abs(new), initial=0.0) < st.tol) | (-new_slope <= st.tol**2 * curv)
+    # Or predicted small: after a full step ``delta`` the contraction rate ``theta = |new| / |delta|``
+    # estimates the error left after taking ``new`` as ``theta |new|`` (Deuflhard's estimate, as in
+    # Hairer & Wanner's stopping rule for Newton's method, IV.8); below ``tol`` (with ``theta <= 1/2``)
+    # it saves the confirming pass, whose step quadratic convergence makes far smaller still.
+    step, last = jnp.max(jnp.abs(new), initial=0.0), jnp.max(jnp.abs(delta), initial=0.0)
+    predicted = (it >= 2) & (t == 1) & ~bad & (2 * step <= last) & (step * step <= st.tol * last)
+    small = (step < st.tol) | predicted | (-new_slope <= st.tol**2 * curv)
     sc, gm = _split(y, pr, mode)
     scale = scale + st.score_prior * jnp.abs(sc)
     if mode == "learn":

@@ -103,7 +103,9 @@ class BradleyTerrySolver:
         gamma_prior: precision of the weak ``N(0, 1/gamma_prior)`` prior on a learnt ``gamma``.
         score_prior: precision ``lambda`` of an ``N(0, 1/lambda)`` prior on every
             score (MAP instead of maximum likelihood; 0 = off).
-        tol: stop when the Newton step's max-norm is below ``tol`` (``None``:
+        tol: stop when the Newton step's max-norm is below ``tol``, or the error
+            after it, estimated from the contraction of the last two full steps
+            (``|step|^2 / |previous step|``), is (``None``:
             ``1e-5`` in float32, ``1e-10`` in float64).
         max_iter: Newton iteration cap.
         throw: raise :class:`SolverError` when a concrete fit leaves a context
