@@ -1,6 +1,7 @@
 """Every scorer against an independent NumPy/SciPy formulation (tests/reference.py)."""
 
 import numpy as np
+from scipy.special import expit
 import pytest
 
 import jaxrank as jr
@@ -294,3 +295,63 @@ def test_large_sparse_pools_solve_newton_systems_by_cg(graph, debias):
     np.testing.assert_allclose(np.asarray(sol.scores), expected, atol=1e-3)
     if debias == "learn":
         assert abs(float(sol.gamma) - gamma) < 1e-3
+
+
+def test_newman_update_in_the_log_domain_matches_the_strength_form_and_stays_finite():
+    """``_mm.newman_update`` against Newman's eq. 13 written in strengths r = exp(s) with NumPy float64,
+    on scores spread over 200 log-units (exp(s) overflows float32 there; the log form must not)."""
+    from jaxrank import _graph
+    from jaxrank.scoring import _mm
+
+    rng = np.random.default_rng(0)
+    n, r = 7, 30
+    i = rng.integers(0, n, r)
+    j = (i + rng.integers(1, n, r)) % n
+    a, b = rng.uniform(0.1, 2.0, r), rng.uniform(0.1, 2.0, r)
+    s = np.linspace(-100, 100, n)[rng.permutation(n)]
+    c = jr.Comparisons.from_pairs(i, j, np.full(r, 0.5, np.float32), num_items=n)
+    e = _graph.edges(c, dense=False)
+    got = _mm.newman_update(e, a.astype(np.float32), b.astype(np.float32), s.astype(np.float32), np.ones(n, bool))
+    rr = np.exp(s)                                          # float64: exp(100) is fine here
+    num = np.bincount(i, a * rr[j] / (rr[i] + rr[j]), n) + np.bincount(j, b * rr[i] / (rr[i] + rr[j]), n)
+    den = np.bincount(i, b / (rr[i] + rr[j]), n) + np.bincount(j, a / (rr[i] + rr[j]), n)
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(np.asarray(got), np.log(num / den), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("noise", [0.0, 1.5])
+def test_hard_bt_on_a_large_sparse_pool_starts_from_newman_and_reaches_the_same_fixed_point(noise):
+    """From 512 items hard BT starts Newton from Newman's updates (``start="mm"``); the fixed point is the
+    one the least-squares start reaches, on separable decisions (noise 0) and on noisy ones."""
+    from jaxrank import _graph
+    from jaxrank.scoring import soft_bt
+
+    n = _graph.CG_MIN_ITEMS
+    rng = np.random.default_rng(1)
+    i = rng.integers(0, n, 8 * n)
+    j = (i + rng.integers(1, n, 8 * n)) % n
+    t = rng.normal(size=n)
+    p = expit(t[i] - t[j] + noise * rng.normal(size=i.shape)).astype(np.float32)
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n)
+    prior = 1.0 / (n - 1)                 # hard BT = soft BT on smoothed decisions (PoE eq. 1-2 with the prior)
+    y = (p > 0.5).astype(np.float32)
+    smooth = jr.Comparisons.from_pairs(i, j, ((y + prior) / (1 + 2 * prior)).astype(np.float32), num_items=n,
+                                       weight=np.full(i.shape, 1 + 2 * prior, np.float32))
+    solver = jr.BradleyTerrySolver(eps=0.0, tol=1e-3)
+    ls = soft_bt.solve(smooth, solver, check=False, start="least_squares")
+    mm = soft_bt.solve(smooth, solver, check=False, start="mm")
+    top = jr.fit_bradley_terry(c)
+    assert bool(ls.converged) and bool(mm.converged) and bool(top.converged)
+    np.testing.assert_allclose(mm.scores, ls.scores, atol=1e-3)
+    assert int(mm.iterations) < int(ls.iterations)          # the point of the start: fewer Newton steps
+    np.testing.assert_allclose(np.asarray(top.scores), np.asarray(mm.scores), atol=1e-4)
+
+
+def test_start_option_is_validated():
+    from jaxrank.scoring import soft_bt
+
+    c = jr.Comparisons.from_pairs([0, 1], [1, 2], [0.7, 0.4], num_items=3)
+    with pytest.raises(ValueError, match="start"):
+        soft_bt.solve(c, jr.BradleyTerrySolver(), start="newman")
+    with pytest.raises(ValueError, match="start='mm'"):
+        soft_bt.solve(c, jr.BradleyTerrySolver(debias="learn"), start="mm")

@@ -22,7 +22,11 @@ a handful of Newton steps: with the prior, the hard-decision likelihood
 Bradley-Terry likelihood (PoE eq. 3) of the smoothed probabilities
 ``p'_k = (y_k + prior) / (1 + 2 prior)`` with weights ``w_k (1 + 2 prior)``,
 so it runs :func:`jaxrank.fit_poe_bradley_terry`'s compiled solver (one
-program for both scorers: the second one never compiles). An item whose log-step changes sign between iterations takes half
+program for both scorers: the second one never compiles). On a large sparse
+pool (``_graph.CG_MIN_ITEMS`` items or more) Newton starts from a few of
+Newman's updates (``soft_bt.solve(..., start="mm")``): an item whose decisions
+all go one way sits far out, where one Newman update puts it near its optimum
+and Newton alone moves it about one log-unit per step. An item whose log-step changes sign between iterations takes half
 a step (this breaks the period-2 cycles Newman's update can fall into on tiny,
 nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric mean (log-scores centred)
 per connected component after each step; the loop stops when
@@ -41,7 +45,7 @@ import jax.numpy as jnp
 
 from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import soft_bt
+from jaxrank.scoring import _mm, soft_bt
 from jaxrank.scoring.solver import BradleyTerrySolver
 from jaxrank.scoring.counting import decisions
 
@@ -96,15 +100,12 @@ def _centre(pr: _Problem, s):
 def _update(pr: _Problem, s, method):
     """One Zermelo/MM or Newman update of the log-strengths ``s`` (centred per component)."""
     e, a, b = pr.e, pr.a, pr.b
+    if method == "newman":
+        return _centre(pr, _mm.newman_update(e, a, b, s, pr.live))
     r = jnp.exp(s)
-    ri, rj = _graph.head(e, r), _graph.tail(e, r)
-    inv = 1.0 / (ri + rj)
-    if method == "zermelo":
-        num = _graph.item_sums(e, a, b)
-        den = _graph.item_sums(e, (a + b) * inv, (a + b) * inv)
-    else:
-        num = _graph.item_sums(e, a * rj * inv, b * ri * inv)
-        den = _graph.item_sums(e, b * inv, a * inv)
+    inv = 1.0 / (_graph.head(e, r) + _graph.tail(e, r))
+    num = _graph.item_sums(e, a, b)
+    den = _graph.item_sums(e, (a + b) * inv, (a + b) * inv)
     s = jnp.log(jnp.where(pr.live, num / jnp.where(pr.live, den, 1), 1))
     return _centre(pr, s)
 
@@ -165,7 +166,10 @@ def _smoothed(c, prior):
 
 def _fit_newton(c, prior, tol, max_iter):
     solver = BradleyTerrySolver(eps=0.0, tol=tol, max_iter=max_iter)
-    sol = soft_bt.solve(_smoothed(c, prior), solver, check=False)   # the smoothing keeps every score finite
+    # The smoothing keeps every score finite. On a large sparse pool Newman's updates start Newton
+    # (items whose decisions are all one way sit far out, where Newton alone moves ~1 log-unit a step).
+    start = "mm" if c.num_items >= _graph.CG_MIN_ITEMS else "least_squares"
+    sol = soft_bt.solve(_smoothed(c, prior), solver, check=False, start=start)
     return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
 
 

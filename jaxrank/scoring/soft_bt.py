@@ -51,7 +51,7 @@ import numpy as np
 
 from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import existence
+from jaxrank.scoring import _mm, existence
 from jaxrank.scoring.solver import RESULTS, BradleyTerrySolver
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
@@ -233,18 +233,19 @@ class _State(NamedTuple):
     converged: jax.Array
 
 
-def _pass(ops, state: _State, mode, st) -> _State:
+def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
     """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
     pr, labels, r_start, prior = ops
     st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
     dt = pr.w.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
     x, f, delta, slope, t, it = state[:6]
-    start = it == 0
+    least_squares = start_kind == "least_squares"
+    start = (it == 0) & least_squares       # pass 0 is the least-squares solve (else: Newton from x)
     y = x + t * delta
     d = _diffs(y, pr, mode)
     fy = _nll_d(y, d, pr, mode, st)
-    ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= 1)
+    ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= (1 if least_squares else 0))
     r, mag, qq = _residual(d, pr)
     r = jnp.where(start, r_start, r)
     h = jnp.where(start, pr.w, pr.w * jnp.maximum(qq, floor))
@@ -342,7 +343,7 @@ def _pass_operands(pr, labels, prior):
     return pr, labels, r_start, prior
 
 
-def _newton(c, labels, prior, mode, st):
+def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
     """Newton's method with backtracking on a batch ``[B]`` of contexts.
 
     Per context, every pass of the loop evaluates the trial point
@@ -353,7 +354,9 @@ def _newton(c, labels, prior, mode, st):
     ``-w logit(p)`` the same linear solve gives the least-squares fit of
     ``s_i - s_j - gamma`` to the edges' mean logits (one Laplacian solve; soft
     BT matches those logits wherever the graph lets it), which pass 1 accepts
-    unconditionally. No nested loop and one copy of the likelihood code keep
+    unconditionally. With ``start_kind="mm"`` (mode ``"off"`` only) the start is
+    instead :data:`MM_START_SWEEPS` of Newman's updates (:mod:`jaxrank.scoring._mm`)
+    and pass 0 is already a Newton step from there. No nested loop and one copy of the likelihood code keep
     the compiled program small; ``_batching.while_per_context`` keeps per-context
     state (contexts converge independently).
     """
@@ -363,14 +366,26 @@ def _newton(c, labels, prior, mode, st):
     dt = c.p.dtype
     z = jnp.zeros((b, n), dt)
     zb = jnp.zeros(b, dt)
-    init = _State(z, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
+    x0 = z
+    if start_kind == "mm":
+        sweeps = lambda p, lab: _mm.newman_sweeps(p.e, p.wp, p.wl, lab, _graph.component_sizes(lab, dt),
+                                                  MM_START_SWEEPS)
+        x0 = jax.vmap(sweeps)(pr, labels)
+    init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
                   jnp.zeros(b, bool), jnp.zeros(b, bool))
     cont = lambda s: ~s.stop & (s.it <= st.max_iter)
-    out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
+    out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st, start_kind=start_kind),
+                                      ops, init,
                                    compact=COMPACT)
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
     return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32)
+
+
+MM_START_SWEEPS = 20
+"""Newman updates before Newton with ``start_kind="mm"`` (hard Bradley-Terry on large sparse pools).
+
+Measured on 5,000 items, 50,000 hard decisions: ... (see ``benchmarks/memory_scale.py --bt-vs-poe``)."""
 
 
 COMPACT = False
@@ -381,17 +396,17 @@ second compiled loop costs more compilation (about 1-2 s) than it saves per
 call (about 0.05 s of 0.25 s on 10,000 contexts)."""
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _argmin(c, labels, prior, st, mode):
-    return _newton(c, labels, prior, mode, st)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _argmin(c, labels, prior, st, mode, start_kind):
+    return _newton(c, labels, prior, mode, st, start_kind)
 
 
-def _argmin_fwd(c, labels, prior, st, mode):
-    out = _newton(c, labels, prior, mode, st)
+def _argmin_fwd(c, labels, prior, st, mode, start_kind):
+    out = _newton(c, labels, prior, mode, st, start_kind)
     return out, (c, labels, prior, st, out[0])
 
 
-def _argmin_bwd(mode, res, ct):
+def _argmin_bwd(mode, start_kind, res, ct):
     # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
     def one(c, labels, prior, x, ctx):
         stc = st._replace(score_prior=prior)
@@ -419,7 +434,7 @@ def _finish(c, labels, x, it, done, result, prior, mode, st):
     return SoftBTSolution(s, g, it, done, gn, result)
 
 
-def _fit_flat(c, mode, st, check=False):
+def _fit_flat(c, mode, st, check=False, start_kind="least_squares"):
     """``(solution, finite)`` for a batch ``[B]``; ``finite[b]``: context ``b``'s ML scores are finite.
 
     With ``check`` (``eps = 0`` and no score prior), a context whose win graph
@@ -434,7 +449,7 @@ def _fit_flat(c, mode, st, check=False):
     if check:
         finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
-    x, it, done, result = _argmin(c, labels, prior, st, mode)
+    x, it, done, result = _argmin(c, labels, prior, st, mode, start_kind)
     sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
     return sol, finite
 
@@ -446,14 +461,15 @@ chunk iterates only as long as its own slowest context needs and stays in cache 
 slower than 32)."""
 
 
-@functools.partial(jax.jit, static_argnames=("mode", "check"))
-def _fit(c, st, mode, check=False):
+@functools.partial(jax.jit, static_argnames=("mode", "check", "start_kind"))
+def _fit(c, st, mode, check=False, start_kind="least_squares"):
     flat, shape = _batching.flatten_batch(c)
-    out = _batching.map_chunks(lambda cc: _fit_flat(cc, mode, st, check), flat, CHUNK)
+    out = _batching.map_chunks(lambda cc: _fit_flat(cc, mode, st, check, start_kind), flat, CHUNK)
     return _batching.unflatten_batch(out, shape)
 
 
-def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None) -> SoftBTSolution:
+def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None,
+          start: str = "least_squares") -> SoftBTSolution:
     """Fit soft Bradley-Terry to ``c`` (any batch shape) with ``solver``; the entry point of the whole family.
 
     Settings are traced: one compiled program serves every setting, and hard
@@ -468,6 +484,11 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
             without with the score prior ``existence.AUTO_SCORE_PRIOR``, warning
             at the top level (:mod:`jaxrank.scoring.existence`); default
             ``solver.checks_existence``.
+        start: ``"least_squares"`` (the fit of the logits, one Laplacian solve) or
+            ``"mm"`` (:data:`MM_START_SWEEPS` of Newman's updates, only without a
+            positional bias: what hard decisions on a large sparse pool need, where
+            Newton alone moves an item with saturated comparisons by about one
+            log-unit per step).
 
     Returns:
         :class:`SoftBTSolution`; with ``solver.throw`` an unsuccessful concrete
@@ -478,7 +499,12 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         raise ValueError(f"solver must be a BradleyTerrySolver, got {type(solver).__name__}")
     check = solver.checks_existence if check is None else bool(check)
     st = solver.settings(c.p.dtype)
-    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, num_items=c.num_items)
+    if start not in ("least_squares", "mm"):
+        raise ValueError(f"start must be 'least_squares' or 'mm', got {start!r}")
+    if start == "mm" and solver.mode != "off":
+        raise ValueError(f"start='mm' needs a solver without a positional bias, got debias={solver.debias!r}")
+    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start,
+                                                       num_items=c.num_items)
     if check and not isinstance(finite, jax.core.Tracer):
         existence.warn_if_infinite(c, np.asarray(finite), solver.eps)
     solver.check(sol.result)
