@@ -108,8 +108,8 @@ def laplacian(e, w):
     """``W^T diag(w) W``: weighted graph Laplacian ``[N, N]`` (METHODS.md §2)."""
     n = e.num_items
     if _is_dense(e):
-        ws = w + w.T
-        return jnp.diag(jnp.sum(ws, axis=1)) - ws
+        ws = w + w.T   # the degrees on the diagonal by a mask (jnp.diag is a scatter: 0.06 ms at 337 items)
+        return jnp.where(jnp.eye(n, dtype=bool), jnp.sum(ws, axis=1)[:, None], 0) - ws
     idx = jnp.concatenate([e.i * (n + 1), e.j * (n + 1), e.i * n + e.j, e.j * n + e.i])
     return jax.ops.segment_sum(jnp.concatenate([w, w, -w, -w]), idx, n * n).reshape(n, n)
 

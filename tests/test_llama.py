@@ -267,3 +267,21 @@ def test_config_errors():
     np.testing.assert_allclose(cfg.inv_freq(), ref.inv_freq() / 4)
     with pytest.raises(ValueError, match="lacks tensor"):
         llama.load_state_dict(ref, {})
+
+
+def test_parameter_shapes_build_the_model_from_outside_arrays():
+    """``parameter_shapes`` names every parameter a model takes: arrays drawn elsewhere (as on a GPU)
+    in those shapes build a model whose weights are exactly those arrays; a missing one is refused."""
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=4, attention_bias=True)
+    shapes = llama.parameter_shapes(cfg)
+    reference = LlamaModel(cfg, rngs=nnx.Rngs(0)).weights()
+    assert shapes == {k: tuple(v.shape) for k, v in reference.items()}
+    rng = np.random.default_rng(1)
+    params = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    model = LlamaModel(cfg, params=params)
+    for k, v in model.weights().items():
+        np.testing.assert_array_equal(np.asarray(v), params[k])
+    del params["wq"]
+    with pytest.raises(ValueError, match="wq"):
+        LlamaModel(cfg, params=params)

@@ -235,7 +235,7 @@ class _State(NamedTuple):
 
 def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
     """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
-    pr, labels, r_start, prior = ops
+    pr, labels, r_start, prior, proj = ops
     st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
     dt = pr.w.dtype
     floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
@@ -254,14 +254,13 @@ def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
         new, g, diag, scale, trace = _direction_cg(y, h, r, mag, pr, mode, st, labels)
     else:
         # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
-        proj = _graph.component_projector(labels, dt)   # [N, N] beside the dense Laplacian only
         lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)
         g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
         hess = _hessian_from(lap, pr.free * wt_h, pr.free * jnp.sum(h), mode, st, proj)
         # The gradient sums to 0 over every connected component; in float32 it does so only to
         # the rounding of the busiest items, and that residue, solved against the flattest
         # direction of a rarely compared item, kicks it by ~1e-3 every pass: project it out.
-        g_c = g.at[:n].add(-(proj @ g[:n]))
+        g_c = g - proj @ g if mode != "learn" else g.at[:n].add(-(proj @ g[:n]))
         new = -_graph.psd_solve(hess, g_c)
         diag, trace = jnp.diagonal(hess), jnp.trace(lap)
     new_slope = jnp.dot(g, new)
@@ -337,14 +336,16 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
 
 
 def _pass_operands(pr, labels, prior):
-    """Per-context constants of the loop: component labels, the start's residuals, the score prior."""
+    """Per-context constants of the loop: component labels, the start's residuals, the score prior and,
+    beside a dense Laplacian, the ``[N, N]`` component projector (formed once, not every pass)."""
     # Each edge's mean probability clipped to [0.01, 0.99] (logits within +-4.6): finite with
     # eps = 0, and an edge of one decisive comparison (hard outcomes) does not start the
     # fit at +-14, far out where Newton crawls (measured: 6 steps instead of 100+ on the
     # football results; 1e-3 or a half-win smoothing were slower on soft probabilities).
     pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
     r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
-    return pr, labels, r_start, prior
+    proj = None if _graph.use_cg(pr.e) else _graph.component_projector(labels, pr.w.dtype)
+    return pr, labels, r_start, prior, proj
 
 
 def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
