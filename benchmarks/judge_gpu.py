@@ -94,7 +94,7 @@ def make_bundle(out: Path, articles: int = 8):
     print(f"wrote {out}: tokenizer, qwen2.5-1.5b.json, summeval.json ({articles} articles)")
 
 
-def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0):
+def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, batch_cost="auto"):
     """A :class:`jaxrank.PromptJudge` on a bfloat16 Llama-family model with random weights drawn on the device."""
     import jax
     import jax.numpy as jnp
@@ -124,11 +124,12 @@ def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0):
     pad = info["pad"] if isinstance(info["pad"], int) else info["eos_ids"][0]
     lm = LoadedModel(model, config, tok, info["chat_template"], name, config.model_type, bundle,
                      tuple(info["eos_ids"]), pad)
-    return PromptJudge(lm, pairwise_template("summeval", "coherence"), batch_size=batch_size), config
+    return PromptJudge(lm, pairwise_template("summeval", "coherence"), batch_size=batch_size,
+                       batch_cost=batch_cost), config
 
 
 def flops_and_tokens(judge, config, context, candidates, i, j):
-    """``(model FLOPs, model tokens, prompt tokens, padded tokens)`` of one ``compare`` call (module docstring)."""
+    """``(model FLOPs, model tokens, prompt tokens, padded tokens, forward calls)`` of one ``compare`` call."""
     from jaxrank.judges.pairwise import bucket, plan_batches
 
     pairs = [judge.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
@@ -140,23 +141,28 @@ def flops_and_tokens(judge, config, context, candidates, i, j):
     P = len(prefix)
     flops = P * per_token + sum(attn(t + 1) for t in range(P))
     tokens, padded = P, bucket(P)
-    seen_a = set()
+    alen = bucket(max(len(x) for _, x, _ in pairs))
     groups: dict = {}
     for r, (_, a, b) in enumerate(pairs):
-        if tuple(a) not in seen_a:
-            seen_a.add(tuple(a))
+        if tuple(a) not in groups:
             flops += len(a) * per_token + sum(attn(P + t + 1) for t in range(len(a)))
             tokens += len(a)
-            padded += bucket(max(len(x) for _, x, _ in pairs))
         groups.setdefault(tuple(a), []).append(len(b))
         flops += len(b) * per_token + sum(attn(P + len(a) + t + 1) for t in range(len(b)))
         tokens += len(b)
-    for lens in groups.values():
-        lens = sorted(lens)
-        for start, stop, rows in plan_batches(lens, judge.batch_size):
+    # the judge's plan (PromptJudge._logits_decoder): A parts `together` at a time, their B parts' batches
+    together = max(1, judge.batch_size // max(1, len(pairs) // len(groups)))
+    lists = list(groups.values())
+    calls = 1
+    for g0 in range(0, len(lists), together):
+        padded += together * alen
+        calls += 1
+        lens = sorted(x for g in lists[g0:g0 + together] for x in g)
+        for start, stop, rows in plan_batches(lens, judge.batch_size, batch_cost=judge.batch_cost):
             padded += rows * bucket(lens[stop - 1])     # rows rounded up, lengths to the bucket
+            calls += 1
     prompt = sum(len(p) + len(a) + len(b) for p, a, b in pairs)
-    return flops, tokens, prompt, padded
+    return flops, tokens, prompt, padded, calls
 
 
 def peak_tflops(kind: str, given: float | None) -> float | None:
@@ -172,7 +178,8 @@ def main(argv=None):
     ap.add_argument("--models", default="qwen2.5-1.5b,llama-3-8b")
     ap.add_argument("--articles", type=int, default=2, help="articles (each compiled by a first, untimed pass)")
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the articles after the first")
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=240)
+    ap.add_argument("--batch-cost", default="auto", help="PromptJudge(batch_cost=): 'auto' or tokens per call")
     ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers (quick check)")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -192,19 +199,21 @@ def main(argv=None):
              "",
              f"jax {jax.__version__} ({dev.platform}), {platform.python_version()}; `benchmarks/judge_gpu.py`: random "
              "bfloat16 weights with real configurations, the unchanged `PromptJudge` on real SummEval articles, "
-             f"all 240 ordered comparisons of 16 summaries per article (both orders), batch size {args.batch_size}"
+             f"all 240 ordered comparisons of 16 summaries per article (both orders), batch size {args.batch_size}, "
+             f"batch cost {args.batch_cost}"
              + (f", first {args.layers} layers only" if args.layers else "") + ". Median [min, max] over "
              f"{args.passes} timed passes over {args.articles} articles after a first pass that compiles every shape. "
              + (f"MFU against {peak} TFLOP/s (dense bf16 peak)." if peak else "MFU: unknown peak for this device."),
              "",
              "| judge | params (matrix, B) | comparisons/s | model tokens/s | prompt tokens/s (cache-free equivalent) "
-             "| TFLOP/s | MFU | padded / real tokens | first call per article (compiles), s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| TFLOP/s | MFU | padded / real tokens | forward calls per article | first call per article (compiles), s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for name in args.models.split(","):
         t0 = time.perf_counter()
         judge, config = random_judge(name, configs[name], args.bundle, batch_size=args.batch_size,
-                                     layers=args.layers)
+                                     layers=args.layers,
+                                     batch_cost=args.batch_cost if args.batch_cost == "auto" else int(args.batch_cost))
         jax.block_until_ready(judge.lm.model.weights())
         t_init = time.perf_counter() - t0
         d, hq = config.hidden_size, config.num_attention_heads * config.head_dim
@@ -225,8 +234,9 @@ def main(argv=None):
                 firsts.append(dt)
                 print(f"{name} article {art['id']}, first call: {dt:.1f} s", flush=True)
                 continue
-            fl, tok, prompt, padded = flops_and_tokens(judge, config, art["context"], cand, i, j)
-            per.append(dict(seconds=dt, comparisons=len(i), flops=fl, tokens=tok, prompt=prompt, padded=padded))
+            fl, tok, prompt, padded, calls = flops_and_tokens(judge, config, art["context"], cand, i, j)
+            per.append(dict(seconds=dt, comparisons=len(i), flops=fl, tokens=tok, prompt=prompt, padded=padded,
+                            calls=calls))
             print(f"{name} article {art['id']}: {len(i)} comparisons in {dt:.3f} s, "
                   f"{fl / dt / 1e12:.1f} TFLOP/s", flush=True)
         cps = [r["comparisons"] / r["seconds"] for r in per]
@@ -236,9 +246,11 @@ def main(argv=None):
         fmt = lambda v, f="{:.0f}": f"{f.format(np.median(v))} [{f.format(min(v))}, {f.format(max(v))}]"
         mfu = fmt([100 * x / peak for x in tf], "{:.1f}") + " %" if peak else "-"
         pad = np.sum([r["padded"] for r in per]) / np.sum([r["tokens"] for r in per])
+        ncalls = float(np.mean([r["calls"] for r in per]))
         lines.append(f"| {name} | {mparams:.2f} | {fmt(cps, '{:.0f}')} | {fmt(tps)} | {fmt(pps)} | "
-                     f"{fmt(tf, '{:.1f}')} | {mfu} | {pad:.2f} | {fmt(firsts, '{:.0f}')} |")
-        rows.append(dict(judge=name, device=kind, batch_size=args.batch_size, layers=config.num_hidden_layers,
+                     f"{fmt(tf, '{:.1f}')} | {mfu} | {pad:.2f} | {ncalls:.0f} | {fmt(firsts, '{:.0f}')} |")
+        rows.append(dict(judge=name, device=kind, batch_size=args.batch_size, batch_cost=judge.batch_cost,
+                         forward_calls=ncalls, layers=config.num_hidden_layers,
                          comparisons_per_s=float(np.median(cps)), model_tokens_per_s=float(np.median(tps)),
                          prompt_tokens_per_s=float(np.median(pps)), tflops=float(np.median(tf)),
                          mfu=float(np.median(tf)) / peak if peak else None, padded_ratio=float(pad),

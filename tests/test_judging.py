@@ -119,8 +119,9 @@ def test_progress_is_told_of_every_batch(tiny, tmp_path, monkeypatch):
     assert sum(updates) == 12 and len(updates) >= 8
 
 
-def _brute_force_padded_tokens(lengths, batch_size):
-    """Fewest padded tokens over every cut of the sorted rows into consecutive batches (exhaustive)."""
+def _brute_force_padded_tokens(lengths, batch_size, batch_cost=0):
+    """Fewest padded tokens (plus ``batch_cost`` per batch) over every cut of the sorted rows into
+    consecutive batches (exhaustive)."""
     n, best = len(lengths), None
     for k in range(n):
         for cuts in itertools.combinations(range(1, n), k):
@@ -128,7 +129,7 @@ def _brute_force_padded_tokens(lengths, batch_size):
             if any(e - s > batch_size for s, e in zip(edges, edges[1:])):
                 continue
             pow2 = [min(batch_size, 1 << (e - s - 1).bit_length()) for s, e in zip(edges, edges[1:])]
-            total = sum(b * bucket(lengths[e - 1]) for b, e in zip(pow2, edges[1:]))
+            total = sum(b * bucket(lengths[e - 1]) + batch_cost for b, e in zip(pow2, edges[1:]))
             best = total if best is None else min(best, total)
     return 0 if n == 0 else best
 
@@ -150,11 +151,27 @@ def test_plan_batches_is_the_cheapest_cut(seed):
     assert total <= fixed
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_plan_batches_with_a_cost_per_batch_is_the_cheapest_cut(seed):
+    """``batch_cost`` tokens per batch: the plan minimises padded tokens plus that, exhaustively
+    checked, and a high cost leaves no more batches than no cost (few, full batches)."""
+    rng = np.random.default_rng(100 + seed)
+    lengths = sorted(rng.integers(1, 300, rng.integers(1, 11)).tolist())
+    batch_size, batch_cost = int(rng.integers(1, 10)), int(rng.integers(0, 3000))
+    plan = plan_batches(lengths, batch_size, batch_cost=batch_cost)
+    total = sum(b * bucket(lengths[e - 1]) + batch_cost for s, e, b in plan)
+    assert total == _brute_force_padded_tokens(lengths, batch_size, batch_cost)
+    assert len(plan_batches(lengths, batch_size, batch_cost=10**6)) == -(-len(lengths) // batch_size)
+    assert len(plan_batches(lengths, batch_size, batch_cost=10**6)) <= len(plan_batches(lengths, batch_size))
+
+
 def test_plan_batches_bad_input():
     with pytest.raises(ValueError, match="ascending"):
         plan_batches([5, 3], 4)
     with pytest.raises(ValueError, match="batch_size"):
         plan_batches([3], 0)
+    with pytest.raises(ValueError, match="batch_cost"):
+        plan_batches([3], 2, batch_cost=-1)
     assert batch_sizes(6) == (1, 2, 4, 6) and batch_sizes(8) == (1, 2, 4, 8)
 
 
@@ -169,6 +186,34 @@ def test_planned_batches_equal_full_forward(tiny):
     res = judge.compare(CTX, cands, i, j)
     ref = np.array([_full_forward_p(tiny, judge, CTX, cands[a], cands[b]) for a, b in zip(i, j)])
     np.testing.assert_allclose(res.p, ref, atol=1e-5)
+
+
+def test_a_parts_sharing_batches_equal_full_forward(tiny):
+    """A batch wider than one A's comparisons mixes several A's rows (each reading its own A's cache
+    rows, a filler A in the last chunk); the p still equal one full forward pass per prompt."""
+    cands = [f"The {w} park opens in spring." for w in ("red", "blue", "green", "small", "new")]
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8)
+    lens = {len(judge.token_ids(CTX, cands[0], b)[2]) for b in cands}
+    assert len({bucket(x) for x in lens}) == 1        # one bucket: the plan fills batches of 8
+    i, j = np.nonzero(~np.eye(len(cands), dtype=bool))      # 4 comparisons per A: A parts 2 at a time
+    calls = []
+    res = judge.compare(CTX, cands, i, j, progress=calls.append)
+    assert max(calls) > 4 and sum(calls) == len(i)            # some batch spans two A's
+    ref = np.array([_full_forward_p(tiny, judge, CTX, cands[a], cands[b]) for a, b in zip(i, j)])
+    np.testing.assert_allclose(res.p, ref, atol=1e-5)
+    # candidates of different lengths, one batch for all (a high cost per batch): the same numbers
+    wide = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=12, batch_cost=10**6)
+    ci, cj = np.nonzero(~np.eye(len(CANDS), dtype=bool))
+    calls = []
+    res = wide.compare(CTX, CANDS, ci, cj, progress=calls.append)
+    assert calls == [12]
+    np.testing.assert_allclose(res.p, [_full_forward_p(tiny, wide, CTX, CANDS[a], CANDS[b])
+                                       for a, b in zip(ci, cj)], atol=1e-5)
+    # uneven groups, in another order: the same numbers
+    keep = np.array([0, 3, 5, 6, 7, 11, 12, 19, 18, 2])
+    sub = judge.compare(CTX, cands, j[keep], i[keep])
+    np.testing.assert_allclose(sub.p, [_full_forward_p(tiny, judge, CTX, cands[b], cands[a])
+                                       for a, b in zip(i[keep], j[keep])], atol=1e-5)
 
 
 def test_prompt_text_is_chat_wrapped_and_matches_token_ids(tiny):
@@ -222,6 +267,10 @@ def test_bad_input(tiny):
     with pytest.raises(ValueError, match="no differing token"):
         PromptJudge(tiny, pairwise_template("summeval", "coherence", labels=("A", "A ")))
     assert judge.compare(CTX, CANDS, [], []).p.shape == (0,)
+    assert judge.batch_cost == 0                                # "auto" on a CPU: padded tokens alone
+    for bad in (-1, 2.5, "fast", True):
+        with pytest.raises(ValueError, match="batch_cost"):
+            PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_cost=bad)
 
 
 # ---------------------------------------------------------------------- store

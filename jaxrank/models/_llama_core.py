@@ -44,6 +44,20 @@ class KVCache(NamedTuple):
     next_pos: jax.Array
     last_hidden: jax.Array
 
+    def rows(self, index) -> "KVCache":
+        """The cache of rows ``index`` (``[B]`` ints into its batch ``Bc``, repeats allowed): a copy.
+
+        E.g. one row per continuation when continuations of several cached
+        prefixes share one batch (a batch-1 cache is shared without a copy).
+        """
+        return _take_rows(self, jnp.asarray(index, jnp.int32))
+
+
+@jax.jit
+def _take_rows(cache: KVCache, index):
+    return KVCache(cache.k[:, index], cache.v[:, index], cache.valid[index], cache.pos[index], cache.length,
+                   cache.next_pos[index], cache.last_hidden[index])
+
 
 class ExtendOutput(NamedTuple):
     """Result of :meth:`LlamaModel.extend`: ``hidden [B, T, D]``, ``last_hidden

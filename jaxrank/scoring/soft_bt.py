@@ -390,7 +390,9 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
 MM_START_SWEEPS = 20
 """Newman updates before Newton with ``start_kind="mm"`` (hard Bradley-Terry on large sparse pools).
 
-Measured on 5,000 items, 50,000 hard decisions: ... (see ``benchmarks/memory_scale.py --bt-vs-poe``)."""
+Measured on 5,000 items, 50,000 hard decisions (``benchmarks/memory_scale.py --bt-vs-poe 5000``):
+noisy, LLM-like decisions 9 Newton steps from the least-squares start, 1 after these updates
+(0.029 s -> 0.010 s); decisions that all follow one latent order 22 -> 14 steps."""
 
 
 COMPACT = False
