@@ -189,10 +189,11 @@ def test_planned_batches_equal_full_forward(tiny):
 
 
 def test_a_parts_sharing_batches_equal_full_forward(tiny):
-    """A batch wider than one A's comparisons mixes several A's rows (each reading its own A's cache
-    rows, a filler A in the last chunk); the p still equal one full forward pass per prompt."""
+    """With a cost per call, a batch wider than one A's comparisons mixes several A's rows (each
+    reading its own A's cache rows, a filler A in the last chunk); the p still equal one full forward
+    pass per prompt. Without (a CPU's default), each A's rows keep their own batches."""
     cands = [f"The {w} park opens in spring." for w in ("red", "blue", "green", "small", "new")]
-    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8)
+    judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8, batch_cost=1)
     lens = {len(judge.token_ids(CTX, cands[0], b)[2]) for b in cands}
     assert len({bucket(x) for x in lens}) == 1        # one bucket: the plan fills batches of 8
     i, j = np.nonzero(~np.eye(len(cands), dtype=bool))      # 4 comparisons per A: A parts 2 at a time
@@ -201,6 +202,10 @@ def test_a_parts_sharing_batches_equal_full_forward(tiny):
     assert max(calls) > 4 and sum(calls) == len(i)            # some batch spans two A's
     ref = np.array([_full_forward_p(tiny, judge, CTX, cands[a], cands[b]) for a, b in zip(i, j)])
     np.testing.assert_allclose(res.p, ref, atol=1e-5)
+    calls = []
+    PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8).compare(
+        CTX, cands, i, j, progress=calls.append)
+    assert max(calls) <= 4
     # candidates of different lengths, one batch for all (a high cost per batch): the same numbers
     wide = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=12, batch_cost=10**6)
     ci, cj = np.nonzero(~np.eye(len(CANDS), dtype=bool))

@@ -419,8 +419,9 @@ class PromptJudge:
 
         The comparisons sharing an A run their B parts in batches cut by
         :func:`plan_batches` (rows sorted by length, fewest padded tokens). When
-        a batch holds more rows than one A has comparisons (``batch_size`` at
-        least twice the comparisons per A, as on a GPU), the A parts are
+        calls have a cost (``batch_cost > 0``, as on a GPU) and a batch holds more
+        rows than one A has comparisons (``batch_size`` at least twice the
+        comparisons per A), the A parts are
         extended ``batch_size // (comparisons per A)`` at a time and their B
         parts share batches, each row reading its own A's cache
         (:meth:`~jaxrank.models.llama.KVCache.rows`); otherwise each A's batch-1
@@ -442,7 +443,9 @@ class PromptJudge:
         groups: dict[tuple, list[int]] = {}
         for r, (_, a, _) in enumerate(pairs):
             groups.setdefault(tuple(a), []).append(r)
-        together = max(1, self.batch_size // max(1, len(pairs) // len(groups)))
+        # On a CPU (batch_cost 0) a call costs its tokens alone, so mixing A's gains nothing: keep each
+        # A's batch-1 cache shared without copies.
+        together = max(1, self.batch_size // max(1, len(pairs) // len(groups))) if self.batch_cost else 1
         items = list(groups.items())
         for g0 in range(0, len(items), together):
             chunk = items[g0:g0 + together]
