@@ -392,7 +392,9 @@ MM_START_SWEEPS = 20
 
 Measured on 5,000 items, 50,000 hard decisions (``benchmarks/memory_scale.py --bt-vs-poe 5000``):
 noisy, LLM-like decisions 9 Newton steps from the least-squares start, 1 after these updates
-(0.029 s -> 0.010 s); decisions that all follow one latent order 22 -> 14 steps."""
+(0.029 s -> 0.010 s); decisions that all follow one latent order 22 -> 14 steps. More sweeps
+cost more than they save: 60 or 150 left the separable pool at 9 Newton steps but took 1.2x and
+1.7x as long, and the noisy pool 2x and 4x (a sweep costs about 0.3 ms there)."""
 
 
 COMPACT = False
