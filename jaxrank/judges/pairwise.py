@@ -62,8 +62,9 @@ ACCELERATOR_BATCH_COST = 2048
 """Tokens' worth of fixed cost per forward call that :class:`PromptJudge` charges on a GPU or TPU
 (``batch_cost="auto"``), so batches are few and full. Measured on an H100
 (``benchmarks/judge_gpu.py``, 240 comparisons per SummEval article): planned for padded tokens
-alone, an article took about 130 calls of ~2 rows and Qwen2.5-1.5B's shapes judged 131
-comparisons/s; with this cost, 6 calls and 271/s (Llama-3-8B's: 63 -> 101/s at batch 48). On a
+alone (batch 16), an article took about 130 calls of ~2 rows and Qwen2.5-1.5B's shapes judged 131
+comparisons/s; with this cost (batch 240), 6 calls and 271/s (Llama-3-8B's: 63 -> 101/s at batch
+48). On a
 CPU the cost is the tokens alone (0)."""
 
 
@@ -449,7 +450,7 @@ class PromptJudge:
         items = list(groups.items())
         for g0 in range(0, len(items), together):
             chunk = items[g0:g0 + together]
-            width = together if together > 1 else 1        # a fixed A batch: one compiled shape
+            width = together                                  # a fixed A batch: one compiled shape
             aid = np.full((width, alen), self.lm.pad_token_id, np.int32)
             amask = np.zeros((width, alen), bool)
             for k, (a, _) in enumerate(chunk):
