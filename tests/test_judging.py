@@ -11,6 +11,7 @@ import json
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -221,6 +222,19 @@ def test_a_parts_sharing_batches_equal_full_forward(tiny):
                                        for a, b in zip(i[keep], j[keep])], atol=1e-5)
 
 
+def test_bfloat16_cache_judge_is_close_to_full_forward(tiny):
+    """``cache_dtype=bfloat16`` (an accelerator's default with bfloat16 weights): p within bfloat16
+    rounding of the full forward pass, through the shared and the mixed-A paths."""
+    i, j = np.nonzero(~np.eye(4, dtype=bool))
+    ref = np.array([_full_forward_p(tiny, PromptJudge(tiny, pairwise_template("summeval", "coherence")),
+                                    CTX, CANDS[a], CANDS[b]) for a, b in zip(i, j)])
+    for cost in (0, 10**6):
+        judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=12, batch_cost=cost,
+                            cache_dtype=jnp.bfloat16)
+        assert judge.cache_dtype == jnp.bfloat16
+        np.testing.assert_allclose(judge.compare(CTX, CANDS, i, j).p, ref, atol=5e-3)
+
+
 def test_prompt_text_is_chat_wrapped_and_matches_token_ids(tiny):
     judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"))
     text = judge.prompt_text(CTX, CANDS[0], CANDS[1])
@@ -273,6 +287,10 @@ def test_bad_input(tiny):
         PromptJudge(tiny, pairwise_template("summeval", "coherence", labels=("A", "A ")))
     assert judge.compare(CTX, CANDS, [], []).p.shape == (0,)
     assert judge.batch_cost == 0                                # "auto" on a CPU: padded tokens alone
+    assert judge.cache_dtype is None                            # "auto" on a CPU: float32 caches
+    for bad in ("fast", "int32"):
+        with pytest.raises(ValueError, match="cache_dtype"):
+            PromptJudge(tiny, pairwise_template("summeval", "coherence"), cache_dtype=bad)
     for bad in (-1, 2.5, "fast", True):
         with pytest.raises(ValueError, match="batch_cost"):
             PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_cost=bad)

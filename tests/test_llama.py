@@ -285,3 +285,31 @@ def test_parameter_shapes_build_the_model_from_outside_arrays():
     del params["wq"]
     with pytest.raises(ValueError, match="wq"):
         LlamaModel(cfg, params=params)
+
+
+def test_bfloat16_cache_and_its_rows_match_the_float32_cache(rand_model):
+    """``prefill(cache_dtype=bfloat16)`` stores keys and values in bfloat16 (half the memory); a shared
+    and a per-row cache (``KVCache.rows``, an update in between) give the float32 cache's hidden
+    states to bfloat16 rounding; the rows of a cache are the rows asked for, repeats included."""
+    rng = np.random.default_rng(5)
+    prefix, cont = rng.integers(0, V, (1, 9)), rng.integers(0, V, (3, 5))
+    ext = rng.integers(0, V, (2, 4))
+    f32 = rand_model.prefill(prefix, capacity=13)
+    bf16 = rand_model.prefill(prefix, capacity=13, cache_dtype=jnp.bfloat16)
+    assert f32.k.dtype == jnp.float32 and bf16.k.dtype == bf16.v.dtype == jnp.bfloat16
+    assert bf16.k.nbytes * 2 == f32.k.nbytes
+    ref, got = rand_model.extend(f32, cont).hidden, rand_model.extend(bf16, cont).hidden
+    scale = float(np.max(np.abs(np.asarray(ref))))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=0.02 * scale)
+    # an update in bfloat16, then per-row caches read through KVCache.rows
+    two_f, two_b = f32.rows([0, 0]), bf16.rows([0, 0])
+    up_f = rand_model.extend(two_f, ext, update=True).cache
+    up_b = rand_model.extend(two_b, ext, update=True).cache
+    assert up_b.k.dtype == jnp.bfloat16 and up_b.k.shape[1] == 2
+    idx = np.array([1, 0, 1])
+    rows_f = up_f.rows(idx)
+    np.testing.assert_array_equal(np.asarray(rows_f.k), np.asarray(up_f.k)[:, idx])
+    np.testing.assert_array_equal(np.asarray(rows_f.valid), np.asarray(up_f.valid)[idx])
+    ref2 = rand_model.extend(rows_f, cont).last_hidden
+    got2 = rand_model.extend(up_b.rows(idx), cont).last_hidden
+    np.testing.assert_allclose(np.asarray(got2), np.asarray(ref2), atol=0.02 * float(np.max(np.abs(np.asarray(ref2)))))

@@ -166,6 +166,10 @@ class PromptJudge:
         batch_cost: tokens' worth of fixed cost per forward call when planning
             batches (:func:`plan_batches`); ``"auto"``: 0 on a CPU,
             :data:`ACCELERATOR_BATCH_COST` on an accelerator (few, full batches).
+        cache_dtype: dtype of the key/value caches (decoders); ``"auto"``: the
+            weights' dtype when they are low precision and the judge runs on an
+            accelerator (bfloat16 halves the cache there), else float32 (on a CPU
+            bfloat16 elementwise work is emulated).
         max_length: context window to respect (default: the model's
             ``max_position_embeddings``; 512 for T5).
         soft_prompt: optional learnt input vectors
@@ -178,7 +182,8 @@ class PromptJudge:
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
-                 batch_size: int = 8, max_length: int | None = None, soft_prompt=None, batch_cost="auto"):
+                 batch_size: int = 8, max_length: int | None = None, soft_prompt=None, batch_cost="auto",
+                 cache_dtype="auto"):
         if not hasattr(model, "model"):
             model = load_model(model)
         if model.tokenizer is None:
@@ -192,6 +197,16 @@ class PromptJudge:
         if isinstance(batch_cost, bool) or not isinstance(batch_cost, (int, np.integer)) or batch_cost < 0:
             raise ValueError(f"batch_cost must be 'auto' or an int >= 0, got {batch_cost!r}")
         self.batch_cost = int(batch_cost)
+        if isinstance(cache_dtype, str) and cache_dtype == "auto":
+            weights = model.model.weights() if hasattr(model.model, "weights") else {}
+            low = weights.get("wq") is not None and weights["wq"].dtype != jnp.float32
+            cache_dtype = weights["wq"].dtype if low and jax.default_backend() != "cpu" else None
+        try:
+            self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
+        except TypeError as e:
+            raise ValueError(f"cache_dtype must be 'auto', None or a dtype, got {cache_dtype!r}") from e
+        if self.cache_dtype is not None and not jnp.issubdtype(self.cache_dtype, jnp.floating):
+            raise ValueError(f"cache_dtype must be a floating dtype, got {self.cache_dtype}")
         self.lm = model
         self.template = template
         self.decoder = model.architecture != "t5"
@@ -438,7 +453,7 @@ class PromptJudge:
         pmask = np.zeros((1, plen), bool)
         pid[0, :len(prefix)] = prefix
         pmask[0, :len(prefix)] = True
-        cache = model.prefill(pid, pmask, capacity=plen + alen)
+        cache = model.prefill(pid, pmask, capacity=plen + alen, cache_dtype=self.cache_dtype)
         tokens = jnp.asarray(self._label_ids)
         out = np.zeros((len(pairs), 2), np.float32)
         groups: dict[tuple, list[int]] = {}

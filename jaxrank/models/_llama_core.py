@@ -174,10 +174,11 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
         scores, oks = [s_self], [ok]
         if cache is not None:
             kc, vc = lw["ck"], lw["cv"]
+            qc = q.astype(kc.dtype)          # a low-precision cache is read as it is (never widened)
             if shared:
-                s_c = jnp.einsum("bthgd,shd->bhgts", q, kc[0], preferred_element_type=f32)
+                s_c = jnp.einsum("bthgd,shd->bhgts", qc, kc[0], preferred_element_type=f32)
             else:
-                s_c = jnp.einsum("bthgd,bshd->bhgts", q, kc, preferred_element_type=f32)
+                s_c = jnp.einsum("bthgd,bshd->bhgts", qc, kc, preferred_element_type=f32)
             scores.insert(0, s_c * scale)
             oks.insert(0, jnp.broadcast_to(valid_c & (dpos_c < lw["window"]), (b,) + dpos_c.shape[1:]))
         s_all = jnp.concatenate(scores, -1)
@@ -187,7 +188,8 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             n_c = kc.shape[1]
             pc, p = p[..., :n_c], p[..., n_c:]
             eq = "bhgts,shd->bthgd" if shared else "bhgts,bshd->bthgd"
-            o = _mix(eq, pc, vc[0] if shared else vc) + _mix("bhgts,bshd->bthgd", p, v)
+            o_c = jnp.einsum(eq, pc.astype(vc.dtype), vc[0] if shared else vc, preferred_element_type=f32)
+            o = o_c.astype(v.dtype) + _mix("bhgts,bshd->bthgd", p, v)
         else:
             o = _mix("bhgts,bshd->bthgd", p, v)
         o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
@@ -239,11 +241,13 @@ def _hidden(cfg, w, ids, mask, vectors=None, vector_index=None):
     return _run(cfg, w, ids, mask, None, False, vectors, vector_index)[0]
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "capacity"))
-def _prefill(cfg, w, ids, mask, capacity):
+@functools.partial(jax.jit, static_argnames=("cfg", "capacity", "cache_dtype"))
+def _prefill(cfg, w, ids, mask, capacity, cache_dtype=None):
     mask = mask.astype(bool)
     _, last_h, (ks, vs, pos), _ = _run(cfg, w, ids, mask, None, False)
     pad = capacity - ids.shape[1]
+    if cache_dtype is not None:
+        ks, vs = ks.astype(cache_dtype), vs.astype(cache_dtype)
     return KVCache(
         k=jnp.pad(ks, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),
         v=jnp.pad(vs, ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),

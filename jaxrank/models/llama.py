@@ -171,14 +171,20 @@ class LlamaModel(nnx.Module):
         return self.logits_at(self.hidden(ids, mask))
 
     def prefill(self, ids: jax.Array, mask: jax.Array | None = None, *,
-                capacity: int | None = None) -> KVCache:
-        """Encode a prefix ``[Bc, P]`` into a :class:`KVCache` with ``capacity >= P`` slots."""
+                capacity: int | None = None, cache_dtype=None) -> KVCache:
+        """Encode a prefix ``[Bc, P]`` into a :class:`KVCache` with ``capacity >= P`` slots.
+
+        ``cache_dtype``: keys and values stored in this dtype (default float32,
+        as computed); ``jnp.bfloat16`` halves the cache, and continuations then
+        read it in bfloat16 with float32 accumulation.
+        """
         ids = jnp.asarray(ids, jnp.int32)
         mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
         cap = ids.shape[1] if capacity is None else int(capacity)
         if cap < ids.shape[1]:
             raise ValueError(f"capacity {cap} < prefix length {ids.shape[1]}")
-        return _prefill(self.config, self.weights(), ids, mask, cap)
+        dt = None if cache_dtype is None else np.dtype(cache_dtype).name
+        return _prefill(self.config, self.weights(), ids, mask, cap, dt)
 
     def extend(self, cache: KVCache, ids: jax.Array, mask: jax.Array | None = None, *,
                update: bool = False, vectors: jax.Array | None = None,
