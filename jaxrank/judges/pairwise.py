@@ -64,7 +64,7 @@ ACCELERATOR_BATCH_COST = 2048
 (``benchmarks/judge_gpu.py``, 240 comparisons per SummEval article): planned for padded tokens
 alone (batch 16), an article took about 130 calls of ~2 rows and Qwen2.5-1.5B's shapes judged 131
 comparisons/s; with this cost (batch 240), 6 calls and 271/s (Llama-3-8B's: 63 -> 101/s at batch
-48). On a
+48; 133/s at batch 120 with bfloat16 caches). On a
 CPU the cost is the tokens alone (0)."""
 
 
