@@ -9,6 +9,8 @@ import warnings
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import optimize
 from scipy.special import expit, log_expit
 
@@ -175,3 +177,49 @@ def test_all_football_teams_warn_and_converge_at_once():
     g = np.bincount(i, r, c.num_items) - np.bincount(j, r, c.num_items) + AUTO_SCORE_PRIOR * s
     games = np.bincount(i, w, c.num_items) + np.bincount(j, w, c.num_items)
     assert np.all(np.abs(g) <= 1e-3 * (games + 1))
+
+
+def _report_by_closure(i, j, p, w, n):
+    """``win_graph_report``'s fields from NumPy transitive closures (independent of SciPy's graph code)."""
+    live = w > 0
+    arc = np.zeros((n, n), bool)
+    arc[i[live & (p > 0)], j[live & (p > 0)]] = True
+    arc[j[live & (p < 1)], i[live & (p < 1)]] = True
+    reach, und = arc | np.eye(n, dtype=bool), arc | arc.T | np.eye(n, dtype=bool)
+    for _ in range(int(np.ceil(np.log2(n))) + 1):
+        reach = (reach.astype(int) @ reach.astype(int)) > 0
+        und = (und.astype(int) @ und.astype(int)) > 0
+    strong = reach & reach.T
+    compared = np.zeros(n, bool)
+    compared[i[live]] = compared[j[live]] = True
+    outside, weak_seen, strong_seen = [], set(), set()
+    for v in np.flatnonzero(compared):
+        weak_seen.add(int(np.flatnonzero(und[v])[0]))
+        strong_seen.add(int(np.flatnonzero(strong[v])[0]))
+    for root in sorted(weak_seen):
+        members = np.flatnonzero(und[root] & compared)
+        groups = {int(np.flatnonzero(strong[m])[0]) for m in members}      # smallest item of each strong set
+        keep = min(groups, key=lambda g: (-int(strong[g].sum()), g))
+        outside += [int(m) for m in members if not strong[keep, m]]
+    return {"compared": int(compared.sum()), "components": len(weak_seen), "strong_components": len(strong_seen),
+            "without_finite_score": sorted(outside)}
+
+
+@pytest.mark.parametrize("bitmap", [True, False])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_win_graph_report_matches_transitive_closures(data, bitmap):
+    """Random multigraphs with repeated pairs, draws, zero weights and isolated items; both de-duplication paths."""
+    n = data.draw(st.integers(2, 12))
+    r = data.draw(st.integers(1, 3 * n))
+    i = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=r, max_size=r)))
+    j = (i + np.array(data.draw(st.lists(st.integers(1, n - 1), min_size=r, max_size=r)))) % n
+    p = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.3]), min_size=r, max_size=r)))
+    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=r, max_size=r)))
+    old = existence.BITMAP_MAX_PAIRS
+    existence.BITMAP_MAX_PAIRS = old if bitmap else 0
+    try:
+        got = existence.win_graph_report(i, j, p, w, n)
+    finally:
+        existence.BITMAP_MAX_PAIRS = old
+    assert got == _report_by_closure(i, j, p, w, n)

