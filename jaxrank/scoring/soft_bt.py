@@ -260,9 +260,10 @@ def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
         # The gradient sums to 0 over every connected component; in float32 it does so only to
         # the rounding of the busiest items, and that residue, solved against the flattest
         # direction of a rarely compared item, kicks it by ~1e-3 every pass: project it out.
-        g_c = g - proj @ g if mode != "learn" else g.at[:n].add(-(proj @ g[:n]))
+        pmean = _graph.component_mean(g[:n], labels, _graph.component_sizes(labels, dt))
+        g_c = g.at[:n].add(-pmean)
         new = -_graph.psd_solve(hess, g_c)
-        diag, trace = jnp.diagonal(hess), jnp.trace(lap)
+        diag, trace = jnp.diagonal(hess), 2 * jnp.sum(h)
     new_slope = jnp.dot(g, new)
     # Fall back to a diagonally scaled gradient step if the Newton direction is not a
     # finite descent direction (rounding in a nearly singular system).
