@@ -1,0 +1,374 @@
+"""The soft Bradley-Terry likelihood (PoE eq. 3) and the Newton loop that maximises it, for one context.
+
+Private to :mod:`jaxrank.scoring.soft_bt`, which holds the public API and the
+method's description (its module docstring): the edge-space problem
+(:class:`_Problem`), the objective, gradient and Hessian, one Newton pass with
+backtracking (:func:`_pass`; dense Cholesky or matrix-free conjugate gradients
+on large sparse pools, :func:`_direction_cg`), the loop over a batch of
+contexts (:func:`_newton`) and its implicit derivative (:func:`_argmin`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrank import _batching, _graph
+from jaxrank.scoring import _mm
+from jaxrank.scoring.solver import RESULTS
+
+_STEPS = 30  # a step halved 30 times without sufficient decrease ends the solve, unconverged
+
+
+def _fixed_gamma(c, mode, eps):
+    if mode == "mean":
+        pbar = jnp.sum(c.weight * c.p) / jnp.maximum(jnp.sum(c.weight), 1e-30)
+        pbar = jnp.clip(pbar, eps, 1 - eps)
+        return jnp.log1p(-pbar) - jnp.log(pbar)
+    return jnp.zeros((), c.p.dtype)
+
+
+class _Problem(NamedTuple):
+    """One context's likelihood data in its edge space (``_graph.edges``)."""
+
+    e: _graph.Edges
+    w: jax.Array      # summed comparison weights per edge
+    wp: jax.Array     # summed w * clip(p) per edge
+    wl: jax.Array     # summed w * (1 - clip(p)) per edge (not w - wp: exact when p is near 1)
+    gamma: jax.Array  # the fixed gamma (unused when learnt)
+    free: jax.Array   # 1 where a learnt gamma is identified by the comparisons, else 0 (gamma held at 0)
+
+
+def _problem(c, mode, eps):
+    e = _graph.edges(c)
+    pc = jnp.clip(c.p, eps, 1 - eps)
+    w, wp, wl = _graph.reduce(e, c.weight, c.weight * pc, c.weight * (1 - pc))
+    free = jnp.ones((), c.p.dtype)
+    if mode == "learn":
+        # Where no comparison pins gamma down, the likelihood is flat along (s + t phi, gamma + t)
+        # and only the weak prior picks gamma = 0: below float32's resolution, so gamma would land
+        # wherever the iteration stopped. Decide that exactly from the graph and hold gamma at 0.
+        on = jax.lax.stop_gradient(w)
+        labels = _graph.components(c, e=e, w=on)
+        free = _graph.bias_identified(e, on, labels).astype(c.p.dtype)
+    return _Problem(e, w, wp, wl, _fixed_gamma(c, mode, eps), free)
+
+
+def _residual(d, pr):
+    """Edge residuals ``r = w sigmoid(d) - w p`` and the magnitude of their two terms.
+
+    Where the edge's ``p`` is above 1/2 the residual is computed as
+    ``w (1 - p) - w sigmoid(-d)``: both terms are small near saturation, so the
+    difference keeps its digits (``w sigmoid(d) - w p`` would cancel two numbers
+    close to ``w`` and lose them in float32).
+    """
+    hi = pr.wp > pr.wl
+    qa, qb = jax.nn.sigmoid(d), jax.nn.sigmoid(-d)
+    r = jnp.where(hi, pr.wl - pr.w * qb, pr.w * qa - pr.wp)
+    mag = jnp.where(hi, pr.wl + pr.w * qb, pr.w * qa + pr.wp)
+    return r, mag, qa * qb
+
+
+def _split(x, pr, mode):
+    n = pr.e.num_items
+    if mode == "learn":
+        return x[:n], x[n]
+    return x, pr.gamma
+
+
+def _nll_d(x, d, pr, mode, st):
+    """The objective at ``x`` given its edge differences ``d = s_i - s_j - gamma``."""
+    s, g = _split(x, pr, mode)
+    # sum_k w [p log sig(d) + (1 - p) log sig(-d)] = sum_k [w log sig(d) - (w - w p) d]
+    f = -jnp.sum(pr.w * jax.nn.log_sigmoid(d) - (pr.w - pr.wp) * d) + 0.5 * st.score_prior * jnp.sum(s**2)
+    if mode == "learn":
+        f = f + 0.5 * st.gamma_prior * g**2
+    return f
+
+
+def _diffs(x, pr, mode):
+    s, g = _split(x, pr, mode)
+    return _graph.incidence(pr.e, s) - pr.free * g
+
+
+def _nll_p(x, pr, mode, st):
+    return _nll_d(x, _diffs(x, pr, mode), pr, mode, st)
+
+
+def _grad_from(x, wt_r, sum_r, mode, st):
+    """Gradient from ``W^T r`` and ``1^T r`` of the edge residuals ``r = w q - w p``:
+    ``[W^T r + lambda s, -1^T r + lambda_g gamma]``."""
+    n = wt_r.shape[0]
+    gs = wt_r + st.score_prior * x[:n]
+    if mode == "learn":
+        return jnp.concatenate([gs, (-sum_r + st.gamma_prior * x[n])[None]])
+    return gs
+
+
+def _hessian_from(lap, wt_h, sum_h, mode, st, proj):
+    """``[[L(h) + lambda I + P, -W^T h], [-h^T W, 1^T h + lambda_g]]`` (the last row/column if learnt).
+
+    ``P`` (the per-component projector) acts only on per-component constants,
+    along which the gradient is always 0 (and the scores stay centred), so it
+    never changes a Newton step or the implicit derivative; it only makes the
+    system definite.
+    """
+    n = lap.shape[0]
+    hss = lap + proj + st.score_prior * jnp.eye(n, dtype=lap.dtype)
+    if mode != "learn":
+        return hss
+    hsg = -wt_h
+    hgg = sum_h + st.gamma_prior
+    top = jnp.concatenate([hss, hsg[:, None]], axis=1)
+    bottom = jnp.concatenate([hsg, hgg[None]])[None, :]
+    return jnp.concatenate([top, bottom], axis=0)
+
+
+def _grad_r(x, r, pr, mode, st):
+    return _grad_from(x, _graph.incidence_t(pr.e, r), pr.free * jnp.sum(r), mode, st)
+
+
+def _grad_p(x, pr, mode, st):
+    return _grad_r(x, _residual(_diffs(x, pr, mode), pr)[0], pr, mode, st)
+
+
+def _hessian_h(h, pr, mode, st, proj):
+    wt_h = pr.free * _graph.incidence_t(pr.e, h) if mode == "learn" else None
+    return _hessian_from(_graph.laplacian(pr.e, h), wt_h, pr.free * jnp.sum(h), mode, st, proj)
+
+
+def _hessian_p(x, pr, mode, st, proj, floor=1e-12):
+    q = jax.nn.sigmoid(_diffs(x, pr, mode))
+    return _hessian_h(pr.w * jnp.maximum(q * (1 - q), floor), pr, mode, st, proj)
+
+
+def _nll(x, c, mode, st):
+    """Negative log-likelihood (PoE eq. 3) of ``x = s`` or ``x = [s, gamma]`` for one context."""
+    return _nll_p(x, _problem(c, mode, st.eps), mode, st)
+
+
+def _grad(x, c, mode, st):
+    """Gradient of :func:`_nll` in ``x``."""
+    return _grad_p(x, _problem(c, mode, st.eps), mode, st)
+
+
+def _hessian(x, c, mode, st, proj):
+    """Hessian of :func:`_nll` in ``x`` plus ``proj`` on the score block."""
+    return _hessian_p(x, _problem(c, mode, st.eps), mode, st, proj)
+
+
+class _State(NamedTuple):
+    x: jax.Array          # the current (accepted) point
+    f: jax.Array          # objective at x (+inf before the start is accepted)
+    delta: jax.Array      # search direction from x
+    slope: jax.Array      # directional derivative along delta
+    t: jax.Array          # step length to try next
+    it: jax.Array         # loop passes so far
+    stop: jax.Array
+    converged: jax.Array
+
+
+def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
+    """One pass of Newton's method with backtracking for one context (see :func:`_newton`)."""
+    pr, labels, r_start, prior, proj = ops
+    st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
+    dt = pr.w.dtype
+    floor = 1e-6 if dt == jnp.float32 else 1e-12   # keeps the Newton system well conditioned when q saturates
+    x, f, delta, slope, t, it = state[:6]
+    least_squares = start_kind == "least_squares"
+    start = (it == 0) & least_squares       # pass 0 is the least-squares solve (else: Newton from x)
+    y = x + t * delta
+    d = _diffs(y, pr, mode)
+    fy = _nll_d(y, d, pr, mode, st)
+    ok = (fy <= f + 1e-4 * t * slope + 16 * jnp.finfo(dt).eps * jnp.abs(f)) | (it <= (1 if least_squares else 0))
+    r, mag, qq = _residual(d, pr)
+    r = jnp.where(start, r_start, r)
+    h = jnp.where(start, pr.w, pr.w * jnp.maximum(qq, floor))
+    n = pr.e.num_items
+    if _graph.use_cg(pr.e):
+        new, g, diag, scale, trace = _direction_cg(y, h, r, mag, pr, mode, st, labels)
+    else:
+        # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
+        lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)
+        g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
+        hess = _hessian_from(lap, pr.free * wt_h, pr.free * jnp.sum(h), mode, st, proj)
+        # The gradient sums to 0 over every connected component; in float32 it does so only to
+        # the rounding of the busiest items, and that residue, solved against the flattest
+        # direction of a rarely compared item, kicks it by ~1e-3 every pass: project it out.
+        pmean = _graph.component_mean(g[:n], labels, _graph.component_sizes(labels, dt))
+        g_c = g.at[:n].add(-pmean)
+        new = -_graph.psd_solve(hess, g_c)
+        diag, trace = jnp.diagonal(hess), 2 * jnp.sum(h)
+    new_slope = jnp.dot(g, new)
+    # Fall back to a diagonally scaled gradient step if the Newton direction is not a
+    # finite descent direction (rounding in a nearly singular system).
+    bad = ~(jnp.all(jnp.isfinite(new)) & (new_slope < 0)) & ~start
+    safe = -g / (jnp.abs(diag) + 1.0)
+    new = jnp.where(bad, safe, new)
+    new_slope = jnp.where(bad, jnp.dot(g, safe), new_slope)
+    # Converged at an accepted y when the Newton step from y is below tol (taken without
+    # a line search: Newton converges quadratically, so y + step is closer still) or the
+    # gradient at y is at rounding level.
+    # Small: below tol in max-norm, or in the norm of the Hessian relative to its mean
+    # curvature (Newton decrement); the latter lets an item with a handful of saturated
+    # comparisons stop at float32's noise floor along its nearly flat direction, where its
+    # score is anyway undetermined to far more than tol.
+    curv = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
+    # Or predicted small: after a full step ``delta`` the contraction rate ``theta = |new| / |delta|``
+    # estimates the error left after taking ``new`` as ``theta |new|`` (Deuflhard's estimate, as in
+    # Hairer & Wanner's stopping rule for Newton's method, IV.8); below ``tol`` (with ``theta <= 1/2``)
+    # it saves the confirming pass, whose step quadratic convergence makes far smaller still.
+    step, last = jnp.max(jnp.abs(new), initial=0.0), jnp.max(jnp.abs(delta), initial=0.0)
+    predicted = (it >= 2) & (t == 1) & ~bad & (2 * step <= last) & (step * step <= st.tol * last)
+    small = (step < st.tol) | predicted | (-new_slope <= st.tol**2 * curv)
+    sc, gm = _split(y, pr, mode)
+    scale = scale + st.score_prior * jnp.abs(sc)
+    if mode == "learn":
+        scale = jnp.concatenate([scale, (jnp.sum(mag) + st.gamma_prior * jnp.abs(gm))[None]])
+    rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)    # every entry at its rounding level
+    converged = ok & (it >= 1) & (small | rounding)
+    y = y + jnp.where(converged & small & ~bad, new, 0)
+    t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
+    failed = ~ok & (t_next < 0.5**_STEPS)   # reported unconverged, never as converged
+    return _State(jnp.where(ok, y, x), jnp.where(start, jnp.inf, jnp.where(ok, fy, f)),
+                  jnp.where(ok, new, delta), jnp.where(ok, new_slope, slope), t_next, it + 1,
+                  converged | failed, converged)
+
+
+def _direction_cg(y, h, r, mag, pr, mode, st, labels):
+    """The Newton direction by Jacobi-preconditioned conjugate gradients (``_graph.use_cg``), inexact:
+    relative residual ``clip(|g|, 1e-5, 1e-2)`` (float32; ``1e-10`` floor in float64).
+
+    Solves ``H x = -(g - P g)`` with ``H`` of :func:`_hessian_from` applied as
+    ``W^T (h * (W v)) + P v + lambda v`` (plus the ``gamma`` row and column when
+    learnt), never formed. Returns ``(x, g, diag(H), rounding scale, trace(L))``.
+    """
+    e, n = pr.e, pr.e.num_items
+    deg, wt_h, wt_r, scale = _graph.item_sums_many(e, (h, h, r, mag), (h, -h, -r, mag))
+    wt_h, sum_h = pr.free * wt_h, pr.free * jnp.sum(h)
+    g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
+    size = _graph.component_sizes(labels, deg.dtype)
+    pmean = functools.partial(_graph.component_mean, labels=labels, sizes=size)
+
+    def matvec(u):
+        v = u[:n]
+        top = _graph.incidence_t(e, h * _graph.incidence(e, v)) + pmean(v) + st.score_prior * v
+        if mode != "learn":
+            return top
+        t = u[n]
+        return jnp.concatenate([top - wt_h * t, (-jnp.dot(wt_h, v) + (sum_h + st.gamma_prior) * t)[None]])
+
+    diag = deg + 1 / size + st.score_prior
+    if mode == "learn":
+        diag = jnp.concatenate([diag, (sum_h + st.gamma_prior)[None]])
+    g_c = g.at[:n].add(-pmean(g[:n]))
+    # Inexact Newton (Dembo, Eisenstat & Steihaug 1982): a relative CG residual eta = O(|g|) keeps
+    # Newton's quadratic rate; far from the optimum a loose solve is as good a step and much cheaper.
+    floor = 1e-5 if h.dtype == jnp.float32 else 1e-10
+    tol = jnp.clip(jnp.linalg.norm(g_c), floor, 1e-2)
+    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + 1, M=lambda u: u / diag)
+    x = x.at[:n].add(-pmean(x[:n]))
+    return x, g, diag, scale, jnp.sum(deg)
+
+
+def _pass_operands(pr, labels, prior):
+    """Per-context constants of the loop: component labels, the start's residuals, the score prior and,
+    beside a dense Laplacian, the ``[N, N]`` component projector (formed once, not every pass)."""
+    # Each edge's mean probability clipped to [0.01, 0.99] (logits within +-4.6): finite with
+    # eps = 0, and an edge of one decisive comparison (hard outcomes) does not start the
+    # fit at +-14, far out where Newton crawls (measured: 6 steps instead of 100+ on the
+    # football results; 1e-3 or a half-win smoothing were slower on soft probabilities).
+    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
+    r_start = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+    proj = None if _graph.use_cg(pr.e) else _graph.component_projector(labels, pr.w.dtype)
+    return pr, labels, r_start, prior, proj
+
+
+def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
+    """Newton's method with backtracking on a batch ``[B]`` of contexts.
+
+    Per context, every pass of the loop evaluates the trial point
+    ``y = x + t delta`` once: the objective (Armijo test), and from the same
+    ``sigmoid(d)`` the gradient and Hessian, hence the Newton direction from
+    ``y`` (used only if ``y`` is accepted; a rejected ``y`` halves ``t``).
+    Pass 0 is the start: with the Hessian weights ``w`` and residuals
+    ``-w logit(p)`` the same linear solve gives the least-squares fit of
+    ``s_i - s_j - gamma`` to the edges' mean logits (one Laplacian solve; soft
+    BT matches those logits wherever the graph lets it), which pass 1 accepts
+    unconditionally. With ``start_kind="mm"`` (mode ``"off"`` only) the start is
+    instead :data:`MM_START_SWEEPS` of Newman's updates (:mod:`jaxrank.scoring._mm`)
+    and pass 0 is already a Newton step from there. No nested loop and one copy of the likelihood code keep
+    the compiled program small; ``_batching.while_per_context`` keeps per-context
+    state (contexts converge independently).
+    """
+    pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(c)
+    ops = jax.vmap(_pass_operands)(pr, labels, prior)
+    b, n = labels.shape[0], c.num_items + (mode == "learn")
+    dt = c.p.dtype
+    z = jnp.zeros((b, n), dt)
+    zb = jnp.zeros(b, dt)
+    x0 = z
+    if start_kind == "mm":
+        sweeps = lambda p, lab: _mm.newman_sweeps(p.e, p.wp, p.wl, lab, _graph.component_sizes(lab, dt),
+                                                  MM_START_SWEEPS)
+        x0 = jax.vmap(sweeps)(pr, labels)
+    init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
+                  jnp.zeros(b, bool), jnp.zeros(b, bool))
+    cont = lambda s: ~s.stop & (s.it <= st.max_iter)
+    out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st, start_kind=start_kind),
+                                      ops, init,
+                                   compact=COMPACT)
+    result = jnp.where(out.converged, RESULTS.successful,
+                       jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
+    return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32)
+
+
+MM_START_SWEEPS = 20
+"""Newman updates before Newton with ``start_kind="mm"`` (hard Bradley-Terry on large sparse pools).
+
+Measured on 5,000 items, 50,000 hard decisions (``benchmarks/memory_scale.py --bt-vs-poe 5000``):
+noisy, LLM-like decisions 9 Newton steps from the least-squares start, 1 after these updates
+(0.029 s -> 0.010 s); decisions that all follow one latent order 22 -> 14 steps. More sweeps
+cost more than they save: 60 or 150 left the separable pool at 9 Newton steps but took 1.2x and
+1.7x as long, and the noisy pool 2x and 4x (a sweep costs about 0.3 ms there)."""
+
+
+COMPACT = False
+"""Finish the slowest contexts of a batch in a compacted sub-batch (``_batching.while_per_context``).
+
+Off: Newton needs few passes (mean 5, at most 9 on the PoE protocol), so the
+second compiled loop costs more compilation (about 1-2 s) than it saves per
+call (about 0.05 s of 0.25 s on 10,000 contexts)."""
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _argmin(c, labels, prior, st, mode, start_kind):
+    return _newton(c, labels, prior, mode, st, start_kind)
+
+
+def _argmin_fwd(c, labels, prior, st, mode, start_kind):
+    out = _newton(c, labels, prior, mode, st, start_kind)
+    return out, (c, labels, prior, st, out[0])
+
+
+def _argmin_bwd(mode, start_kind, res, ct):
+    # Implicit function theorem on grad f(x*, c) = 0:  dx* = -(H + P)^{-1} d_c grad f.
+    def one(c, labels, prior, x, ctx):
+        stc = st._replace(score_prior=prior)
+        proj = _graph.component_projector(labels, x.dtype)
+        u = _graph.psd_solve(_hessian(x, c, mode, stc, proj), ctx)
+        _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, stc), c)
+        return vjp(-u)[0]
+
+    c, labels, prior, st, x = res
+    zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
+                      else np.zeros(a.shape, jax.dtypes.float0))
+    return (jax.vmap(one)(c, labels, prior, x, ct[0]), zero(labels), jnp.zeros_like(prior),
+            jax.tree.map(zero, st))
+
+
+_argmin.defvjp(_argmin_fwd, _argmin_bwd)
