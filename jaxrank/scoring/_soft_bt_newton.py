@@ -241,7 +241,7 @@ def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:
 
 def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     """The Newton direction by Jacobi-preconditioned conjugate gradients (``_graph.use_cg``), inexact:
-    relative residual ``clip(|g|, 1e-5, 1e-2)`` (float32; ``1e-10`` floor in float64).
+    relative residual ``clip(|g|, max(1e-5, tol), 1e-2)`` (float32; ``max(1e-10, tol)`` floor in float64).
 
     Solves ``H x = -(g - P g)`` with ``H`` of :func:`_hessian_from` applied as
     ``W^T (h * (W v)) + P v + lambda v`` (plus the ``gamma`` row and column when
@@ -268,7 +268,10 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels):
     g_c = g.at[:n].add(-pmean(g[:n]))
     # Inexact Newton (Dembo, Eisenstat & Steihaug 1982): a relative CG residual eta = O(|g|) keeps
     # Newton's quadratic rate; far from the optimum a loose solve is as good a step and much cheaper.
-    floor = 1e-5 if h.dtype == jnp.float32 else 1e-10
+    # The floor: float32's (1e-5) or float64's (1e-10) reach, or the solver's own tol where that is
+    # looser (a step solved to relative accuracy tol is exact enough for a loop that stops at
+    # steps below tol): hard BT (tol 1e-3) on 5,000 separable items, 507 -> 429 CG iterations.
+    floor = jnp.maximum(1e-5 if h.dtype == jnp.float32 else 1e-10, st.tol)
     tol = jnp.clip(jnp.linalg.norm(g_c), floor, 1e-2)
     x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + 1, M=lambda u: u / diag)
     x = x.at[:n].add(-pmean(x[:n]))
