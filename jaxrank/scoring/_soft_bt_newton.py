@@ -162,6 +162,8 @@ def _hessian(x, c, mode, st, proj):
 
 
 class _State(NamedTuple):
+    """Per-context state of a Newton loop with backtracking (this module's and :mod:`jaxrank.scoring.poe`'s)."""
+
     x: jax.Array          # the current (accepted) point
     f: jax.Array          # objective at x (+inf before the start is accepted)
     delta: jax.Array      # search direction from x
@@ -170,6 +172,7 @@ class _State(NamedTuple):
     it: jax.Array         # loop passes so far
     stop: jax.Array
     converged: jax.Array
+    damped: jax.Array | None = None   # general PoE: the Hessian at x was indefinite and damped (soft BT: None)
 
 
 def _pass(ops, state: _State, mode, st, start_kind="least_squares") -> _State:

@@ -61,6 +61,7 @@ import optax
 from jaxrank import _batching, _graph, _sparse_inverse
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import _poe_algebra as alg
+from jaxrank.scoring._soft_bt_newton import _State
 from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
 
@@ -93,18 +94,6 @@ class PoESolution(NamedTuple):
     converged: jax.Array
     grad_norm: jax.Array
     result: jax.Array
-
-
-class _State(NamedTuple):
-    x: jax.Array          # the current (accepted) point
-    f: jax.Array          # objective at x (+inf before the start is accepted)
-    delta: jax.Array      # search direction from x
-    slope: jax.Array      # directional derivative along delta
-    t: jax.Array          # step length to try next
-    it: jax.Array         # passes so far
-    stop: jax.Array
-    converged: jax.Array
-    damped: jax.Array     # the Hessian at x had negative curvature (or was indefinite) and was damped
 
 
 def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
@@ -188,7 +177,7 @@ def _newton(ops: alg.Ops, expert: Expert, st):
 
 def _quadratic_one(ops: alg.Ops, expert: Expert, st):
     """One exact Newton step from ``s = 0`` for an expert quadratic in ``d`` (``expert.quadratic``)."""
-    n, m = ops.e.num_items, len(expert.learnt)
+    n = ops.e.num_items
     x0 = jnp.concatenate([jnp.zeros(n, ops.p.dtype), alg.phi0(ops, expert)])
     loc = alg.local_derivatives(x0, ops, expert)
     g = alg.gradient(x0, loc, ops, expert, st)
