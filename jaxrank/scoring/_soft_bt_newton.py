@@ -1,6 +1,7 @@
 """The soft Bradley-Terry likelihood (PoE eq. 3) and the Newton loop that maximises it, for one context.
 
-Private to :mod:`jaxrank.scoring.soft_bt`, which holds the public API and the
+Private to the scoring package (:mod:`jaxrank.scoring.poe` shares its loop state
+:class:`_State`); :mod:`jaxrank.scoring.soft_bt` holds the public API and the
 method's description (its module docstring): the edge-space problem
 (:class:`_Problem`), the objective, gradient and Hessian, one Newton pass with
 backtracking (:func:`_pass`; dense Cholesky or matrix-free conjugate gradients
