@@ -119,9 +119,19 @@ def laplacian_and_incidence_t(e, h, x, m):
 
     (Summing ``h``, ``x`` and ``m`` into one ``[N, N]`` pair matrix with a single
     scatter-add was measured 1.6x slower in the soft-BT loop than these separate
-    scatter-adds, for 16 items.)
+    scatter-adds, for 16 items.) In the sparse space the four item sums share
+    two scatter-adds of ``[R, 4]`` columns and the Laplacian's off-diagonal one
+    more, its degrees set by a mask: 0.20 -> 0.13 ms on all 337 football teams
+    (12,309 ordered pairs), where six separate item sums and a ``4R``-entry
+    Laplacian scatter ran before.
     """
-    return laplacian(e, h), incidence_t(e, h), incidence_t(e, x), item_sums(e, m, m)
+    if _is_dense(e):
+        return laplacian(e, h), incidence_t(e, h), incidence_t(e, x), item_sums(e, m, m)
+    n = e.num_items
+    deg, wt_h, wt_x, scale = item_sums_many(e, (h, h, x, m), (h, -h, -x, m))
+    idx = jnp.concatenate([e.i * n + e.j, e.j * n + e.i])
+    off = jax.ops.segment_sum(jnp.concatenate([-h, -h]), idx, n * n).reshape(n, n)
+    return jnp.where(jnp.eye(n, dtype=bool), deg[:, None], off), wt_h, wt_x, scale
 
 
 def item_sums_many(e, xs_a, xs_b):
@@ -327,8 +337,8 @@ def component_projector(labels, dtype):
     solution. This replaces the paper's anchor row ``e_1`` (PoE eq. 7), which
     gives the same scores up to a shift on a connected graph.
     """
-    same = (labels[:, None] == labels[None, :]).astype(dtype)
-    return same / jnp.sum(same, axis=1, keepdims=True)
+    inv = 1 / component_sizes(labels, dtype)      # O(N); the [N, N] entries fuse into their consumer
+    return jnp.where(labels[:, None] == labels[None, :], inv[:, None], jnp.zeros((), dtype))
 
 
 def centre_per_component(s, labels):

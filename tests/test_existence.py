@@ -223,3 +223,43 @@ def test_win_graph_report_matches_transitive_closures(data, bitmap):
     finally:
         existence.BITMAP_MAX_PAIRS = old
     assert got == _report_by_closure(i, j, p, w, n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_host_check_matches_transitive_closures(data):
+    """The single-context host path (SciPy): component labels = the smallest item reachable
+    undirected (isolated and zero-weight items alone), finite = the closure condition, and a report
+    exactly when not finite."""
+    n = data.draw(st.integers(2, 12))
+    r = data.draw(st.integers(1, 3 * n))
+    i = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=r, max_size=r)))
+    j = (i + np.array(data.draw(st.lists(st.integers(1, n - 1), min_size=r, max_size=r)))) % n
+    p = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.3]), min_size=r, max_size=r)))
+    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=r, max_size=r)))
+    got = existence.host_check(i, j, p, w, n)
+    live = w > 0
+    und = np.eye(n, dtype=bool)
+    und[i[live], j[live]] = und[j[live], i[live]] = True
+    for _ in range(int(np.ceil(np.log2(n))) + 1):
+        und = (und.astype(int) @ und.astype(int)) > 0
+    np.testing.assert_array_equal(got.labels, np.argmax(und, axis=1))
+    assert got.finite == _closure_ok(i, j, p, w, n)
+    assert (got.report is None) == got.finite
+    if not got.finite:
+        assert got.report == _report_by_closure(i, j, p, w, n)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4])    # seed 4: not strongly connected
+def test_single_context_host_check_fits_as_the_batched_device_check(seed):
+    """One concrete context takes the host path, a batch the device path: same scores, same warning."""
+    rng = np.random.default_rng(seed)
+    n = 9
+    i = rng.integers(0, n, 30)
+    j = (i + rng.integers(1, n, 30)) % n
+    p = rng.choice([0.0, 1.0, 0.5, 0.8], size=30).astype(np.float32)
+    one = jr.Comparisons.from_pairs(i, j, p, num_items=n)
+    sol1, w1 = _fit(one)
+    sol2, w2 = _fit(jr.stack_contexts([one, one]))
+    np.testing.assert_allclose(sol1.scores, sol2.scores[0], atol=1e-5)
+    assert len(w1) == len(w2) == (0 if _closure_ok(i, j, p, np.ones(30), n) else 1)

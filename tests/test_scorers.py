@@ -1,7 +1,9 @@
 """Every scorer against an independent NumPy/SciPy formulation (tests/reference.py)."""
 
 import numpy as np
-from scipy.special import expit
+import jax.numpy as jnp
+from scipy import optimize
+from scipy.special import expit, log_expit
 import pytest
 
 import jaxrank as jr
@@ -317,6 +319,44 @@ def test_newman_update_in_the_log_domain_matches_the_strength_form_and_stays_fin
     den = np.bincount(i, b / (rr[i] + rr[j]), n) + np.bincount(j, a / (rr[i] + rr[j]), n)
     assert np.all(np.isfinite(np.asarray(got)))
     np.testing.assert_allclose(np.asarray(got), np.log(num / den), rtol=1e-5, atol=1e-3)
+
+
+def test_newman_step_with_bias_and_prior_vanishes_at_the_map_and_matches_the_strength_form():
+    """``_mm.newman_step`` with a positional bias ``gamma`` and a score prior ``lambda``: equal to
+    ``log`` of Newman's eq. 13 in strengths (NumPy float64, the prior's ``lambda max(-s, 0)`` wins and
+    ``lambda max(s, 0)`` losses added), zero at SciPy's float64 MAP, and the capped polish of
+    ``soft_bt``'s start leaves that MAP where it is."""
+    from jaxrank import _graph
+    from jaxrank.scoring import _mm
+
+    rng = np.random.default_rng(3)
+    n, r, gamma, lam = 8, 40, 0.4, 0.05
+    i = rng.integers(0, n, r)
+    j = (i + rng.integers(1, n, r)) % n
+    p = rng.uniform(0.05, 0.95, r)
+    a, b = p, 1 - p
+    c = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n)
+    e = _graph.edges(c, dense=False)
+
+    def f(s):
+        d = s[i] - s[j] - gamma
+        return -np.sum(a * log_expit(d) + b * log_expit(-d)) + 0.5 * lam * s @ s
+
+    smap = optimize.minimize(f, np.zeros(n), method="BFGS", options=dict(gtol=1e-12)).x
+    s = rng.normal(size=n) * 2
+    rr, rg = np.exp(s), np.exp(gamma)
+    den_ij = rr[i] + rg * rr[j]                                # P(i beats j) = r_i / (r_i + e^gamma r_j)
+    won = np.bincount(i, a * rg * rr[j] / den_ij, n) + np.bincount(j, b * rr[i] / den_ij, n) + lam * np.maximum(-s, 0)
+    lost = (np.bincount(i, b * rr[i] / den_ij, n) + np.bincount(j, a * rg * rr[j] / den_ij, n)
+            + lam * np.maximum(s, 0))
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    got = _mm.newman_step(e, f32(a), f32(b), f32(s), gamma, lam)
+    np.testing.assert_allclose(np.asarray(got), np.log(won / lost), rtol=1e-4, atol=1e-5)
+    at_map = _mm.newman_step(e, f32(a), f32(b), f32(smap), gamma, lam)
+    np.testing.assert_allclose(np.asarray(at_map), 0.0, atol=2e-5)
+    labels = jnp.zeros(n, jnp.int32)
+    polished = _mm.newman_polish(e, f32(a), f32(b), f32(smap - smap.mean()), gamma, lam, labels, 3, 2.0)
+    np.testing.assert_allclose(np.asarray(polished), smap - smap.mean(), atol=1e-4)
 
 
 @pytest.mark.parametrize("noise", [0.0, 1.5])

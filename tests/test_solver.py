@@ -13,11 +13,11 @@ from jaxrank.scoring import soft_bt
 import reference as ref
 
 
-def _data(seed, n=6, reps=3):
+def _data(seed, n=6, reps=3, scale=1.0):
     rng = np.random.default_rng(seed)
     i, j = np.triu_indices(n, 1)
     i, j = np.repeat(i, reps), np.repeat(j, reps)
-    s = rng.normal(size=n)
+    s = scale * rng.normal(size=n)
     p = np.clip(expit(s[i] - s[j] + 0.5 * rng.normal(size=len(i))), 0.05, 0.95)
     return i, j, p
 
@@ -51,7 +51,7 @@ def test_solve_with_a_solver_matches_scipy_and_the_keyword_function():
 
 
 def test_result_codes_per_context_under_vmap_and_throw():
-    i, j, p = _data(1)
+    i, j, p = _data(2, scale=3.0)   # spread scores, clipped p: one Newton step does not reach tol
     one = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=6)
     b = jr.stack_contexts([one, one])
     short = jr.BradleyTerrySolver(max_iter=1, tol=1e-12)

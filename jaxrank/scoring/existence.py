@@ -26,14 +26,15 @@ choose the prior yourself, or fit the strongly connected set alone.
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrank import _graph
 
-__all__ = ["AUTO_SCORE_PRIOR", "NotStronglyConnectedWarning", "finite_ml", "win_graph_report",
-           "warn_if_infinite"]
+__all__ = ["AUTO_SCORE_PRIOR", "HostCheck", "NotStronglyConnectedWarning", "finite_ml", "host_check",
+           "win_graph_report", "warn_if_infinite"]
 
 AUTO_SCORE_PRIOR = 0.01
 """Precision of the ``N(0, 100)`` score prior applied to contexts without finite ML scores.
@@ -104,6 +105,47 @@ def _win_arcs_csr(i, j, p, w, num_items, eps):
     return csr_matrix((np.ones(len(key)), key % n, indptr), shape=(n, n))
 
 
+def _strong_structure(i, j, p, weight, num_items, eps):
+    """``(weak, strong, n_weak, n_strong)``: SciPy component labels of the win graph (isolated items included)."""
+    from scipy.sparse.csgraph import connected_components
+
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    p, w = np.asarray(p, np.float64), np.asarray(weight, np.float64)
+    g = _win_arcs_csr(i, j, p, w, num_items, eps)
+    n_weak, weak = connected_components(g, directed=True, connection="weak")
+    n_strong, strong = connected_components(g, directed=True, connection="strong")
+    return weak, strong, n_weak, n_strong
+
+
+class HostCheck(NamedTuple):
+    """:func:`host_check` of one concrete context."""
+
+    labels: np.ndarray   # [N] int32 connected-component labels, as ``jaxrank.Comparisons.components``
+    finite: bool         # its maximum-likelihood scores are finite (:func:`finite_ml`)
+    report: dict | None  # :func:`win_graph_report` where ``finite`` is False, else None
+
+
+def host_check(i, j, p, weight, num_items, eps=0.0) -> HostCheck:
+    """:func:`finite_ml` and the connected components of ONE concrete context, on the host (SciPy).
+
+    The same answers as the device path (``_graph.components`` and
+    :func:`finite_ml`), from one strong- and one weak-component pass over the
+    win graph (``O(N + R)``, compiled C): a component is strongly connected
+    exactly when the win graph has as many strong components as weak ones
+    (an item in no comparison is a component of its own both ways). Used by
+    ``soft_bt.solve`` for a single concrete context, where it costs less than
+    the device check and leaves the warning's report ready: on all 337 football
+    teams 0.3 ms for check, labels and report, against 0.4 ms (device check and
+    components) plus 0.4 ms (report) before.
+    """
+    weak, strong, n_weak, n_strong = _strong_structure(i, j, p, weight, num_items, eps)
+    _, first = np.unique(weak, return_index=True)        # the smallest item of each weak component
+    labels = first[weak].astype(np.int32)
+    finite = bool(n_strong == n_weak)
+    report = None if finite else _report(i, weight, j, num_items, weak, strong, n_strong)
+    return HostCheck(labels, finite, report)
+
+
 def win_graph_report(i, j, p, weight, num_items, eps=0.0):
     """Strongly connected structure of one context's win graph, on the host (SciPy).
 
@@ -122,13 +164,12 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
         smallest item), in components that are not strongly connected (their ML
         score differences to the rest are infinite).
     """
-    from scipy.sparse.csgraph import connected_components
+    weak, strong, _, n_strong = _strong_structure(i, j, p, weight, num_items, eps)
+    return _report(i, weight, j, num_items, weak, strong, n_strong)
 
-    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
-    p, w = np.asarray(p, np.float64), np.asarray(weight, np.float64)
-    g = _win_arcs_csr(i, j, p, w, num_items, eps)
-    _, weak = connected_components(g, directed=True, connection="weak")
-    n_strong, strong = connected_components(g, directed=True, connection="strong")
+
+def _report(i, weight, j, num_items, weak, strong, n_strong):
+    i, j, w = np.asarray(i, np.int64), np.asarray(j, np.int64), np.asarray(weight, np.float64)
     compared = np.zeros(num_items, bool)
     live = w > 0
     compared[i[live]] = compared[j[live]] = True
@@ -150,7 +191,7 @@ def win_graph_report(i, j, p, weight, num_items, eps=0.0):
             "strong_components": int(len(labels)), "without_finite_score": outside.tolist()}
 
 
-def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10):
+def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10, report=None):
     """Warn (:class:`NotStronglyConnectedWarning`) when some context of ``c`` has ``finite`` False.
 
     Args:
@@ -159,6 +200,8 @@ def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10)
         eps: the probability clip of the fit.
         caller: the function named in the message.
         show: at most this many item indices are listed.
+        report: :func:`win_graph_report` of the first context without finite
+            scores, when the caller has it already (:func:`host_check`).
     """
     finite = np.asarray(finite, bool).reshape(c.batch_shape)
     if finite.all():
@@ -166,7 +209,8 @@ def warn_if_infinite(c, finite, eps, *, caller="fit_poe_bradley_terry", show=10)
     bad = np.argwhere(~finite)
     first = tuple(int(k) for k in bad[0])
     pick = lambda x: np.asarray(x)[first] if first else np.asarray(x)
-    rep = win_graph_report(pick(c.i), pick(c.j), pick(c.p), pick(c.weight), c.num_items, eps)
+    rep = report if report is not None else win_graph_report(pick(c.i), pick(c.j), pick(c.p), pick(c.weight),
+                                                             c.num_items, eps)
     items = rep["without_finite_score"]
     listed = ", ".join(map(str, items[:show])) + (", ..." if len(items) > show else "")
     where = (f"{len(bad)} of {finite.size} contexts have" if first else "the comparisons have")

@@ -43,6 +43,7 @@ keeps it finite (and the largest or smallest) and is otherwise inactive.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -96,20 +97,28 @@ def _finish(c, labels, x, it, done, result, prior, mode, st):
     return SoftBTSolution(s, g, it, done, gn, result)
 
 
-def _fit_flat(c, mode, st, check=False, start_kind="least_squares"):
+def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None):
     """``(solution, finite)`` for a batch ``[B]``; ``finite[b]``: context ``b``'s ML scores are finite.
 
     With ``check`` (``eps = 0`` and no score prior), a context whose win graph
     is not strongly connected within its components (``existence.finite_ml``,
     tested before the first Newton step) is fitted with the score prior
     ``existence.AUTO_SCORE_PRIOR`` instead; without it every context is taken
-    to be finite (``eps > 0`` or a prior guarantees it).
+    to be finite (``eps > 0`` or a prior guarantees it). ``host``: the
+    component labels ``[B, N]`` and ``finite`` ``[B]`` found on the host
+    (``existence.host_check``), used instead of the device's.
     """
-    labels = jax.vmap(_graph.components)(c)
+    if host is None:
+        labels = jax.vmap(_graph.components)(c)
+    else:
+        labels = host[0]
     prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
     finite = jnp.ones(labels.shape[:1], bool)
     if check:
-        finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
+        if host is None:
+            finite = jax.vmap(existence.finite_ml, in_axes=(0, 0, None))(c, labels, st.eps)
+        else:
+            finite = host[1]
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
     x, it, done, result = _argmin(c, labels, prior, st, mode, start_kind)
     sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
@@ -124,10 +133,20 @@ slower than 32)."""
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "check", "start_kind"))
-def _fit(c, st, mode, check=False, start_kind="least_squares"):
+def _fit(c, st, mode, check=False, start_kind="least_squares", host=None):
     flat, shape = _batching.flatten_batch(c)
-    out = _batching.map_chunks(lambda cc: _fit_flat(cc, mode, st, check, start_kind), flat, CHUNK)
+    out = _batching.map_chunks(lambda t: _fit_flat(t[0], mode, st, check, start_kind, t[1]), (flat, host), CHUNK)
     return _batching.unflatten_batch(out, shape)
+
+
+def _host_check(c, eps):
+    """``existence.host_check`` of a single concrete context as ``_fit``'s ``host`` (batch axis 1), or
+    ``(None, None)`` where the device checks (a batch of several contexts, or traced values)."""
+    if math.prod(c.batch_shape) != 1 or any(isinstance(x, jax.core.Tracer) for x in (c.i, c.j, c.p, c.weight)):
+        return None, None
+    flat = [np.asarray(x).reshape(-1) for x in (c.i, c.j, c.p, c.weight)]
+    hc = existence.host_check(*flat, c.num_items, eps)
+    return (hc.labels[None], np.asarray([hc.finite])), hc.report
 
 
 def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None,
@@ -165,10 +184,11 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         raise ValueError(f"start must be 'least_squares' or 'mm', got {start!r}")
     if start == "mm" and solver.mode != "off":
         raise ValueError(f"start='mm' needs a solver without a positional bias, got debias={solver.debias!r}")
-    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start,
+    host, report = _host_check(c, float(solver.eps)) if check else (None, None)
+    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start, host,
                                                        num_items=c.num_items)
     if check and not isinstance(finite, jax.core.Tracer):
-        existence.warn_if_infinite(c, np.asarray(finite), solver.eps)
+        existence.warn_if_infinite(c, np.asarray(finite), solver.eps, report=report)
     solver.check(sol.result)
     return sol
 
