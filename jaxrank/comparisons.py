@@ -41,12 +41,22 @@ def _is_concrete(x: Any) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def _as_array(x: Any, dtype) -> jax.Array:
-    """``jnp.asarray(x, dtype)``; a host (non-JAX) array is cast by NumPy first, so no compiled cast runs."""
+def _as_array(x: Any, dtype):
+    """``x`` as a JAX array (cast if needed) or, for host input, a NumPy array cast by NumPy (no compiled
+    cast); :meth:`Comparisons.from_pairs` moves all its host arrays to the device in one ``device_put``."""
     if isinstance(x, jax.Array):
         return x if dtype is None or x.dtype == dtype else x.astype(dtype)
-    x = np.asarray(x) if dtype is None else np.asarray(x, dtype)
-    return jax.device_put(x)   # (``jnp.asarray`` would compile a staging program per shape)
+    return np.asarray(x) if dtype is None else np.asarray(x, dtype)
+
+
+def _to_device(*xs):
+    """The NumPy arrays among ``xs`` moved to the device in one batched ``jax.device_put`` (each separately
+    cost ~25 us; ``jnp.asarray`` would compile a staging program per shape); JAX arrays pass through."""
+    host = [k for k, x in enumerate(xs) if isinstance(x, np.ndarray)]
+    out = list(xs)
+    for k, x in zip(host, jax.device_put([xs[k] for k in host])):
+        out[k] = x
+    return out
 
 
 def _check_probabilities(name: str, p: Any) -> None:
@@ -148,7 +158,7 @@ class Comparisons:
         if i.ndim == 0:
             raise ValueError("i, j and p must have at least one axis (the comparison axis R)")
         if weight is None:
-            weight = jax.device_put(np.ones(p.shape, p.dtype)) if _is_concrete(p) else jnp.ones(p.shape, p.dtype)
+            weight = np.ones(p.shape, p.dtype) if _is_concrete(p) else jnp.ones(p.shape, p.dtype)
         else:
             if _is_concrete(weight):
                 w = np.asarray(weight, dtype=float)
@@ -161,8 +171,9 @@ class Comparisons:
             if weight.shape != p.shape:
                 raise ValueError(f"weight must have shape {p.shape}, got {weight.shape}")
         batch = p.shape[:-1]
+        all_items = item_mask is None   # every item real: no comparison can touch a masked one
         if item_mask is None:
-            item_mask = jax.device_put(np.ones(batch + (num_items,), bool))
+            item_mask = np.ones(batch + (num_items,), bool)
         else:
             item_mask = _as_array(item_mask, bool)
             if item_mask.shape != batch + (num_items,):
@@ -175,7 +186,9 @@ class Comparisons:
                 k = np.argwhere(selfc)[0]
                 raise ValueError(f"i and j: comparison {tuple(int(x) for x in k)} compares item {ii[tuple(k)]} "
                                  f"with itself")
-            if mm.ndim == 1:
+            if all_items:
+                touches = np.zeros((), bool)
+            elif mm.ndim == 1:
                 touches = live & ~(mm[ii] & mm[jj])
             else:
                 flat_m = mm.reshape(-1, num_items)
@@ -186,6 +199,7 @@ class Comparisons:
                 k = np.argwhere(touches)[0]
                 raise ValueError(f"comparison {tuple(int(x) for x in k)} has non-zero weight but touches a masked "
                                  f"item (item_mask marks it as padding)")
+        i, j, p, weight, item_mask = _to_device(i, j, p, weight, item_mask)
         return cls(i=i, j=j, p=p, weight=weight, item_mask=item_mask, num_items=num_items)
 
     @classmethod

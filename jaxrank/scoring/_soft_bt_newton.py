@@ -324,13 +324,19 @@ POLISH_SWEEPS = 2
 """Newman updates after the least-squares start, each item's log-step clipped to ``+-POLISH_CAP``.
 
 The least-squares fit of the logits spreads the scores too far where edges carry few comparisons
-(on the football results its scores are about 4/3 of the optimum's); two updates, two passes over
-the comparisons, pull each item towards its optimum given the others and save about one Newton
-step (one factorisation) in most problems. Offline in float64: football 5 -> 4 Newton steps on
-all 337 teams and on the strongly connected 316 (a step there is a 337 x 337 Cholesky, ~0.5 ms; a
-sweep ~0.05 ms); Newton steps summed over 5 random draws each, plain start -> two updates: 16
-items, all pairs, soft 15 -> 10, noisy LLM-like 26 -> 18; 8 items LLM-like 21 -> 16; 300 sparse
-items soft 13 -> 10, LLM-like 40 -> 26."""
+(on the football results its scores are about 4/3 of the optimum's); a few updates, each one pass
+over the comparisons, pull every item towards its optimum given the others and save about one
+Newton step (one factorisation) in most problems. Offline in float64, Newton steps summed over 5
+random draws each, plain start -> 2 -> 4 updates: 16 items, all pairs, soft 15 -> 10 -> 10, noisy
+LLM-like 26 -> 18 -> 11; 8 items LLM-like 21 -> 16 -> 12; 300 sparse items soft 13 -> 10 -> 10,
+LLM-like 40 -> 26 -> 20; football 5 -> 4 -> 4 on all 337 teams and on the strongly connected 316
+(a Newton step there is a 337 x 337 Cholesky, ~0.4 ms; an update ~0.05 ms). In jaxrank (float32,
+``benchmarks`` A/B in one process): 10,000 contexts of 16 items with 48 LLM-like comparisons each,
+PoE-BT 162 -> 106 ms (2 updates) -> 103 ms (4), mean Newton steps 4.2 -> 2.0 -> 1.5; 1,000 sparse
+items with noisy probabilities 1.8 -> 1.6 -> 1.4 ms; 8 updates were slower (110 ms, 1.7 ms). Kept at 2:
+with 4, a 560-item near-chain (comparisons only between neighbours at most 3 apart) with a learnt
+bias stopped one step early at float32's rounding level with its slowest mode 1.7e-3 off the float64
+optimum (``tests/test_scorers.py``); with 2 it ends 1.2e-6 off."""
 
 POLISH_CAP = 2.0
 """Largest log-step of one item in :data:`POLISH_SWEEPS`: an item that never lost (or never won) has an
@@ -346,7 +352,7 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
     ``sigmoid(d)`` the gradient and Hessian, hence the Newton direction from
     ``y`` (used only if ``y`` is accepted; a rejected ``y`` halves ``t``).
     The start, before the loop, is the least-squares fit of the logits polished by
-    two of Newman's updates (:func:`_least_squares_start`) or, with
+    :data:`POLISH_SWEEPS` of Newman's updates (:func:`_least_squares_start`) or, with
     ``start_kind="mm"`` (mode ``"off"`` only), :data:`MM_START_SWEEPS` of
     Newman's updates from 0 (:mod:`jaxrank.scoring._mm`); pass 0 accepts it
     unconditionally and takes the first Newton direction there. No nested loop

@@ -112,8 +112,8 @@ def _strong_structure(i, j, p, weight, num_items, eps):
     i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
     p, w = np.asarray(p, np.float64), np.asarray(weight, np.float64)
     g = _win_arcs_csr(i, j, p, w, num_items, eps)
-    n_weak, weak = connected_components(g, directed=True, connection="weak")
     n_strong, strong = connected_components(g, directed=True, connection="strong")
+    n_weak, weak = connected_components(g, directed=True, connection="weak")
     return weak, strong, n_weak, n_strong
 
 
