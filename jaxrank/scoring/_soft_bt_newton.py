@@ -374,12 +374,12 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
         x0 = jax.vmap(functools.partial(_least_squares_start, mode=mode, st=st))(ops)
     init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
                   jnp.zeros(b, bool), jnp.zeros(b, bool))
-    cont = lambda s: ~s.stop & (s.it <= st.max_iter)
+    cont = lambda s: ~s.stop & (s.it < st.max_iter)       # at most max_iter passes (Newton directions)
     out = _batching.while_per_context(cont, functools.partial(_pass, mode=mode, st=st), ops, init,
                                       compact=COMPACT)
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
-    return out.x, jnp.maximum(out.it - 1, 0), out.converged, result.astype(jnp.int32)
+    return out.x, out.it, out.converged, result.astype(jnp.int32)
 
 
 MM_START_SWEEPS = 20

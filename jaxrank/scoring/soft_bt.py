@@ -67,8 +67,9 @@ class SoftBTSolution(NamedTuple):
     Attributes:
         scores: ``[..., N]`` scores, centred per connected component.
         gamma: ``[...]`` positional-bias parameter used or learnt.
-        iterations: ``[...]`` Newton steps from the least-squares start (plus
-            any line-search halvings).
+        iterations: ``[...]`` passes of the Newton loop from the start: Newton
+            directions computed (the last one applied when it predicts
+            convergence), plus any line-search halvings; at most ``max_iter``.
         converged: ``[...]`` whether the last Newton step was below ``tol``
             (max-norm), or predicted the error after it below ``tol`` (``|step|^2 / |previous
             step| < tol``, the contraction-rate estimate), or every gradient entry reached its float rounding level
