@@ -11,9 +11,11 @@ rest of its component; the likelihood keeps rising as that set moves away, the
 maximum-likelihood score differences are infinite, and an iterative solver runs
 to its iteration cap (283 ms and no convergence on all 337 football teams).
 
-jaxrank tests the condition for every context before the first Newton step
-(:func:`finite_ml`: two reachability sweeps from each component's first item,
-on the device). A context that fails it is fitted as the MAP under an
+jaxrank tests the condition for every context before the first Newton step:
+a single concrete context on the host (:func:`host_check`: SciPy's strong and
+weak components, which also give the component labels and the warning's
+report), a batch on the device (:func:`finite_ml`: two reachability sweeps
+from each component's first item). A context that fails it is fitted as the MAP under an
 independent Gaussian prior ``N(0, 1 / AUTO_SCORE_PRIOR)`` on every score
 (precision :data:`AUTO_SCORE_PRIOR` = 0.01, i.e. a standard deviation of 10
 log-strength units), which is finite and ranks an undefeated item first; a

@@ -25,7 +25,8 @@ factorised by Cholesky, or for large sparse pools, ``_graph.CG_MIN_ITEMS`` items
 and more, applied matrix-free in Jacobi-preconditioned conjugate gradients, so
 a Newton step costs a few dozen passes over the comparisons instead of an
 ``O(N^3)`` factorisation), with an Armijo backtracking line search that tries the full step first,
-started from the least-squares fit of the logits. Line search and Newton steps
+started from the least-squares fit of the logits polished by two of Newman's
+updates (``_soft_bt_newton.POLISH_SWEEPS``). Line search and Newton steps
 share one flat ``lax.while_loop`` with per-context state (contexts of a batch
 converge independently), and every setting but ``debias`` is a traced value:
 one small compiled program serves every setting, and hard Bradley-Terry
