@@ -94,3 +94,27 @@ def newman_sweeps(e: _graph.Edges, a, b, labels, sizes, sweeps: int):
         return s - _graph.component_mean(s, labels, sizes), delta
 
     return jax.lax.fori_loop(0, sweeps, body, (s0, s0))[0]
+
+
+def log_newton_step(e: _graph.Edges, a, b, s, prior=0.0):
+    """Per item, one Newton step on Newman's equation ``phi_n(s_n) = log A_n - log B_n = 0`` with the
+    other items held: ``-phi_n / phi_n'`` (``A``, ``B`` and ``prior`` as in :func:`newman_step`).
+
+    Where all of an item's comparisons are saturated, ``phi_n'`` is ``-1`` (saturated on one side:
+    Newman's own step, exact) or ``-2`` (wins far below and losses far above: half of Newman's step,
+    again exact, where Newman's full step would reflect the item to the other side of its optimum);
+    near the optimum it is Newton's step for the item alone. ``phi_n'`` is kept below ``-1e-3`` and a
+    non-finite step is 0.
+    """
+    d = _graph.head(e, s) - _graph.tail(e, s)
+    up, down = jax.nn.sigmoid(-d), jax.nn.sigmoid(d)
+    hh = up * down
+    neg, pos = (s < 0).astype(s.dtype), (s > 0).astype(s.dtype)
+    won, lost, dwon, dlost = _graph.item_sums_many(
+        e, (a * up, b * down, a * hh, b * hh), (b * down, a * up, b * hh, a * hh))
+    won, lost = won + prior * jnp.maximum(-s, 0), lost + prior * jnp.maximum(s, 0)
+    tiny = jnp.finfo(s.dtype).tiny
+    won, lost = jnp.maximum(won, tiny), jnp.maximum(lost, tiny)
+    dphi = -(dwon + prior * neg) / won - (dlost + prior * pos) / lost      # d log A / ds - d log B / ds
+    step = -(jnp.log(won) - jnp.log(lost)) / jnp.minimum(dphi, -1e-3)
+    return jnp.where(jnp.isfinite(step), step, 0)
