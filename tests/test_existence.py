@@ -205,17 +205,23 @@ def _report_by_closure(i, j, p, w, n):
             "without_finite_score": sorted(outside)}
 
 
-@pytest.mark.parametrize("bitmap", [True, False])
-@settings(max_examples=60, deadline=None)
-@given(data=st.data())
-def test_win_graph_report_matches_transitive_closures(data, bitmap):
-    """Random multigraphs with repeated pairs, draws, zero weights and isolated items; both de-duplication paths."""
+def _draw_multigraph(data):
+    """A random multigraph ``(i, j, p, w, n)``: repeated pairs, draws, hard outcomes, zero weights, isolated items."""
     n = data.draw(st.integers(2, 12))
     r = data.draw(st.integers(1, 3 * n))
     i = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=r, max_size=r)))
     j = (i + np.array(data.draw(st.lists(st.integers(1, n - 1), min_size=r, max_size=r)))) % n
     p = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.3]), min_size=r, max_size=r)))
     w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=r, max_size=r)))
+    return i, j, p, w, n
+
+
+@pytest.mark.parametrize("bitmap", [True, False])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_win_graph_report_matches_transitive_closures(data, bitmap):
+    """Random multigraphs with repeated pairs, draws, zero weights and isolated items; both de-duplication paths."""
+    i, j, p, w, n = _draw_multigraph(data)
     old = existence.BITMAP_MAX_PAIRS
     existence.BITMAP_MAX_PAIRS = old if bitmap else 0
     try:
@@ -231,12 +237,7 @@ def test_host_check_matches_transitive_closures(data):
     """The single-context host path (SciPy): component labels = the smallest item reachable
     undirected (isolated and zero-weight items alone), finite = the closure condition, and a report
     exactly when not finite."""
-    n = data.draw(st.integers(2, 12))
-    r = data.draw(st.integers(1, 3 * n))
-    i = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=r, max_size=r)))
-    j = (i + np.array(data.draw(st.lists(st.integers(1, n - 1), min_size=r, max_size=r)))) % n
-    p = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.3]), min_size=r, max_size=r)))
-    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0, 2.0]), min_size=r, max_size=r)))
+    i, j, p, w, n = _draw_multigraph(data)
     got = existence.host_check(i, j, p, w, n)
     live = w > 0
     und = np.eye(n, dtype=bool)
