@@ -22,7 +22,7 @@ runs the case once and reports its peak resident set size
   ``win_ratio``, ``poe_gaussian`` (with its standard errors) and ``poe_bradley_terry`` (the default, with Laplace standard
   errors), compilation cache off.
 
-``--bt-vs-poe N`` also times hard BT against PoE-BT on one pool of ``N`` items in
+``--bt-vs-poe N [N ...]`` also times hard BT against PoE-BT on a pool of each ``N`` items in
 this process (compiled first, interleaved rounds).
 
 ``--root`` picks the checkout whose jaxrank is measured (``PYTHONPATH``), so a
@@ -126,7 +126,8 @@ def bt_vs_poe(n, repeats, rep):
     for label, pp in (("separable decisions (one latent order)", p), ("noisy LLM-like probabilities", _noisy(i, j, p))):
         c = jr.Comparisons.from_pairs(i, j, pp, num_items=n)
         fits = {"bradley_terry": lambda: jr.fit_bradley_terry(c), "poe_bradley_terry": lambda: jr.fit_poe_bradley_terry(c)}
-        its = {k: int(jax.block_until_ready(f()).iterations) for k, f in fits.items()}   # compile
+        first = {k: jax.block_until_ready(f()) for k, f in fits.items()}   # compile
+        its = {k: f"{int(v.iterations)}{'' if bool(v.converged) else ' (unconverged)'}" for k, v in first.items()}
         fns = {k: (lambda f=f: jax.block_until_ready(f())) for k, f in fits.items()}
         times, loads = interleaved(fns, repeats)
         bt, poe = np.asarray(times["bradley_terry"]), np.asarray(times["poe_bradley_terry"])
@@ -194,8 +195,9 @@ def main():
     ap.add_argument("--cases", nargs="*", help="only these cases")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per case before it counts as failed")
     ap.add_argument("--smoke", action="store_true", help="200 items, one repeat, two scorers: seconds")
-    ap.add_argument("--bt-vs-poe", type=int, default=0, metavar="N",
-                    help="also time hard BT against PoE-BT on N items in this process (issue 14: 5000)")
+    ap.add_argument("--bt-vs-poe", type=int, nargs="*", default=[], metavar="N",
+                    help="also time hard BT against PoE-BT on N items in this process (issue 14: 5000; "
+                         "sizes above 10,000 get at most 3 rounds)")
     ap.add_argument("--combine", nargs=2, metavar=("BEFORE", "AFTER"),
                     help="only write results/memory_scale.md from the runs labelled BEFORE* and AFTER*")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
@@ -213,7 +215,7 @@ def main():
              + [f"cli-{m}" for m in CLI_METHODS])
     if args.smoke:
         args.sizes, args.repeats, cases = [200], 1, ["jax-import", "win_ratio", "cli-win_ratio"]
-        args.bt_vs_poe = 200 if args.bt_vs_poe else 0
+        args.bt_vs_poe = [200] if args.bt_vs_poe else []
     if args.cases:
         cases = [k for k in cases if k in args.cases]
     name = "memory_scale" + (f"_{args.label}" if args.label else "")
@@ -240,8 +242,8 @@ def main():
             print(rows[-1], file=sys.stderr, flush=True)
     if rows:
         rep.table(["items N", "case", "peak RSS MB", "seconds", "load after"], rows)
-    if args.bt_vs_poe:
-        bt_vs_poe(args.bt_vs_poe, args.repeats, rep)
+    for n in args.bt_vs_poe:
+        bt_vs_poe(n, args.repeats if n <= 10_000 else min(args.repeats, 3), rep)
     rep.write()
 
 

@@ -99,6 +99,15 @@ def item_sums(e, x_a, x_b):
             + jax.ops.segment_sum(x_b, e.j, n, indices_are_sorted=False))
 
 
+def item_max(e, x_a, x_b):
+    """``out[n] = max_k max(x_a[k] [i_k = n], x_b[k] [j_k = n])`` over the edges (``-inf`` for an item in none)."""
+    if _is_dense(e):
+        return jnp.maximum(jnp.max(x_a, axis=1), jnp.max(x_b, axis=0))
+    n = e.num_items
+    return jnp.maximum(jax.ops.segment_max(x_a, e.i, n, indices_are_sorted=False),
+                       jax.ops.segment_max(x_b, e.j, n, indices_are_sorted=False))
+
+
 def incidence_t(e, x):
     """``W^T x`` with ``W`` the incidence matrix (row k = e_i - e_j)."""
     return item_sums(e, x, -x)
@@ -243,6 +252,22 @@ def components(c, *, e=None, w=None):
     labels0 = jnp.arange(n, dtype=jnp.int32)
     _, labels = jax.lax.while_loop(cond, body, (labels0, sweep(labels0)))
     return labels
+
+
+def merge_labels(e, on, sweeps: int):
+    """Labels after ``sweeps`` sweeps of :func:`components`' label propagation over the edges where ``on``
+    (sparse edge space only): every set of equal labels is connected by such edges (a component may still
+    be split in several when ``sweeps`` is below its depth)."""
+    n = e.num_items
+    big = jnp.int32(n)
+
+    def sweep(_, labels):
+        from_a = jax.ops.segment_min(jnp.where(on, labels[e.i], big), e.j, n)
+        from_b = jax.ops.segment_min(jnp.where(on, labels[e.j], big), e.i, n)
+        new = jnp.minimum(labels, jnp.minimum(from_a, from_b))
+        return new[new]
+
+    return jax.lax.fori_loop(0, sweeps, sweep, jnp.arange(n, dtype=jnp.int32))
 
 
 def reached_both_ways(e, ab, ba, labels):

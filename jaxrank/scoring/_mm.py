@@ -96,25 +96,67 @@ def newman_sweeps(e: _graph.Edges, a, b, labels, sizes, sweeps: int):
     return jax.lax.fori_loop(0, sweeps, body, (s0, s0))[0]
 
 
-def log_newton_step(e: _graph.Edges, a, b, s, prior=0.0):
-    """Per item, one Newton step on Newman's equation ``phi_n(s_n) = log A_n - log B_n = 0`` with the
-    other items held: ``-phi_n / phi_n'`` (``A``, ``B`` and ``prior`` as in :func:`newman_step`).
+MODEL_STEP_MAX = 60.0
+"""Largest log-step of :func:`saturation_step` (``exp(60)`` keeps its quadratic in float32's range);
+an item further off takes several."""
 
-    Where all of an item's comparisons are saturated, ``phi_n'`` is ``-1`` (saturated on one side:
-    Newman's own step, exact) or ``-2`` (wins far below and losses far above: half of Newman's step,
-    again exact, where Newman's full step would reflect the item to the other side of its optimum);
-    near the optimum it is Newton's step for the item alone. ``phi_n'`` is kept below ``-1e-3`` and a
-    non-finite step is 0.
+
+def saturation_step(e: _graph.Edges, a, b, s, prior=0.0, groups=None):
+    """Per item, the log-step to the root of Newman's equation ``A_n(s_n) = B_n(s_n)`` under a model
+    exact wherever the item's comparisons are saturated, with the other items held.
+
+    ``A_n = sum_k won_{n,k} sigmoid(s_o - s_n)`` and ``B_n = sum_k lost_{n,k} sigmoid(s_n - s_o)`` (as
+    in :func:`newman_step`). Each term of ``A_n`` is either flat in ``s_n`` (an opponent far above)
+    or decays as ``exp(s_o - s_n)`` (far below), and likewise for ``B_n``; so near saturation
+    ``A_n(s_n + x) = alpha + beta exp(-x)`` and ``B_n(s_n + x) = gamma + delta exp(x)``, with
+    ``beta = -A_n'``, ``alpha = A_n - beta``, ``delta = B_n'``, ``gamma = B_n - delta`` at the current
+    score. The root of ``alpha + beta / z = gamma + delta z`` (``z = exp(x)``) is the positive root
+    of ``delta z^2 + (gamma - alpha) z - beta = 0``. The model is exact where every term is
+    saturated, whichever side: wins only far below (Newman's own step), wins far below and losses
+    far above (half of Newman's step), and an item held loosely between the two with prior mass both
+    ways, where Newton's step on ``log A_n - log B_n`` is unbounded (``A_n`` and ``B_n`` both nearly
+    constant) and Newman's is far too short: the model puts it where the nearest wins' exponential
+    tail balances the net prior pull. Near the root it agrees with Newton's step on
+    ``log A_n - log B_n`` to first order.
+
+    ``log A_n`` and ``log B_n`` are log-sum-exps of the terms' logarithms (``log a + log sigmoid(-d)``
+    and ``log b + log sigmoid(d)``), shifted by each item's largest term: exact however far out the
+    item sits (summed as ``sigmoid`` values, an item more than ~87 log-units below all its
+    opponents underflowed ``B_n`` to 0). The step is clipped to ``+-MODEL_STEP_MAX``; a non-finite
+    one is 0.
     """
     d = _graph.head(e, s) - _graph.tail(e, s)
-    up, down = jax.nn.sigmoid(-d), jax.nn.sigmoid(d)
-    hh = up * down
-    neg, pos = (s < 0).astype(s.dtype), (s > 0).astype(s.dtype)
-    won, lost, dwon, dlost = _graph.item_sums_many(
-        e, (a * up, b * down, a * hh, b * hh), (b * down, a * up, b * hh, a * hh))
-    won, lost = won + prior * jnp.maximum(-s, 0), lost + prior * jnp.maximum(s, 0)
-    tiny = jnp.finfo(s.dtype).tiny
-    won, lost = jnp.maximum(won, tiny), jnp.maximum(lost, tiny)
-    dphi = -(dwon + prior * neg) / won - (dlost + prior * pos) / lost      # d log A / ds - d log B / ds
-    step = -(jnp.log(won) - jnp.log(lost)) / jnp.minimum(dphi, -1e-3)
-    return jnp.where(jnp.isfinite(step), step, 0)
+    qd, qmd = jax.nn.sigmoid(d), jax.nn.sigmoid(-d)
+    u = jnp.log(a) + jax.nn.log_sigmoid(-d)     # the head's win term, the tail's loss term (weight of d/ds: qd)
+    v = jnp.log(b) + jax.nn.log_sigmoid(d)      # the head's loss term, the tail's win term (weight: qmd)
+    if groups is not None:   # one step per group, over the comparisons that leave it
+        inside = _graph.head(e, groups) == _graph.tail(e, groups)
+        u, v = jnp.where(inside, -jnp.inf, u), jnp.where(inside, -jnp.inf, v)
+        e = _graph.Edges(groups[e.i], groups[e.j], e.num_items, False)
+    finite = lambda m: jnp.where(jnp.isfinite(m), m, 0)
+    ma, mb = finite(_graph.item_max(e, u, v)), finite(_graph.item_max(e, v, u))
+    ea_h, ea_t = jnp.exp(u - _graph.head(e, ma)), jnp.exp(v - _graph.tail(e, ma))
+    eb_h, eb_t = jnp.exp(v - _graph.head(e, mb)), jnp.exp(u - _graph.tail(e, mb))
+    sa, sa1, sb, sb1 = _graph.item_sums_many(e, (ea_h, ea_h * qd, eb_h, eb_h * qmd),
+                                             (ea_t, ea_t * qmd, eb_t, eb_t * qd))
+    pa, pb = prior * jnp.maximum(-s, 0), prior * jnp.maximum(s, 0)
+    pda, pdb = prior * (s < 0), prior * (s > 0)
+    if groups is not None:
+        n = s.shape[0]
+        pa, pb, pda, pdb = (jax.ops.segment_sum(x * jnp.ones_like(s), groups, n) for x in (pa, pb, pda, pdb))
+    log_a = jnp.logaddexp(ma + jnp.log(sa), jnp.log(pa))
+    log_b = jnp.logaddexp(mb + jnp.log(sb), jnp.log(pb))
+    # the exponential shares beta / A and delta / B (-d log A / ds and d log B / ds), in [0, 1]
+    ra = jnp.clip(jnp.exp(ma + jnp.log(sa1) - log_a) + jnp.exp(jnp.log(pda) - log_a), 0, 1)
+    rb = jnp.clip(jnp.exp(mb + jnp.log(sb1) - log_b) + jnp.exp(jnp.log(pdb) - log_b), 0, 1)
+    # divided by B and by scale = max(1, A / B): rb z^2 + [(1 - rb) - E (1 - ra)] z - E ra = 0, E = A / B
+    kappa = jnp.clip(log_a - log_b, -MODEL_STEP_MAX, MODEL_STEP_MAX)
+    scale = jnp.exp(jnp.maximum(kappa, 0))
+    big = jnp.exp(kappa - jnp.maximum(kappa, 0))          # E / scale, in (0, 1]
+    c2, c1, c0 = rb / scale, (1 - rb) / scale - big * (1 - ra), big * ra
+    root = jnp.sqrt(c1 * c1 + 4 * c2 * c0)
+    # the positive root, in the form without cancellation for either sign of c1
+    z = jnp.where(c1 < 0, (root - c1) / jnp.maximum(2 * c2, jnp.finfo(s.dtype).tiny), 2 * c0 / (c1 + root))
+    step = jnp.clip(jnp.log(z), -MODEL_STEP_MAX, MODEL_STEP_MAX)
+    step = jnp.where(jnp.isfinite(step), step, 0)
+    return step if groups is None else step[groups]

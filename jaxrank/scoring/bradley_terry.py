@@ -27,10 +27,11 @@ pool (``_graph.CG_MIN_ITEMS`` items or more) Newton starts from a few of
 Newman's updates (``soft_bt.solve(..., start="mm")``): an item whose decisions
 all go one way sits far out, where one Newman update puts it near its optimum
 and Newton alone moves it about one log-unit per step; there every accepted
-Newton step is followed by one per-item log-domain Newton step
-(``_mm.log_newton_step``, kept where it lowers the objective), which places an
-item held loosely between far wins and far losses, and the CG solves are loose
-while the gradient is large (``_soft_bt_newton.SWEEP_NOTE``). An item whose log-step changes sign between iterations takes half
+Newton step is followed by one saturation step per group of linked items
+(``_mm.saturation_step``, kept where it lowers the objective), which places a
+group held loosely between far wins and far losses, the Newton system is damped
+and clipped per item, and the CG solves are loose while the gradient is large
+(``_soft_bt_newton.SWEEP_NOTE``: 100,000 separable items converge in 35 steps). An item whose log-step changes sign between iterations takes half
 a step (this breaks the period-2 cycles Newman's update can fall into on tiny,
 nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric mean (log-scores centred)
 per connected component after each step; the loop stops when
