@@ -137,8 +137,9 @@ def saturation_step(e: _graph.Edges, a, b, s, prior=0.0, groups=None):
     ma, mb = finite(_graph.item_max(e, u, v)), finite(_graph.item_max(e, v, u))
     ea_h, ea_t = jnp.exp(u - _graph.head(e, ma)), jnp.exp(v - _graph.tail(e, ma))
     eb_h, eb_t = jnp.exp(v - _graph.head(e, mb)), jnp.exp(u - _graph.tail(e, mb))
-    sa, sa1, sb, sb1 = _graph.item_sums_many(e, (ea_h, ea_h * qd, eb_h, eb_h * qmd),
-                                             (ea_t, ea_t * qmd, eb_t, eb_t * qd))
+    # separate sums: stacking [R, 4] columns for one scatter costs more than it saves on large pools
+    sa, sa1 = _graph.item_sums(e, ea_h, ea_t), _graph.item_sums(e, ea_h * qd, ea_t * qmd)
+    sb, sb1 = _graph.item_sums(e, eb_h, eb_t), _graph.item_sums(e, eb_h * qmd, eb_t * qd)
     pa, pb = prior * jnp.maximum(-s, 0), prior * jnp.maximum(s, 0)
     pda, pdb = prior * (s < 0), prior * (s > 0)
     if groups is not None:
