@@ -26,6 +26,7 @@ comparisons, and loses for 1000 items with 26k comparisons).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -229,17 +230,12 @@ def components(c, *, e=None, w=None):
 
         def neighbour_min(labels):
             return jnp.min(jnp.where(adj, labels[None, :], big), axis=1)
+
+        def sweep(labels):
+            new = neighbour_min(labels)
+            return new[new]
     else:
-        on = w != 0
-
-        def neighbour_min(labels):
-            from_a = jax.ops.segment_min(jnp.where(on, labels[e.i], big), e.j, n)
-            from_b = jax.ops.segment_min(jnp.where(on, labels[e.j], big), e.i, n)
-            return jnp.minimum(labels, jnp.minimum(from_a, from_b))
-
-    def sweep(labels):
-        new = neighbour_min(labels)
-        return new[new]
+        sweep = functools.partial(_label_sweep, e, w != 0)
 
     def cond(state):
         old, new = state
@@ -254,20 +250,24 @@ def components(c, *, e=None, w=None):
     return labels
 
 
+def _label_sweep(e, on, labels):
+    """One sweep of label propagation in the sparse edge space over the edges where ``on``: each item
+    takes the smallest label among itself and its neighbours, then its label's label (a shortcut
+    that keeps every label inside its component)."""
+    n = e.num_items
+    big = jnp.int32(n)
+    from_a = jax.ops.segment_min(jnp.where(on, labels[e.i], big), e.j, n)
+    from_b = jax.ops.segment_min(jnp.where(on, labels[e.j], big), e.i, n)
+    new = jnp.minimum(labels, jnp.minimum(from_a, from_b))
+    return new[new]
+
+
 def merge_labels(e, on, sweeps: int):
     """Labels after ``sweeps`` sweeps of :func:`components`' label propagation over the edges where ``on``
     (sparse edge space only): every set of equal labels is connected by such edges (a component may still
     be split in several when ``sweeps`` is below its depth)."""
-    n = e.num_items
-    big = jnp.int32(n)
-
-    def sweep(_, labels):
-        from_a = jax.ops.segment_min(jnp.where(on, labels[e.i], big), e.j, n)
-        from_b = jax.ops.segment_min(jnp.where(on, labels[e.j], big), e.i, n)
-        new = jnp.minimum(labels, jnp.minimum(from_a, from_b))
-        return new[new]
-
-    return jax.lax.fori_loop(0, sweeps, sweep, jnp.arange(n, dtype=jnp.int32))
+    return jax.lax.fori_loop(0, sweeps, lambda _, lab: _label_sweep(e, on, lab),
+                             jnp.arange(e.num_items, dtype=jnp.int32))
 
 
 def reached_both_ways(e, ab, ba, labels):
