@@ -171,7 +171,9 @@ def while_per_context(cont, step, operands, state, *, compact: bool = True):
     ``K = B // TAIL_FRACTION`` contexts are still running, those ``K`` (chosen by
     ``lax.top_k``, a static size) are gathered into a small batch that finishes
     alone, and are scattered back. Under a vmapped ``while_loop`` the whole
-    batch would pay for the slowest context.
+    batch would pay for the slowest context. A batch of one context runs
+    ``step`` in a plain ``while_loop``, not vmapped, so a ``lax.cond`` inside it
+    executes only the branch taken.
 
     Args:
         cont: ``state -> bool`` for one context: keep iterating.
@@ -185,6 +187,14 @@ def while_per_context(cont, step, operands, state, *, compact: bool = True):
     Returns:
         The final state, leading axis ``B``.
     """
+    b = jax.tree.leaves(state)[0].shape[0]
+    if b == 1:
+        # one context: its own loop, not vmapped, so a ``lax.cond`` in ``step`` runs only the branch it
+        # takes (under ``vmap`` the predicate is batched and both branches run)
+        one = lambda t: jax.tree.map(lambda x: x[0], t)
+        ops = one(operands)
+        out = jax.lax.while_loop(cont, lambda s: step(ops, s), one(state))
+        return jax.tree.map(lambda x: x[None], out)
     vcont = jax.vmap(cont)
     vstep = jax.vmap(step)
 
@@ -196,7 +206,6 @@ def while_per_context(cont, step, operands, state, *, compact: bool = True):
     def loop(ops, st, limit):
         return jax.lax.while_loop(lambda s: jnp.sum(vcont(s)) > limit, lambda s: masked_step(ops, s), st)
 
-    b = jax.tree.leaves(state)[0].shape[0]
     k = b // TAIL_FRACTION
     if k < 1 or not compact:
         return loop(operands, state, 0)

@@ -371,9 +371,18 @@ def centre_per_component(s, labels):
     return s - component_mean(s, labels, component_sizes(labels, s.dtype))
 
 
+def psd_factor(a):
+    """The lower Cholesky factor of symmetric positive-definite ``a`` (for :func:`factor_solve`)."""
+    return jax.scipy.linalg.cho_factor(a, lower=True)[0]
+
+
+def factor_solve(factor, b):
+    """Solve ``a x = b`` given ``factor = psd_factor(a)``; ``b`` is ``[N]`` or ``[N, K]``."""
+    if b.ndim == factor.ndim - 1:
+        return jax.scipy.linalg.cho_solve((factor, True), b[..., None])[..., 0]
+    return jax.scipy.linalg.cho_solve((factor, True), b)
+
+
 def psd_solve(a, b):
     """Solve ``a x = b`` for symmetric positive-definite ``a`` (Cholesky); ``b`` is ``[N]`` or ``[N, K]``."""
-    cf = jax.scipy.linalg.cho_factor(a, lower=True)
-    if b.ndim == a.ndim - 1:
-        return jax.scipy.linalg.cho_solve(cf, b[..., None])[..., 0]
-    return jax.scipy.linalg.cho_solve(cf, b)
+    return factor_solve(psd_factor(a), b)
