@@ -174,6 +174,11 @@ def use_cg(e) -> bool:
     return not _is_dense(e) and e.num_items >= CG_MIN_ITEMS
 
 
+def sizes_use_cg(num_items: int, num_comparisons: int) -> bool:
+    """:func:`use_cg` of the edge space :func:`edges` picks for a context of these (static) sizes."""
+    return not use_dense(num_items, num_comparisons) and num_items >= CG_MIN_ITEMS
+
+
 def component_sizes(labels, dtype):
     """``[N]``: the size of every item's connected component (``1 / diag(P)``)."""
     n = labels.shape[0]

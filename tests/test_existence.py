@@ -249,6 +249,9 @@ def test_host_check_matches_transitive_closures(data):
     assert (got.report is None) == got.finite
     if not got.finite:
         assert got.report == _report_by_closure(i, j, p, w, n)
+        later = existence.host_check(i, j, p, w, n, report=False)     # the report made afterwards (soft_bt)
+        assert later.report is None and later.finite == got.finite
+        assert existence.check_report(i, w, j, n, later) == got.report
 
 
 @pytest.mark.parametrize("seed", [0, 1, 4])    # seed 4: not strongly connected
@@ -264,3 +267,21 @@ def test_single_context_host_check_fits_as_the_batched_device_check(seed):
     sol2, w2 = _fit(jr.stack_contexts([one, one]))
     np.testing.assert_allclose(sol1.scores, sol2.scores[0], atol=1e-5)
     assert len(w1) == len(w2) == (0 if _closure_ok(i, j, p, np.ones(30), n) else 1)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_single_context_on_many_items_overlaps_its_start_and_fits_as_the_batch(seed):
+    """80 items (dense Newton systems, LAPACK single-threaded): the host path dispatches its label-free
+    least-squares start before the host check; same scores as the batched device path, which does not."""
+    rng = np.random.default_rng(seed)
+    n, r = 80, 400
+    i = rng.integers(0, n, r)
+    j = (i + rng.integers(1, n, r)) % n
+    s = rng.normal(size=n)
+    p = (rng.random(r) < 1 / (1 + np.exp(-(s[i] - s[j])))).astype(np.float32)   # hard outcomes
+    one = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=rng.integers(1, 4, r).astype(np.float32))
+    sol1, w1 = _fit(one)
+    sol2, w2 = _fit(jr.stack_contexts([one, one]))
+    assert bool(sol1.converged)
+    np.testing.assert_allclose(sol1.scores, sol2.scores[0], atol=2e-5)
+    assert len(w1) == len(w2)

@@ -125,3 +125,44 @@ def test_one_context_with_chord_steps_matches_a_float64_optimum(seed, debias):
     np.testing.assert_allclose(np.asarray(one.scores), np.asarray(batch.scores[0]), atol=2e-5)
     if debias == "learn":
         np.testing.assert_allclose(float(one.gamma), gamma, atol=1e-4)
+
+
+@pytest.mark.parametrize("debias", [False, "learn"])
+def test_label_free_start_is_the_minimum_norm_least_squares_fit_of_the_logits(debias):
+    """``_ridge_start`` (run before the component labels are known), centred per component by
+    ``_polished_start`` without its Newman updates: the weighted least-squares fit of ``s_i - s_j (- gamma)``
+    to the clipped logits, minimum-norm per component, from NumPy's ``lstsq`` on two components."""
+    rng = np.random.default_rng(7)
+    parts = [ref.random_context(rng, 9, r=30, weights=True, bias=0.4), ref.random_context(rng, 6, r=20, weights=True,
+                                                                                            bias=0.4)]
+    i = np.r_[parts[0][0], parts[1][0] + 9]
+    j = np.r_[parts[0][1], parts[1][1] + 9]
+    p = np.r_[parts[0][2], parts[1][2]]
+    w = np.r_[parts[0][3], parts[1][3]]
+    n = 15
+    c = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n, weight=w.astype(np.float32))
+    mode = "learn" if debias else "off"
+    st = BradleyTerrySolver(debias=debias).settings(jnp.float32)
+    pr = newton._problem(c, mode, st.eps)
+    labels = jnp.asarray(np.r_[np.zeros(9), np.full(6, 9)].astype(np.int32))
+    old = newton.POLISH_SWEEPS
+    newton.POLISH_SWEEPS = 0
+    try:
+        x = jax.jit(lambda pr, lab: newton._polished_start((pr, lab, jnp.float32(0), None),
+                                                            newton._ridge_start(pr, mode, st), mode, st))(pr, labels)
+    finally:
+        newton.POLISH_SWEEPS = old
+    pbar = np.clip(p, 0.01, 0.99)
+    design = np.zeros((len(i), n + bool(debias)))
+    design[np.arange(len(i)), i] = 1.0
+    design[np.arange(len(i)), j] = -1.0
+    if debias:
+        design[:, n] = -1.0
+    sw = np.sqrt(w)
+    want = np.linalg.lstsq(design * sw[:, None], np.log(pbar / (1 - pbar)) * sw, rcond=None)[0]
+    s = want[:n]
+    for part in (slice(0, 9), slice(9, 15)):
+        s[part] -= s[part].mean()
+    np.testing.assert_allclose(np.asarray(x)[:n], s, atol=2e-3)
+    if debias:
+        np.testing.assert_allclose(float(x[n]), want[n], atol=2e-3)

@@ -406,6 +406,40 @@ def _least_squares_start(ops, mode, st):
     return jnp.concatenate([s, x[n:]])
 
 
+def _ridge_start(pr, mode, st):
+    """The least-squares fit of the logits of :func:`_least_squares_start` without component labels or score
+    prior, so it can run before they are known (``soft_bt.solve`` overlaps it with the host's existence
+    check): ``(L(w) + RIDGE_SCALE mean(w) I) x = W^T (w logit p)`` (and the ``gamma`` row when learnt).
+
+    Dense Newton systems only. The ridge only shrinks the fit's slowest modes by ``RIDGE_SCALE`` relative to
+    an item's typical weight and stands in for the projector on per-component constants, which the start
+    then removes (:func:`_polished_start`)."""
+    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
+    r = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+    n = pr.e.num_items
+    lap, wt_h, wt_r, _ = _graph.laplacian_and_incidence_t(pr.e, pr.w, r, jnp.abs(r))
+    st0 = st._replace(score_prior=jnp.zeros_like(st.score_prior))
+    g = _grad_from(jnp.zeros(n + (mode == "learn"), pr.w.dtype), wt_r, pr.free * jnp.sum(r), mode, st0)
+    ridge = RIDGE_SCALE * jnp.maximum(2 * jnp.sum(pr.w) / n, jnp.finfo(pr.w.dtype).tiny)
+    hess = _hessian_from(lap, pr.free * wt_h, pr.free * jnp.sum(pr.w), mode, st0, ridge * jnp.eye(n, dtype=lap.dtype))
+    return -_graph.psd_solve(hess.T, g)
+
+
+RIDGE_SCALE = 1e-4
+"""The ridge of :func:`_ridge_start` relative to the mean item weight ``2 sum(w) / N``."""
+
+
+def _polished_start(ops, x, mode, st):
+    """A start ``x`` from :func:`_ridge_start`: centred per connected component, then :data:`POLISH_SWEEPS` of
+    Newman's updates (as :func:`_least_squares_start`)."""
+    pr, labels, prior, _ = ops
+    n = pr.e.num_items
+    s, g = _split(x, pr, mode)
+    s = _graph.centre_per_component(s, labels)
+    s = _mm.newman_polish(pr.e, pr.wp, pr.wl, s, pr.free * g, prior, labels, POLISH_SWEEPS, POLISH_CAP)
+    return jnp.concatenate([s, x[n:]])
+
+
 POLISH_SWEEPS = 2
 """Newman updates after the least-squares start, each item's log-step clipped to ``+-POLISH_CAP``.
 
@@ -430,7 +464,7 @@ infinite Newman step under a score prior alone. A cap of 2 kept football's 337 t
 steps (4 and uncapped: 5 steps or divergence there); 0.5 and 1 did worse on the noisy problems."""
 
 
-def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
+def _newton(c, labels, prior, mode, st, start_kind="least_squares", start_x=None):
     """Newton's method with backtracking on a batch ``[B]`` of contexts.
 
     Per context, every pass of the loop evaluates the trial point
@@ -452,7 +486,9 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
     dt = c.p.dtype
     z = jnp.zeros((b, n), dt)
     zb = jnp.zeros(b, dt)
-    if start_kind == "mm":
+    if start_x is not None:       # the label-free least-squares fit, computed earlier (_ridge_start)
+        x0 = jax.vmap(functools.partial(_polished_start, mode=mode, st=st))(ops, start_x)
+    elif start_kind == "mm":
         sweeps = lambda p, lab: _mm.newman_sweeps(p.e, p.wp, p.wl, lab, _graph.component_sizes(lab, dt),
                                                   MM_START_SWEEPS)
         x0 = jax.vmap(sweeps)(pr, labels)
@@ -463,7 +499,7 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares"):
     cont = lambda s: ~s.stop & (s.it < st.max_iter)       # at most max_iter passes (Newton directions)
     # chord steps only for one context (its loop is not vmapped: ``_batching.while_per_context``) with dense
     # Newton systems; under vmap both branches of their ``lax.cond`` would run in every pass
-    chord = b == 1 and start_kind != "mm" and not _graph.use_cg(_graph.edges(jax.tree.map(lambda x: x[0], c)))
+    chord = b == 1 and start_kind != "mm" and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1])
     step = functools.partial(_pass, mode=mode, st=st, sweep=start_kind == "mm", chord=chord)
     out = _batching.while_per_context(cont, step, ops, init,
                                       compact=COMPACT)
@@ -546,13 +582,13 @@ call (about 0.05 s of 0.25 s on 10,000 contexts)."""
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _argmin(c, labels, prior, st, mode, start_kind):
-    return _newton(c, labels, prior, mode, st, start_kind)
+def _argmin(c, labels, prior, st, mode, start_kind, start_x=None):
+    return _newton(c, labels, prior, mode, st, start_kind, start_x)
 
 
-def _argmin_fwd(c, labels, prior, st, mode, start_kind):
-    out = _newton(c, labels, prior, mode, st, start_kind)
-    return out, (c, labels, prior, st, out[0])
+def _argmin_fwd(c, labels, prior, st, mode, start_kind, start_x=None):
+    out = _newton(c, labels, prior, mode, st, start_kind, start_x)
+    return out, (c, labels, prior, st, out[0], start_x)
 
 
 def _argmin_bwd(mode, start_kind, res, ct):
@@ -564,11 +600,12 @@ def _argmin_bwd(mode, start_kind, res, ct):
         _, vjp = jax.vjp(lambda cc: _grad(x, cc, mode, stc), c)
         return vjp(-u)[0]
 
-    c, labels, prior, st, x = res
+    c, labels, prior, st, x, start_x = res
     zero = lambda a: (jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact)
                       else np.zeros(a.shape, jax.dtypes.float0))
+    # the start does not move the optimum: no cotangent for it
     return (jax.vmap(one)(c, labels, prior, x, ct[0]), zero(labels), jnp.zeros_like(prior),
-            jax.tree.map(zero, st))
+            jax.tree.map(zero, st), None if start_x is None else jnp.zeros_like(start_x))
 
 
 _argmin.defvjp(_argmin_fwd, _argmin_bwd)

@@ -35,7 +35,7 @@ import numpy as np
 
 from jaxrank import _graph
 
-__all__ = ["AUTO_SCORE_PRIOR", "HostCheck", "NotStronglyConnectedWarning", "finite_ml", "host_check",
+__all__ = ["AUTO_SCORE_PRIOR", "HostCheck", "NotStronglyConnectedWarning", "check_report", "finite_ml", "host_check",
            "win_graph_report", "warn_if_infinite"]
 
 AUTO_SCORE_PRIOR = 0.01
@@ -124,10 +124,17 @@ class HostCheck(NamedTuple):
 
     labels: np.ndarray   # [N] int32 connected-component labels, as ``jaxrank.Comparisons.components``
     finite: bool         # its maximum-likelihood scores are finite (:func:`finite_ml`)
-    report: dict | None  # :func:`win_graph_report` where ``finite`` is False, else None
+    report: dict | None  # :func:`win_graph_report` where ``finite`` is False (and asked for), else None
+    strong: np.ndarray | None = None   # [N] strongly connected component labels of the win graph (SciPy's)
+    num_strong: int = 0
 
 
-def host_check(i, j, p, weight, num_items, eps=0.0) -> HostCheck:
+def check_report(i, weight, j, num_items, check: HostCheck) -> dict:
+    """:func:`win_graph_report` from a :func:`host_check` made with ``report=False`` (no graph pass again)."""
+    return _report(i, weight, j, num_items, check.labels, check.strong, check.num_strong)
+
+
+def host_check(i, j, p, weight, num_items, eps=0.0, *, report: bool = True) -> HostCheck:
     """:func:`finite_ml` and the connected components of ONE concrete context, on the host (SciPy).
 
     The same answers as the device path (``_graph.components`` and
@@ -138,14 +145,17 @@ def host_check(i, j, p, weight, num_items, eps=0.0) -> HostCheck:
     ``soft_bt.solve`` for a single concrete context, where it costs less than
     the device check and leaves the warning's report ready: on all 337 football
     teams 0.3 ms for check, labels and report, against 0.4 ms (device check and
-    components) plus 0.4 ms (report) before.
+    components) plus 0.4 ms (report) before. With ``report=False`` the report is
+    left for :func:`check_report` (``soft_bt`` makes it while the fit computes).
     """
     weak, strong, n_weak, n_strong = _strong_structure(i, j, p, weight, num_items, eps)
     _, first = np.unique(weak, return_index=True)        # the smallest item of each weak component
     labels = first[weak].astype(np.int32)
     finite = bool(n_strong == n_weak)
-    report = None if finite else _report(i, weight, j, num_items, weak, strong, n_strong)
-    return HostCheck(labels, finite, report)
+    check = HostCheck(labels, finite, None, strong, int(n_strong))
+    if report and not finite:
+        check = check._replace(report=check_report(i, weight, j, num_items, check))
+    return check
 
 
 def win_graph_report(i, j, p, weight, num_items, eps=0.0):

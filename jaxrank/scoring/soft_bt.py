@@ -43,6 +43,7 @@ keeps it finite (and the largest or smallest) and is otherwise inactive.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from typing import NamedTuple
@@ -54,6 +55,7 @@ import numpy as np
 from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
+from jaxrank.scoring import _soft_bt_newton
 from jaxrank.scoring._soft_bt_newton import _argmin, _fixed_gamma, _grad, _hessian, _problem
 from jaxrank.scoring.solver import BradleyTerrySolver
 
@@ -99,7 +101,7 @@ def _finish(c, labels, x, it, done, result, prior, mode, st):
     return SoftBTSolution(s, g, it, done, gn, result)
 
 
-def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None):
+def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None, start_x=None):
     """``(solution, finite)`` for a batch ``[B]``; ``finite[b]``: context ``b``'s ML scores are finite.
 
     With ``check`` (``eps = 0`` and no score prior), a context whose win graph
@@ -108,7 +110,8 @@ def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None):
     ``existence.AUTO_SCORE_PRIOR`` instead; without it every context is taken
     to be finite (``eps > 0`` or a prior guarantees it). ``host``: the
     component labels ``[B, N]`` and ``finite`` ``[B]`` found on the host
-    (``existence.host_check``), used instead of the device's.
+    (``existence.host_check``), used instead of the device's. ``start_x``: ``[B, n]`` label-free
+    least-squares starts (:func:`_ls_start`) in place of the usual start.
     """
     if host is None:
         labels = jax.vmap(_graph.components)(c)
@@ -122,7 +125,7 @@ def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None):
         else:
             finite = host[1]
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
-    x, it, done, result = _argmin(c, labels, prior, st, mode, start_kind)
+    x, it, done, result = _argmin(c, labels, prior, st, mode, start_kind, start_x)
     sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
     return sol, finite
 
@@ -135,20 +138,51 @@ slower than 32)."""
 
 
 @functools.partial(jax.jit, static_argnames=("mode", "check", "start_kind"))
-def _fit(c, st, mode, check=False, start_kind="least_squares", host=None):
+def _fit(c, st, mode, check=False, start_kind="least_squares", host=None, start_x=None):
     flat, shape = _batching.flatten_batch(c)
-    out = _batching.map_chunks(lambda t: _fit_flat(t[0], mode, st, check, start_kind, t[1]), (flat, host), CHUNK)
+    out = _batching.map_chunks(lambda t: _fit_flat(t[0], mode, st, check, start_kind, t[1], t[2]),
+                               (flat, host, start_x), CHUNK)
     return _batching.unflatten_batch(out, shape)
 
 
+@functools.partial(jax.jit, static_argnames=("mode",))
+def _ls_start(c, st, mode):
+    """``[B, n]`` label-free least-squares starts (``_soft_bt_newton._ridge_start``) of ``c`` (any batch shape)."""
+    flat, _ = _batching.flatten_batch(c)
+    pr = jax.vmap(functools.partial(_problem, mode=mode, eps=st.eps))(flat)
+    return jax.vmap(functools.partial(_soft_bt_newton._ridge_start, mode=mode, st=st))(pr)
+
+
+def _single_concrete(c):
+    """``c`` is one context (any batch shape of size 1) of concrete values: its existence check runs on the host."""
+    return math.prod(c.batch_shape) == 1 and not any(isinstance(x, jax.core.Tracer)
+                                                      for x in (c.i, c.j, c.p, c.weight))
+
+
 def _host_check(c, eps):
-    """``existence.host_check`` of a single concrete context as ``_fit``'s ``host`` (batch axis 1), or
-    ``(None, None)`` where the device checks (a batch of several contexts, or traced values)."""
-    if math.prod(c.batch_shape) != 1 or any(isinstance(x, jax.core.Tracer) for x in (c.i, c.j, c.p, c.weight)):
-        return None, None
+    """``existence.host_check`` (without its report) of a single concrete context: ``(_fit's host`` (batch axis
+    1)``, the check, the flat host arrays)``."""
     flat = [np.asarray(x).reshape(-1) for x in (c.i, c.j, c.p, c.weight)]
-    hc = existence.host_check(*flat, c.num_items, eps)
-    return (hc.labels[None], np.asarray([hc.finite])), hc.report
+    hc = existence.host_check(*flat, c.num_items, eps, report=False)
+    return (hc.labels[None], np.asarray([hc.finite])), hc, flat
+
+
+def _fit_checked_on_host(c, st, solver, start):
+    """``(solution, finite, report)`` of one concrete context whose existence check runs on the host.
+
+    With dense Newton systems the label-free least-squares start (``_soft_bt_newton._ridge_start``) is
+    dispatched first and computes on the device while the host checks (JAX dispatches asynchronously), and
+    the warning's report is made while the fit computes.
+    """
+    overlap = start == "least_squares" and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1])
+    with _batching.single_threaded_lapack() if c.num_items >= _batching.BLAS_SINGLE_THREAD_MIN_ITEMS \
+            else contextlib.nullcontext():
+        start_x = _ls_start(c, st, solver.mode) if overlap else None
+        host, hc, (i, j, _, w) = _host_check(c, float(solver.eps))
+        out = _fit(c, st, solver.mode, True, start, host, start_x)
+        report = None if hc.finite else existence.check_report(i, w, j, c.num_items, hc)   # while it computes
+        sol, finite = jax.block_until_ready(out)
+    return sol, finite, report
 
 
 def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None,
@@ -186,9 +220,12 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         raise ValueError(f"start must be 'least_squares' or 'mm', got {start!r}")
     if start == "mm" and solver.mode != "off":
         raise ValueError(f"start='mm' needs a solver without a positional bias, got debias={solver.debias!r}")
-    host, report = _host_check(c, float(solver.eps)) if check else (None, None)
-    sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start, host,
-                                                       num_items=c.num_items)
+    if check and _single_concrete(c):
+        sol, finite, report = _fit_checked_on_host(c, st, solver, start)
+    else:
+        sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start,
+                                                           num_items=c.num_items)
+        report = None
     if check and not isinstance(finite, jax.core.Tracer):
         existence.warn_if_infinite(c, np.asarray(finite), solver.eps, report=report)
     solver.check(sol.result)
