@@ -313,7 +313,9 @@ def test_padding_never_changes_the_result(seed, pad_seed):
                                    num_items=8, weight=np.concatenate([w, np.zeros(4, np.float32)]),
                                    item_mask=np.arange(8) < 6)
     sp = jr.fit_poe(cp, _BT).scores
-    np.testing.assert_allclose(sp[:6], s, atol=1e-5)
+    # each fit stops within about tol (1e-5) of the optimum, from its own float32 rounding: padding changes the
+    # shapes and so the rounding, and the two can differ by up to ~2 tol (seed 2632: 1.1e-5)
+    np.testing.assert_allclose(sp[:6], s, atol=3e-5)
     np.testing.assert_array_equal(sp[6:], 0)
     # a shift of every score leaves the objective unchanged: the solution is centred whatever the start
     assert abs(float(jnp.sum(sp[:6]))) < 1e-4
