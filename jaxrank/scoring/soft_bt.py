@@ -72,7 +72,10 @@ class SoftBTSolution(NamedTuple):
         gamma: ``[...]`` positional-bias parameter used or learnt.
         iterations: ``[...]`` passes of the Newton loop from the start: Newton
             directions computed (the last one applied when it predicts
-            convergence), plus any line-search halvings; at most ``max_iter``.
+            convergence; for one context with dense Newton systems, also when a
+            chord step with the same factorisation confirms it,
+            ``_soft_bt_newton.CHORD_MARGIN``), plus any line-search halvings; at
+            most ``max_iter``.
         converged: ``[...]`` whether the last Newton step was below ``tol``
             (max-norm), or predicted the error after it below ``tol`` (``|step|^2 / |previous
             step| < tol``, the contraction-rate estimate), or every gradient entry reached its float rounding level
