@@ -271,10 +271,14 @@ def test_single_context_host_check_fits_as_the_batched_device_check(seed):
 
 @pytest.mark.parametrize("seed", [2, 3])
 def test_single_context_on_many_items_overlaps_its_start_and_fits_as_the_batch(seed):
-    """80 items (dense Newton systems, LAPACK single-threaded): the host path dispatches its label-free
-    least-squares start before the host check; same scores as the batched device path, which does not."""
+    """150 items (dense Newton systems, LAPACK single-threaded): the host path dispatches its label-free
+    least-squares start before the host check (``soft_bt.OVERLAP_MIN_ITEMS``); same scores as the batched
+    device path, which does not."""
+    from jaxrank.scoring import soft_bt
+
     rng = np.random.default_rng(seed)
-    n, r = 80, 400
+    n, r = 150, 900
+    assert n >= soft_bt.OVERLAP_MIN_ITEMS
     i = rng.integers(0, n, r)
     j = (i + rng.integers(1, n, r)) % n
     s = rng.normal(size=n)

@@ -110,11 +110,12 @@ def test_one_context_saves_the_confirming_pass_and_matches_the_batched_solve():
 @pytest.mark.parametrize("debias", [False, "learn"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_one_context_with_chord_steps_matches_a_float64_optimum(seed, debias):
-    """LLM-like probabilities on 120 items (dense Newton systems): the single-context solve, which may stop
-    on a chord step, against SciPy's float64 optimum and against the batched solve."""
+    """LLM-like probabilities on 160 items (dense Newton systems, chord steps from ``CHORD_MIN_ITEMS``): the
+    single-context solve, which may stop on a chord step, against SciPy's float64 optimum and the batched solve."""
     rng = np.random.default_rng(seed)
-    n = 120
-    i, j, p, w, _ = ref.random_context(rng, n, r=900, bias=0.3 if debias else 0.0)
+    n = 160
+    assert n >= newton.CHORD_MIN_ITEMS
+    i, j, p, w, _ = ref.random_context(rng, n, r=1200, bias=0.3 if debias else 0.0)
     c = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n)
     one = jr.fit_poe_bradley_terry(c, debias=debias)
     batch = jr.fit_poe_bradley_terry(_twice(c), debias=debias)

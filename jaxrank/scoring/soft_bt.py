@@ -170,6 +170,12 @@ def _host_check(c, eps):
     return (hc.labels[None], np.asarray([hc.finite])), hc, flat
 
 
+OVERLAP_MIN_ITEMS = 128
+"""One concrete context of at least this many items overlaps its least-squares start with the host's
+existence check (:func:`_fit_checked_on_host`); below, the start is cheap and its own program's
+compilation (~0.1 s) would not be repaid."""
+
+
 def _fit_checked_on_host(c, st, solver, start):
     """``(solution, finite, report)`` of one concrete context whose existence check runs on the host.
 
@@ -177,7 +183,8 @@ def _fit_checked_on_host(c, st, solver, start):
     dispatched first and computes on the device while the host checks (JAX dispatches asynchronously), and
     the warning's report is made while the fit computes.
     """
-    overlap = start == "least_squares" and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1])
+    overlap = (start == "least_squares" and c.num_items >= OVERLAP_MIN_ITEMS
+               and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1]))
     with _batching.single_threaded_lapack() if c.num_items >= _batching.BLAS_SINGLE_THREAD_MIN_ITEMS \
             else contextlib.nullcontext():
         start_x = _ls_start(c, st, solver.mode) if overlap else None
