@@ -387,6 +387,12 @@ def _pass_operands(pr, labels, prior):
     return pr, labels, prior, None
 
 
+def _logit_residuals(pr):
+    """``-w (logit(clip(p, 0.01, 0.99)) + gamma)`` per edge: the residuals at 0 of the start's least-squares fit."""
+    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
+    return -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+
+
 def _least_squares_start(ops, mode, st):
     """The least-squares fit of ``s_i - s_j - gamma`` to the edges' mean logits, then
     :data:`POLISH_SWEEPS` of Newman's updates (one context; :func:`_newton`).
@@ -401,8 +407,7 @@ def _least_squares_start(ops, mode, st):
     """
     pr, labels, prior, proj = ops
     st = st._replace(score_prior=prior)
-    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
-    r = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+    r = _logit_residuals(pr)
     n = pr.e.num_items
     x0 = jnp.zeros(n + (mode == "learn"), pr.w.dtype)
     x = _direction(x0, pr.w, r, jnp.abs(r), pr, labels, proj, mode, st)[0]
@@ -419,8 +424,7 @@ def _ridge_start(pr, mode, st):
     Dense Newton systems only. The ridge only shrinks the fit's slowest modes by ``RIDGE_SCALE`` relative to
     an item's typical weight and stands in for the projector on per-component constants, which the start
     then removes (:func:`_polished_start`)."""
-    pbar = jnp.clip(pr.wp / jnp.where(pr.w > 0, pr.w, 1), 0.01, 0.99)
-    r = -pr.w * jnp.where(pr.w > 0, jnp.log(pbar) - jnp.log1p(-pbar) + pr.gamma, 0)
+    r = _logit_residuals(pr)
     n = pr.e.num_items
     lap, wt_h, wt_r, _ = _graph.laplacian_and_incidence_t(pr.e, pr.w, r, jnp.abs(r))
     st0 = st._replace(score_prior=jnp.zeros_like(st.score_prior))
