@@ -37,12 +37,26 @@ def tiny(smollm2):
     return dataclasses.replace(smollm2, model=model, config=cfg, name="tiny")
 
 
-def _full_forward_p(lm, judge, context, a, b, max_context_tokens=None):
-    """Independent p: the whole prompt in one forward pass, full-vocabulary logits at the last token."""
-    pre, pa, pb = judge.token_ids(context, a, b, max_context_tokens=max_context_tokens)
-    ids = np.array([pre + pa + pb])
-    logits = np.asarray(lm.model(ids))[0, -1].astype(np.float64)
-    la, lb = logits[judge._label_ids]
+def label_logprobs_by_hand(lm, text, labels, *, special):
+    """Independent reading of one prompt: ``text + label`` tokenised whole, one full forward per label,
+    the log-softmax (NumPy, float64) of the label's tokens summed by hand."""
+    lead = "" if text[-1].isspace() else " "
+    base = list(lm.tokenizer(text, add_special_tokens=special)["input_ids"])
+    out = []
+    for w in labels:
+        full = list(lm.tokenizer(text + lead + w, add_special_tokens=special)["input_ids"])
+        assert full[:len(base)] == base and len(full) > len(base)
+        logits = np.asarray(lm.model(np.array([full])))[0].astype(np.float64)
+        m = logits.max(-1, keepdims=True)
+        lp = logits - m - np.log(np.exp(logits - m).sum(-1, keepdims=True))
+        out.append(sum(lp[t - 1, full[t]] for t in range(len(base), len(full))))
+    return np.array(out)
+
+
+def _full_forward_p(lm, judge, context, a, b):
+    """Independent p: the whole prompt text and each label in one full forward pass (see above)."""
+    la, lb = label_logprobs_by_hand(lm, judge.prompt_text(context, a, b), judge.template.labels,
+                                    special=judge.decoder and not judge.chat)
     return 1.0 / (1.0 + np.exp(lb - la))
 
 
@@ -181,7 +195,8 @@ def test_planned_batches_equal_full_forward(tiny):
     cands = [" ".join(["word"] * k) + "." for k in (1, 2, 3, 5, 9, 14, 22, 30, 41)]
     judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8)
     i, j = np.nonzero(~np.eye(len(cands), dtype=bool))
-    lens = sorted(len(judge.token_ids(CTX, cands[0], cands[b])[2]) for b in range(1, len(cands)))
+    rows, _ = judge.prompt_rows(CTX, cands, [0] * (len(cands) - 1), list(range(1, len(cands))))
+    lens = sorted(len(r) for r in rows)
     plan = plan_batches(lens, 8)
     assert len({b for _, _, b in plan}) >= 2 and len(plan) >= 3               # the case under test
     res = judge.compare(CTX, cands, i, j)
@@ -195,7 +210,7 @@ def test_a_parts_sharing_batches_equal_full_forward(tiny):
     pass per prompt. Without (a CPU's default), each A's rows keep their own batches."""
     cands = [f"The {w} park opens in spring." for w in ("red", "blue", "green", "small", "new")]
     judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"), batch_size=8, batch_cost=1)
-    lens = {len(judge.token_ids(CTX, cands[0], b)[2]) for b in cands}
+    lens = {len(r) for r in judge.prompt_rows(CTX, cands, [0] * 4, [1, 2, 3, 4])[0]}
     assert len({bucket(x) for x in lens}) == 1        # one bucket: the plan fills batches of 8
     i, j = np.nonzero(~np.eye(len(cands), dtype=bool))      # 4 comparisons per A: A parts 2 at a time
     calls = []
@@ -235,28 +250,42 @@ def test_bfloat16_cache_judge_is_close_to_full_forward(tiny):
         np.testing.assert_allclose(judge.compare(CTX, CANDS, i, j).p, ref, atol=5e-3)
 
 
-def test_prompt_text_is_chat_wrapped_and_matches_token_ids(tiny):
+def test_prompt_text_is_chat_wrapped_and_read_as_whole_text(tiny):
     judge = PromptJudge(tiny, pairwise_template("summeval", "coherence"))
     text = judge.prompt_text(CTX, CANDS[0], CANDS[1])
     assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
     assert f"Summary A: {CANDS[0]}\n\nSummary B: {CANDS[1]}" in text
-    pre, a, b = judge.token_ids(CTX, CANDS[0], CANDS[1])
-    assert tiny.tokenizer.decode(pre + a + b) == text
+    rows, truncated = judge.prompt_rows(CTX, CANDS, [0], [1])
+    assert rows[0] == list(tiny.tokenizer(text, add_special_tokens=False)["input_ids"]) and not truncated
     raw = PromptJudge(tiny, pairwise_template("summeval", "coherence", answer_prefix="Answer:"), chat=False)
     assert raw.prompt_text(CTX, "x", "y").endswith("Summary A or Summary B?\n\nAnswer:")
     assert raw.name == "tiny-nochat"
     # after "Answer:" the label is " A" (a space-prefixed token), after a newline plain "A"
-    assert tiny.tokenizer.decode([int(raw._label_ids[0])]) == " A"
-    assert tiny.tokenizer.decode([int(judge._label_ids[0])]) == "A"
+    assert [tiny.tokenizer.decode(list(x)) for x in raw.reading.ids] == [" A", " B"]
+    assert [tiny.tokenizer.decode(list(x)) for x in judge.reading.ids] == ["A", "B"]
+    # a raw decoder prompt starts with the tokenizer's own special tokens, as the whole text gets them
+    raw_rows, _ = raw.prompt_rows(CTX, CANDS, [0], [1])
+    assert raw_rows[0] == list(tiny.tokenizer(raw.prompt_text(CTX, CANDS[0], CANDS[1]))["input_ids"])
 
 
-def test_multi_token_labels_use_first_differing_token(tiny):
+def test_multi_token_labels_are_read_as_whole_continuations(tiny):
+    """"Summary A" vs "Summary B": both tokens of each label are scored (the shared word's log-probability
+    included), one row per comparison; labels of different lengths take a row each."""
     t = pairwise_template("summeval", "coherence", labels=("Summary A", "Summary B"))
     judge = PromptJudge(tiny, t)
-    assert len(judge._common) >= 1                              # "Summary" is fed, then A vs B read
-    assert judge.prompt_text(CTX, "x", "y").endswith("assistant\nSummary")
-    res = judge.compare(CTX, CANDS, [0], [1])
-    np.testing.assert_allclose(res.p, [_full_forward_p(tiny, judge, CTX, CANDS[0], CANDS[1])], atol=1e-5)
+    assert len(judge.reading.common) >= 1 and judge.reading.single_row
+    res = judge.compare(CTX, CANDS, [0, 2], [1, 0])
+    for r, (a, b) in enumerate([(0, 1), (2, 0)]):
+        ref = label_logprobs_by_hand(tiny, judge.prompt_text(CTX, CANDS[a], CANDS[b]), t.labels, special=False)
+        np.testing.assert_allclose(res.logits[r], ref, atol=2e-4)
+        np.testing.assert_allclose(res.label_mass[r], np.exp(ref).sum(), rtol=2e-4)
+    uneven = pairwise_template("summeval", "coherence", labels=("Summary A", "B"))
+    judge = PromptJudge(tiny, uneven, batch_size=3)
+    assert not judge.reading.single_row
+    res = judge.compare(CTX, CANDS, [0, 1, 3], [1, 2, 0])
+    for r, (a, b) in enumerate([(0, 1), (1, 2), (3, 0)]):
+        ref = label_logprobs_by_hand(tiny, judge.prompt_text(CTX, CANDS[a], CANDS[b]), uneven.labels, special=False)
+        np.testing.assert_allclose(res.logits[r], ref, atol=2e-4)
 
 
 def test_long_context_is_truncated_never_the_candidates(tiny):
@@ -265,13 +294,15 @@ def test_long_context_is_truncated_never_the_candidates(tiny):
     with pytest.warns(UserWarning, match="context was cut"):
         res = judge.compare(long_ctx, CANDS, [0, 1], [1, 0])
     assert res.truncated
-    pre, a, b = judge.token_ids(long_ctx, CANDS[0], CANDS[1])
-    excess = len(pre) + len(a) + len(b) + 1 - 160
-    ctx_len = len(tiny.tokenizer(long_ctx, add_special_tokens=False)["input_ids"])
-    pre_t, a_t, b_t = judge.token_ids(long_ctx, CANDS[0], CANDS[1], max_context_tokens=ctx_len - excess)
-    assert (a_t, b_t) == (a, b) and len(pre_t) + len(a_t) + len(b_t) + 1 == 160
-    np.testing.assert_allclose(res.p[0], _full_forward_p(tiny, judge, long_ctx, CANDS[0], CANDS[1],
-                                                         max_context_tokens=ctx_len - excess), atol=1e-5)
+    rows, truncated = judge.prompt_rows(long_ctx, CANDS, [0, 1], [1, 0])
+    assert truncated and max(map(len, rows)) + judge.reading.width <= 160
+    text = tiny.tokenizer.decode(rows[0])
+    assert rows[0] == list(tiny.tokenizer(text, add_special_tokens=False)["input_ids"])  # whole-text ids
+    kept = text.split("Article: ", 1)[1].split("\n\nSummary A: ", 1)[0]
+    assert long_ctx.startswith(kept) and 0 < len(kept) < len(long_ctx)            # the context's start
+    assert f"Summary A: {CANDS[0]}\n\nSummary B: {CANDS[1]}" in text                # candidates whole
+    la, lb = label_logprobs_by_hand(tiny, text, ("A", "B"), special=False)
+    np.testing.assert_allclose(res.p[0], 1 / (1 + np.exp(lb - la)), atol=1e-5)
     tight = PromptJudge(tiny, pairwise_template("summeval", "coherence"), max_length=40)
     with pytest.raises(ValueError, match="candidates and question alone do not fit"):
         tight.compare(long_ctx, CANDS, [0], [1])
@@ -285,6 +316,9 @@ def test_bad_input(tiny):
         judge.compare(CTX, CANDS, [0], [7])
     with pytest.raises(ValueError, match="no differing token"):
         PromptJudge(tiny, pairwise_template("summeval", "coherence", labels=("A", "A ")))
+    for bad in (-0.1, 1.5, "half"):
+        with pytest.raises(ValueError, match="min_label_mass"):
+            PromptJudge(tiny, pairwise_template("summeval", "coherence"), min_label_mass=bad)
     assert judge.compare(CTX, CANDS, [], []).p.shape == (0,)
     assert judge.batch_cost == 0                                # "auto" on a CPU: padded tokens alone
     assert judge.cache_dtype is None                            # "auto" on a CPU: float32 caches

@@ -17,6 +17,8 @@ class ByteTokenizer:
     eos_token_id, pad_token_id, bos_token_id = EOS, PAD, BOS
 
     def __call__(self, text, add_special_tokens=True, **_):
+        if isinstance(text, (list, tuple)):          # a batch, as transformers' tokenizers take
+            return {"input_ids": [self(t, add_special_tokens)["input_ids"] for t in text]}
         ids = [b + OFFSET for b in text.encode("utf-8")]
         return {"input_ids": ([BOS] if add_special_tokens else []) + ids}
 

@@ -51,6 +51,8 @@ class StoreJudgeFn:
     def __init__(self, judge, store: JudgementStore, context_id: str, text: str, candidates: Sequence[str],
                  candidate_ids: Sequence[str], *, chunk: int | None = None, progress=None):
         self.judge, self.store = judge, store
+        if getattr(judge, "prepare", None) is not None:     # an "auto" answer prefix is chosen on this context
+            judge.prepare(text, list(candidates))
         self.name, self.tkey = judge.name, template_key(judge)
         self.context_id, self.text = str(context_id), text
         self.candidates, self.candidate_ids = list(candidates), [str(c) for c in candidate_ids]

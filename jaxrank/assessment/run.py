@@ -146,6 +146,17 @@ def template_key(judge) -> str:
     return str(key or "none")
 
 
+def prepare_judge(judge, cs: ContextSet, positions: Sequence[int] | None = None) -> None:
+    """Let a judge settle what it reads before its key is taken: ``judge.prepare(context, candidates)``
+    on the first context to judge (a :class:`~jaxrank.judges.PromptJudge` with ``answer_prefix="auto"``
+    chooses its prefix there); judges without ``prepare`` are left as they are."""
+    prepare = getattr(judge, "prepare", None)
+    if prepare is None or not cs.ids:
+        return
+    k = int(positions[0]) if positions is not None and len(positions) else 0
+    prepare(cs.texts[k], cs.candidates[k])
+
+
 def _accepts_progress(judge) -> bool:
     try:
         return "progress" in inspect.signature(judge.compare).parameters
@@ -167,12 +178,15 @@ def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: 
     else:
         res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1])
     logits = np.asarray(getattr(res, "logits", np.zeros((len(pairs), 2))), np.float64)
+    mass = getattr(res, "label_mass", None)
     recs = []
     for r, (a, b) in enumerate(pairs.tolist()):
         rec = {"judge": name, "template": tkey, "context": context_id, "a": candidate_ids[a],
                "b": candidate_ids[b], "i": a, "j": b, "p": float(res.p[r]), "truncated": bool(res.truncated)}
         if logits.ndim == 2 and logits.shape[0] == len(pairs):
             rec["logits"] = [float(x) for x in logits[r]]
+        if mass is not None:
+            rec["label_mass"] = float(mass[r])
         recs.append(rec)
     store.append(recs)
     if progress is not None:
@@ -209,6 +223,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     """
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
+    prepare_judge(judge, cs, positions)
     name, tkey = judge.name, template_key(judge)
     chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
     if positions is None:

@@ -186,21 +186,30 @@ def sample_pairs(cs, *, num_contexts: int, pairs_per_context: int | None, seed: 
                         [cs.candidate_ids[k] for k in pick], [cs.candidates[k] for k in pick], pairs)
 
 
+def stored_key(judge, template: PairwiseTemplate) -> str:
+    """The store's template key of ``judge`` reading ``template``: the judge's own ``template_key`` for it
+    (a :class:`~jaxrank.judges.PromptJudge`'s covers how the answer is read), else the template's key."""
+    other = getattr(judge, "with_template", None)
+    return other(template).template_key if other is not None else template.key
+
+
 def _judge_missing(judge, store: JudgementStore, templates: Sequence[PairwiseTemplate], ctx_id: str, text: str,
                    cand_ids: Sequence[str], cands: Sequence[str], pairs: np.ndarray, progress=None) -> int:
     """Judge the pairs of one context not yet stored for any of ``templates``, in one batched call."""
     name = judge.name
-    todo = [t for t in templates
-            if store.missing((name, t.key, ctx_id, cand_ids[a], cand_ids[b]) for a, b in pairs.tolist())]
+    keys = [stored_key(judge, t) for t in templates]
+    todo = [(t, key) for t, key in zip(templates, keys)
+            if store.missing((name, key, ctx_id, cand_ids[a], cand_ids[b]) for a, b in pairs.tolist())]
     if not todo:
         return 0
-    res = judge.compare_templates(todo, text, cands, pairs[:, 0], pairs[:, 1], progress=progress)
+    res = judge.compare_templates([t for t, _ in todo], text, cands, pairs[:, 0], pairs[:, 1], progress=progress)
     recs = []
-    for t, r in zip(todo, res):
+    for (t, key), r in zip(todo, res):
         for n, (a, b) in enumerate(pairs.tolist()):
-            recs.append({"judge": name, "template": t.key, "context": ctx_id, "a": cand_ids[a], "b": cand_ids[b],
+            recs.append({"judge": name, "template": key, "context": ctx_id, "a": cand_ids[a], "b": cand_ids[b],
                          "i": a, "j": b, "p": float(r.p[n]), "truncated": bool(r.truncated),
-                         "logits": [float(x) for x in r.logits[n]]})
+                         "logits": [float(x) for x in r.logits[n]],
+                         **({} if r.label_mass is None else {"label_mass": float(r.label_mass[n])})})
     store.append(recs)
     return len(todo) * len(pairs)
 
@@ -221,8 +230,10 @@ def score_templates(judge, templates: Sequence[PairwiseTemplate], sample: Search
     _judge_missing(judge, store, templates, CONTENT_FREE, CONTENT_FREE, ["na-0", "na-1"],
                    [CONTENT_FREE, CONTENT_FREE], cf_pairs)
 
+    keys = {id(t): stored_key(judge, t) for t in templates}
+
     def read(t, ctx_id, cids, pairs):
-        return [store.get((judge.name, t.key, ctx_id, cids[a], cids[b]))["p"] for a, b in pairs.tolist()]
+        return [store.get((judge.name, keys[id(t)], ctx_id, cids[a], cids[b]))["p"] for a, b in pairs.tolist()]
 
     p = np.array([[x for c in range(len(sample.ids))
                    for x in read(t, sample.ids[c], sample.candidate_ids[c], sample.pairs[c])] for t in templates],

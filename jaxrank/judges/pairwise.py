@@ -1,18 +1,29 @@
-"""Prompt-based pairwise classifier: ``p = P(A better)`` from label-word logits (METHODS.md §1).
+"""Prompt-based pairwise classifier: ``p = P(A better)`` from the label continuations (METHODS.md §1).
 
-``p = softmax(logit_A, logit_B)[0] = sigmoid(logit_A - logit_B)`` with the
-logits of the two label words' first differing token, read at the last real
-position only (llm-comparative-assessment eq. 3): the output projection is a
-``[2, D]`` slice of the head, never the full vocabulary over every position.
+``p = P(L_A) / (P(L_A) + P(L_B)) = sigmoid(log P(L_A) - log P(L_B))``
+(llm-comparative-assessment eq. 3), each label ``L_k`` scored as the whole
+continuation the model would write after the prompt (the sum of its tokens'
+log-probabilities, :mod:`jaxrank.judges.reading`), from full-vocabulary
+log-probabilities at the answer position. Every judgement also carries the
+**label mass** ``P(L_A) + P(L_B)``, the share of the model's answer the labels
+hold, and the model's top next tokens there: a judge whose labels hold less
+than ``min_label_mass`` warns once with those tokens (``strict=True``
+refuses), since its ``p`` compares two answers the model hardly gives. An
+answer prefix (``"Summary"`` for a model that writes ``"Summary A"``) goes into
+the assistant turn; ``answer_prefix="auto"`` finds it from the model's own
+greedy answers on a few pairs (:meth:`PromptJudge.prepare`).
 
-Decoders (Llama family) share the context: the prompt is cut before candidate
-A, the prefix (chat header, instruction, article) is encoded once per context
-into a key/value cache, and every comparison of that context runs only its
-own tokens (candidates, question, assistant header) against the shared cache,
-in batches padded to a few length buckets so shapes do not recompile, cut
-where they run the fewest padded tokens (:func:`plan_batches`).
+The prompt is rendered to one text and tokenised whole, so the model reads
+exactly the tokenizer's ids of that text. Decoders (Llama family) share the
+context: the key/value cache levels are the longest common token prefixes of a
+context's prompts (:func:`~jaxrank.judges.reading.shared_split`): the prefix
+(chat header, instruction, article) is encoded once per context, then once per
+candidate A, and every comparison runs only its own tokens (candidate B, the
+question, the assistant header, the label's shared tokens) against the shared
+cache, in batches padded to a few length buckets so shapes do not recompile,
+cut where they run the fewest padded tokens (:func:`plan_batches`).
 Encoder-decoders (T5) encode each prompt (bidirectional attention cannot share
-a prefix) and run one decoder step.
+a prefix) and read the decoder's first step.
 
 Prompts longer than the model's context window keep the candidates and the
 question whole and truncate the context (the article) from its end; the
@@ -23,100 +34,31 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import warnings
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
+from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, answer_prefix_of, check_label_mass,
+                                    cut_text, format_top_tokens, label_continuations, read_continuations,
+                                    shared_split, whole_text_ids)
+from jaxrank.judges.textgen import generate_texts, sample_key
 from jaxrank.models.loading import load_model
 
-__all__ = ["PromptJudge", "Judgement", "bucket", "plan_batches", "ACCELERATOR_BATCH_COST"]
+__all__ = ["PromptJudge", "Judgement", "AnswerPrefixChoice", "bucket", "plan_batches", "batch_sizes", "BUCKETS",
+           "ACCELERATOR_BATCH_COST", "READING_VERSION"]
+
+READING_VERSION = "whole-continuation-1"
+"""How a :class:`PromptJudge` reads the answer; part of its ``template_key``, so judgements read another way
+(the first differing label token of piecewise-tokenised prompts, before) are never mixed with these."""
 
 _SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
-BUCKETS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896,
-           1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
-           16384, 20480, 24576, 28672, 32768)
-"""Padded lengths (steps of at most 1.25x above 64 tokens): few compiled shapes, little padding."""
-
-
-def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
-    """The smallest bucket length ``>= n`` (multiples of the largest bucket beyond it)."""
-    for b in buckets:
-        if n <= b:
-            return b
-    top = buckets[-1]
-    return -(-n // top) * top
-
-
-def batch_sizes(batch_size: int) -> tuple[int, ...]:
-    """The padded batch sizes a judge compiles for: powers of two below ``batch_size``, and ``batch_size``."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return tuple(sorted({min(batch_size, 1 << k) for k in range(batch_size.bit_length() + 1)}))
-
-
-ACCELERATOR_BATCH_COST = 2048
-"""Tokens' worth of fixed cost per forward call that :class:`PromptJudge` charges on a GPU or TPU
-(``batch_cost="auto"``), so batches are few and full. Measured on an H100
-(``benchmarks/judge_gpu.py``, 240 comparisons per SummEval article): planned for padded tokens
-alone (batch 16), an article took about 130 calls of ~2 rows and Qwen2.5-1.5B's shapes judged 131
-comparisons/s; with this cost (batch 240), 6 calls and 271/s (Llama-3-8B's: 63 -> 101/s at batch
-48; 133/s at batch 120 with bfloat16 caches). On a
-CPU the cost is the tokens alone (0)."""
-
-
-def plan_batches(lengths: Sequence[int], batch_size: int,
-                 buckets: Sequence[int] = BUCKETS, *, batch_cost: int = 0) -> list[tuple[int, int, int]]:
-    """Cut rows sorted by length into consecutive batches that run the fewest padded tokens.
-
-    A batch of rows ``start:stop`` runs ``b * bucket(lengths[stop - 1])`` tokens,
-    ``b`` the smallest of :func:`batch_sizes` holding its ``stop - start`` rows
-    (the rest are filler copies). Dynamic programming over the cut points
-    minimises the sum, ``C(e) = min_{s} C(s) + b(e - s) * bucket(lengths[e - 1]) + batch_cost``,
-    ties going to fewer batches; fixed chunks of ``batch_size`` instead pad a
-    long row's bucket onto every row of its chunk and fill a short last chunk
-    (41% more tokens than real on a SummEval article, against 8% planned; the
-    cost per token of a forward pass hardly depends on the batch size on CPU).
-
-    Args:
-        lengths: ``[n]`` row lengths, ascending.
-        batch_size: most rows per batch.
-        buckets: the padded lengths (:func:`bucket`).
-        batch_cost: tokens' worth of fixed cost charged per batch (a forward
-            call's overhead; 0: padded tokens alone).
-
-    Returns:
-        ``[(start, stop, b), ...]`` covering ``0:n`` in order.
-
-    Raises:
-        ValueError: ``lengths`` not ascending, ``batch_size < 1`` or ``batch_cost < 0``.
-    """
-    if batch_cost < 0:
-        raise ValueError(f"batch_cost must be >= 0, got {batch_cost}")
-    sizes = batch_sizes(batch_size)
-    n = len(lengths)
-    if any(lengths[k] > lengths[k + 1] for k in range(n - 1)):
-        raise ValueError("lengths must be sorted ascending")
-    cost = [(0, 0)] + [None] * n           # (padded tokens, batches) of the best plan of rows 0:e
-    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)
-    for e in range(1, n + 1):
-        t = bucket(lengths[e - 1], buckets)
-        for s in range(max(0, e - batch_size), e):
-            b = next(x for x in sizes if x >= e - s)
-            c = (cost[s][0] + b * t + batch_cost, cost[s][1] + 1)
-            if cost[e] is None or c < cost[e]:
-                cost[e], cut[e] = c, (s, b)
-    plan, e = [], n
-    while e:
-        s, b = cut[e]
-        plan.append((s, e, b))
-        e = s
-    return plan[::-1]
-
-
 def check_pairs(candidates: Sequence[str], i, j) -> tuple[np.ndarray, np.ndarray]:
     """``(i, j)`` as int arrays after checking them against ``candidates`` (shared by every judge).
 
@@ -145,20 +87,52 @@ class Judgement:
     Attributes:
         p: ``[R]`` ``P(A better)`` per comparison.
         truncated: whether the context had to be shortened to fit the model.
-        logits: ``[R, 2]`` the two label logits (for calibration studies).
+        logits: ``[R, 2]`` the two labels' scores, ``p = softmax(logits)[:, 0]``
+            (a prompt judge: the labels' log-probabilities ``log P(L_A), log P(L_B)``).
+        label_mass: ``[R]`` the labels' share of the model's answer,
+            ``P(L_A) + P(L_B)`` over the whole vocabulary (a sampling judge: the
+            share of its answers that name a label); ``None`` when the judge
+            cannot tell (a similarity or callable judge).
+        top_ids: ``[R, k]`` the model's top next tokens at the answer position
+            (``None`` where not read).
+        top_probs: ``[R, k]`` their probabilities.
     """
 
     p: np.ndarray
     truncated: bool
     logits: np.ndarray
+    label_mass: np.ndarray | None = None
+    top_ids: np.ndarray | None = None
+    top_probs: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerPrefixChoice:
+    """What :meth:`PromptJudge.prepare` chose as the answer prefix, and from what.
+
+    Attributes:
+        prefix: the answer prefix now in the judge's template ("" when the
+            model answers with the label at once or names no label).
+        answers: the model's greedy answers it was chosen from.
+        found: whether any answer named a label (``False``: the prefix stays "").
+    """
+
+    prefix: str
+    answers: tuple[str, ...]
+    found: bool
+
+
+def _empty(k: int = TOP_K) -> Judgement:
+    return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32), np.zeros(0, np.float32),
+                     np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))
 
 
 class PromptJudge:
     """A pairwise LLM judge (prompt-based classifier).
 
     Args:
-        model: a :class:`~jaxrank.judges.loading.LoadedModel` or anything
-            :func:`~jaxrank.judges.load_model` takes (``"smollm2-135m"``, a path).
+        model: a :class:`~jaxrank.models.LoadedModel` or anything
+            :func:`~jaxrank.models.load_model` takes (``"smollm2-135m"``, a path).
         template: the comparative prompt (:func:`~jaxrank.judges.pairwise_template`).
         chat: wrap the prompt in the model's chat template (default: when it has one).
         system: optional system message for the chat template.
@@ -175,15 +149,26 @@ class PromptJudge:
         soft_prompt: optional learnt input vectors
             (:class:`~jaxrank.judges.soft_prompt.SoftPrompt`, decoders only),
             inserted into every comparison; the judge's name then carries their key.
+        answer_prefix: text placed in the assistant turn before the label
+            (prefill), overriding the template's; ``"auto"``: the words the model
+            itself writes before the label, found by :meth:`prepare` on a few
+            pairs of the first context judged (the choice is reported with a
+            warning and recorded in :attr:`template_key`). ``None``: the template's.
+        min_label_mass: the labels' share of the model's answer below which the
+            judge warns once (:class:`~jaxrank.judges.reading.LabelMassWarning`),
+            naming the model's top next tokens.
+        strict: raise :class:`~jaxrank.judges.reading.LabelMassError` instead of warning.
 
     Raises:
         ValueError: a model without a tokenizer, an architecture that is not a
-            generative judge (BERT), or label words whose tokenisations do not differ.
+            generative judge (BERT), label words whose tokenisations do not differ,
+            or ``min_label_mass`` outside ``[0, 1]``.
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, max_length: int | None = None, soft_prompt=None, batch_cost="auto",
-                 cache_dtype="auto"):
+                 cache_dtype="auto", answer_prefix: str | None = None, min_label_mass: float = MIN_LABEL_MASS,
+                 strict: bool = False):
         if not hasattr(model, "model"):
             model = load_model(model)
         if model.tokenizer is None:
@@ -196,6 +181,10 @@ class PromptJudge:
             batch_cost = 0 if jax.default_backend() == "cpu" else ACCELERATOR_BATCH_COST
         if isinstance(batch_cost, bool) or not isinstance(batch_cost, (int, np.integer)) or batch_cost < 0:
             raise ValueError(f"batch_cost must be 'auto' or an int >= 0, got {batch_cost!r}")
+        if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
+            raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
+        if answer_prefix is not None and not isinstance(answer_prefix, str):
+            raise ValueError(f"answer_prefix must be a string, 'auto' or None, got {answer_prefix!r}")
         self.batch_cost = int(batch_cost)
         if isinstance(cache_dtype, str) and cache_dtype == "auto":
             weights = model.model.weights() if hasattr(model.model, "weights") else {}
@@ -208,7 +197,6 @@ class PromptJudge:
         if self.cache_dtype is not None and not jnp.issubdtype(self.cache_dtype, jnp.floating):
             raise ValueError(f"cache_dtype must be a floating dtype, got {self.cache_dtype}")
         self.lm = model
-        self.template = template
         self.decoder = model.architecture != "t5"
         self.chat = bool(model.chat_template) if chat is None else bool(chat)
         if self.chat and not model.chat_template:
@@ -217,12 +205,31 @@ class PromptJudge:
         self.batch_size = int(batch_size)
         default_len = getattr(model.config, "max_position_embeddings", None) or 512
         self.max_length = int(max_length or default_len)
+        self.min_label_mass = float(min_label_mass)
+        self.strict = bool(strict)
+        self.answer_prefix_choice: AnswerPrefixChoice | None = None
+        self._auto_prefix = answer_prefix == "auto"
+        if answer_prefix is not None and not self._auto_prefix:
+            template = dataclasses.replace(template, answer_prefix=answer_prefix)
         self._warned = False
-        self._frame = self._render_frame()
-        self._common, self._label_ids = self._label_tokens()
+        self._mass_warned = False
+        self._set_template(template)
         self.soft_prompt = soft_prompt
         if soft_prompt is not None:
             soft_prompt.check_judge(self)
+
+    def _set_template(self, template: PairwiseTemplate) -> None:
+        self.template = template
+        self._frame = self._render_frame()
+        self._common, self._label_ids = self._label_tokens()
+        eos = set(self.lm.eos_token_ids) | ({self.lm.tokenizer.eos_token_id}
+                                            if self.lm.tokenizer.eos_token_id is not None else set())
+        if self.decoder:
+            self.reading = label_continuations(self.lm.tokenizer, self.prompt_text("context", "a", "b"),
+                                               template.labels, add_special_tokens=self._special, drop=sorted(eos))
+        else:      # T5 reads the decoder's first token: the first differing token (checked by _label_tokens)
+            self.reading = LabelContinuations(((int(self._label_ids[0]),), (int(self._label_ids[1]),)),
+                                              tuple(template.labels))
 
     # ------------------------------------------------------------------ naming
     @property
@@ -230,6 +237,22 @@ class PromptJudge:
         """Judge id for the store: the model name (plus ``-nochat`` when a chat model is used raw)."""
         name = self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
         return name if self.soft_prompt is None else f"{name}+{self.soft_prompt.key}"
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: the template's key and a hash of how the answer is read.
+
+        The hash covers :data:`READING_VERSION`, the system message and the label
+        continuations' tokens, so judgements read another way never share a key.
+
+        Raises:
+            RuntimeError: ``answer_prefix="auto"`` not yet resolved (call :meth:`prepare`).
+        """
+        if self._auto_prefix and self.answer_prefix_choice is None:
+            raise RuntimeError("the answer prefix is 'auto' and not chosen yet: call judge.prepare(context, "
+                               "candidates) (judge_contexts does) before asking for the template key")
+        h = hashlib.sha1(repr((READING_VERSION, self.system, self.reading.ids)).encode()).hexdigest()[:6]
+        return f"{self.template.key}-{h}"
 
     # --------------------------------------------------------------- rendering
     def _render_frame(self) -> tuple[str, str, str]:
@@ -255,15 +278,20 @@ class PromptJudge:
         """Whether the template shows the context (HANNA's story templates do not)."""
         return "{context}" in self.template.text
 
+    @property
+    def _special(self) -> bool:
+        """Whether the tokenizer adds its special tokens: a raw decoder prompt gets BOS; chat templates
+        write their own; T5 gets ``</s>`` appended by the judge."""
+        return self.decoder and not self.chat
+
     def _encode(self, text: str, first: bool) -> list[int]:
-        special = first and self.decoder and not self.chat   # chat templates write their own; T5 gets </s> at the end
+        special = first and self._special
         return list(self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]) if text else []
 
     def _label_tokens(self):
+        """The first differing tokens of the two labels, each tokenised alone (the soft prompt's and T5's reading)."""
         tok = self.lm.tokenizer
         rest = self._frame[2]
-        # The answer follows the prompt's last character: no space after a newline
-        # (chat assistant header), " A" after "Answer:".
         lead = " " if (self.decoder and not rest[-1].isspace()) else ""
         ids = [list(tok(lead + w, add_special_tokens=False)["input_ids"]) for w in self.template.labels]
         eos = set(self.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
@@ -280,21 +308,66 @@ class PromptJudge:
         return ids[0][:d], np.array([ids[0][d], ids[1][d]], np.int32)
 
     def prompt_text(self, context: str, a: str, b: str) -> str:
-        """The exact text judged for one comparison, label-word prefix included (for inspection)."""
+        """The exact text the model reads for one comparison, up to the answer position.
+
+        It ends with the assistant header and the answer prefix, if any; the
+        labels' tokens (:attr:`reading`) are what is scored after it.
+        """
         before, between, rest = self._frame
         text = before + (context if self.has_context else "") + between + rest
-        common = self.lm.tokenizer.decode(self._common) if self._common else ""
-        return text.replace(_SENT_A, a).replace(_SENT_B, b) + common
+        return text.replace(_SENT_A, a).replace(_SENT_B, b)
+
+    def prompt_rows(self, context: str, candidates: Sequence[str], i, j, *, extra: int | None = None,
+                    max_context_tokens: int | None = None) -> tuple[list[list[int]], bool]:
+        """The token ids the model reads for each comparison: its whole prompt text, tokenised whole.
+
+        A prompt that would not fit the window with ``extra`` more tokens (the
+        labels' tokens; a generated answer) has its context cut from the end,
+        on a token boundary, until the longest fits.
+
+        Args:
+            context, candidates: the texts.
+            i, j: ``[R]`` candidate indices in positions A and B (checked by the caller).
+            extra: tokens each row still needs after its prompt (default: the
+                longest label continuation).
+            max_context_tokens: keep at most this many context tokens.
+
+        Returns:
+            ``(rows, truncated)``.
+        """
+        extra = self.reading.width if extra is None else int(extra)
+        tok = self.lm.tokenizer
+        eos = [tok.eos_token_id] if not self.decoder and tok.eos_token_id is not None else []
+
+        def build(k):
+            ctx = context if k is None or not self.has_context else cut_text(tok, context, k)
+            texts = [self.prompt_text(ctx, candidates[a], candidates[b]) for a, b in zip(i, j)]
+            return [r + eos for r in whole_text_ids(tok, texts, add_special_tokens=self._special)]
+
+        def rebuild(k):                  # boundary merges can leave a token too many: cut again until it fits
+            while True:
+                rows = build(k)
+                over = max(map(len, rows)) + extra - self.max_length
+                if over <= 0 or k <= 0:
+                    return rows
+                k = max(0, k - over)
+
+        rows = build(max_context_tokens)
+        if not rows:
+            return rows, False
+        return fit_context(rows, max(map(len, rows)) + extra, max_length=self.max_length,
+                           context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
+                           rebuild=rebuild, warn=not self._warned, kept="candidates and question",
+                           error_tail=": the candidates and question alone do not fit", stacklevel=3)
 
     def token_ids(self, context: str, a: str, b: str, *, max_context_tokens: int | None = None):
-        """``(prefix, a_part, b_part)`` token ids of one comparison; the model reads the token after them.
+        """``(prefix, a_part, b_part)`` of one comparison tokenised piece by piece (soft prompts only).
 
-        Pieces are tokenised separately (chat header and instruction; context;
-        the text up to candidate A; candidate A up to candidate B; the rest), so
-        the prefix is the same for every comparison of a context, ``prefix +
-        a_part`` the same for every comparison with the same candidate in
-        position A (two levels of key/value cache), and the context can be cut on
-        a token boundary.
+        The pieces (chat header and instruction; context; the text up to
+        candidate A; candidate A up to candidate B; the rest) are tokenised
+        apart, so a learnt soft prompt's vector slots sit at the same piece
+        boundary in every comparison. Plain judging reads whole-text tokens
+        (:meth:`prompt_rows`).
         """
         before, between, rest = self._frame
         ctx = self._encode(context, False) if self.has_context else []
@@ -305,6 +378,52 @@ class PromptJudge:
         a_part = self._encode(rest[:cut].replace(_SENT_A, a), False)
         b_part = self._encode(rest[cut:].replace(_SENT_B, b).replace(_SENT_A, a), False) + self._common
         return prefix, a_part, b_part
+
+    # ------------------------------------------------------------ answer prefix
+    def find_answer_prefix(self, context: str, candidates: Sequence[str], *, pairs: int = 4,
+                           max_new_tokens: int = 12) -> AnswerPrefixChoice:
+        """The words the model writes before the label, from its greedy answers to a few pairs.
+
+        Pairs ``(0, 1), (1, 0), (1, 2), (2, 1) ...`` of ``candidates`` (up to
+        ``pairs``) are answered greedily without any answer prefix; the text
+        before the first stand-alone label word is taken
+        (:func:`~jaxrank.judges.reading.answer_prefix_of`: ``"Summary A is
+        more coherent"`` gives ``"Summary"``), the most common one winning.
+
+        Raises:
+            ValueError: fewer than two candidates, or ``pairs < 1``.
+        """
+        if len(candidates) < 2 or pairs < 1:
+            raise ValueError(f"find_answer_prefix needs >= 2 candidates and pairs >= 1, got {len(candidates)} "
+                             f"and {pairs}")
+        bare = self.with_template(dataclasses.replace(self.template, answer_prefix=""))
+        n = len(candidates)
+        ij = [(k % n, (k + 1) % n) if s == 0 else ((k + 1) % n, k % n) for k in range(n) for s in (0, 1)][:pairs]
+        i, j = check_pairs(candidates, [a for a, _ in ij], [b for _, b in ij])
+        rows, _ = bare.prompt_rows(context, candidates, i, j, extra=max_new_tokens)
+        answers = generate_texts(self.lm, rows, batch_rows=min(len(rows), self.batch_size),
+                                 max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
+                                 key=sample_key(0, context))
+        prefix = answer_prefix_of(answers, self.template.labels)
+        return AnswerPrefixChoice(prefix or "", tuple(answers), prefix is not None)
+
+    def prepare(self, context: str, candidates: Sequence[str]) -> AnswerPrefixChoice | None:
+        """Resolve ``answer_prefix="auto"`` on one context (the first one judged); a no-op otherwise.
+
+        The chosen prefix goes into the template (so into :attr:`template_key`)
+        and a ``UserWarning`` says what was chosen from which answers.
+        """
+        if not self._auto_prefix or self.answer_prefix_choice is not None:
+            return self.answer_prefix_choice
+        choice = self.find_answer_prefix(context, candidates)
+        self._set_template(dataclasses.replace(self.template, answer_prefix=choice.prefix))
+        self.answer_prefix_choice = choice
+        seen = "; ".join(repr(a[:40]) for a in choice.answers[:3])
+        what = (f"answer prefix {choice.prefix!r}, labels read as {self.reading.texts!r}" if choice.found else
+                "no answer prefix (no answer named a label)")
+        warnings.warn(f"{self.name}: chose {what} from the model's greedy answers ({seen})", UserWarning,
+                      stacklevel=2)
+        return choice
 
     # ------------------------------------------------------------------ judging
     def compare(self, context: str, candidates: Sequence[str], i, j, *, progress=None) -> Judgement:
@@ -318,39 +437,68 @@ class PromptJudge:
                 finished after every batch (a progress bar's ``update``).
 
         Returns:
-            :class:`Judgement` with ``p [R]``.
+            :class:`Judgement` with ``p [R]``, the label log-probabilities, the
+            label mass and the model's top next tokens.
 
         Raises:
             ValueError: an index out of range, or an empty candidate text.
+            LabelMassError: ``strict=True`` and the labels hold less than
+                ``min_label_mass`` of the model's answer.
         """
         i, j = check_pairs(candidates, i, j)
         if i.size == 0:
-            return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32))
+            return _empty()
+        self.prepare(context, candidates)
+        if self.soft_prompt is not None:      # the learnt vectors' own path (soft_prompt.py)
+            return self._compare_soft(context, candidates, i, j, progress)
+        rows, truncated = self.prompt_rows(context, candidates, i, j)
+        self._warned = self._warned or truncated
+        out = self._read(rows, i.tolist(), progress)
+        return self._judgement(*out, truncated)
+
+    def _compare_soft(self, context, candidates, i, j, progress) -> Judgement:
         pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
-        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
-        longest += 0 if self.soft_prompt is None else self.soft_prompt.length
+        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs) + self.soft_prompt.length
         pairs, truncated = fit_context(
-            pairs, longest + 1, max_length=self.max_length,        # + 1: the label token it scores
+            pairs, longest + 1, max_length=self.max_length,
             context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
             rebuild=lambda k: [self.token_ids(context, candidates[a], candidates[b], max_context_tokens=k)
                                for a, b in zip(i, j)],
             warn=not self._warned, kept="candidates and question",
             error_tail=": the candidates and question alone do not fit")
         self._warned = self._warned or truncated
-        if self.soft_prompt is not None:      # the learnt vectors' own path (soft_prompt.py)
-            logits = self.soft_prompt.logits(self, pairs, progress)
-        else:
-            logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
-        p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
-        return Judgement(p, truncated, logits)
+        return self._judgement(*self.soft_prompt.logits(self, pairs, progress), truncated)
+
+    def _read(self, rows, groups, progress):
+        if self.decoder:
+            return self._read_decoder(shared_split(rows, groups), progress)
+        return self._read_t5(rows, progress)
+
+    def _judgement(self, logp, top_ids, top_probs, truncated) -> Judgement:
+        logp = np.asarray(logp, np.float64)
+        p = (1.0 / (1.0 + np.exp(logp[:, 1] - logp[:, 0]))).astype(np.float32)
+        mass = np.exp(logp).sum(1).astype(np.float32)
+        if mass.size and (mass < self.min_label_mass).any():
+            worst = int(np.argmin(mass))
+            given = check_label_mass(
+                mass, threshold=self.min_label_mass, strict=self.strict, warn=not self._mass_warned,
+                who=f"judge {self.name}, template {self.template.name}", labels=self.reading.texts,
+                top=format_top_tokens(self.lm.tokenizer, top_ids[worst], top_probs[worst]),
+                remedy="Its p compares answers the model hardly gives: set an answer prefix (PromptJudge("
+                       "answer_prefix='auto') or the words it writes first), other labels, or another model "
+                       "(`jaxrank judge --diagnose` shows the model's answers).", stacklevel=3)
+            self._mass_warned = self._mass_warned or given
+        return Judgement(p, truncated, logp.astype(np.float32), mass, np.asarray(top_ids, np.int32),
+                         np.asarray(top_probs, np.float32))
 
     def with_template(self, template: PairwiseTemplate) -> "PromptJudge":
-        """The same judge (model, chat, batch size, window) with another template; nothing is reloaded."""
+        """The same judge (model, chat, batch size, window, checks) with another template; nothing is reloaded."""
         other = copy.copy(self)
-        other.template = template
         other._warned = False
-        other._frame = other._render_frame()
-        other._common, other._label_ids = other._label_tokens()
+        other._mass_warned = False
+        other._auto_prefix = False
+        other.answer_prefix_choice = None
+        other._set_template(template)
         return other
 
     def compare_templates(self, templates: Sequence[PairwiseTemplate], context: str, candidates: Sequence[str],
@@ -362,9 +510,9 @@ class PromptJudge:
         the same label words and answer prefix; they may differ after ``{a}``
         (ZEPO's instruction after the candidates). On a decoder the shared
         prefix is encoded once into one key/value cache, candidate A extends it
-        once per distinct text up to ``{b}``, and the ``K x R`` remaining parts
-        run in batches together (:func:`plan_batches`): the cost of the prefix
-        is paid once instead of ``K`` times. Each result equals
+        once per distinct text, and the ``K x R`` remaining parts run in batches
+        together (:func:`plan_batches`): the cost of the prefix is paid once
+        instead of ``K`` times. Each result equals
         ``self.with_template(t).compare(context, candidates, i, j)``.
 
         Args:
@@ -389,29 +537,41 @@ class PromptJudge:
             if jd._frame[:2] != first._frame[:2]:
                 raise ValueError(f"templates[{k}] ({t.name}) changes the prefix before {{a}}; "
                                  "templates judged together must share it")
-            if (jd._common, jd._label_ids.tolist()) != (first._common, first._label_ids.tolist()):
+            if jd.reading.ids != first.reading.ids or t.answer_prefix != templates[0].answer_prefix:
                 raise ValueError(f"templates[{k}] ({t.name}) reads other label tokens "
                                  f"({t.labels!r}, answer prefix {t.answer_prefix!r}) than templates[0]")
         n = len(i)
         if n == 0:
-            return [Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32)) for _ in judges]
-
-        def build(max_ctx=None):
-            return [jd.token_ids(context, candidates[a], candidates[b], max_context_tokens=max_ctx)
-                    for jd in judges for a, b in zip(i, j)]
-
-        pairs = build()
-        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs)
-        pairs, truncated = fit_context(
-            pairs, longest + 1, max_length=self.max_length,
-            context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
-            rebuild=build, warn=not self._warned, kept="candidates and question",
-            error_tail=": the candidates and question alone do not fit")
+            return [_empty() for _ in judges]
+        width = first.reading.width
+        ctx_len = len(self._encode(context, False)) if self.has_context else 0
+        rows, truncated = [], False
+        for jd in judges:                       # one cut for all: the shortest context any template needs
+            r, t = jd.prompt_rows(context, candidates, i, j, extra=width)
+            rows.append(r)
+            truncated |= t
+        if truncated:
+            need = max(len(x) for r in rows for x in r) + width - self.max_length
+            keep = ctx_len - max(0, need)
+            rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=keep)[0]
+                    for jd in judges]
+            keep = min(keep, ctx_len)
+            while max(len(x) for r in rows for x in r) + width > self.max_length and keep > 0:
+                keep -= max(len(x) for r in rows for x in r) + width - self.max_length
+                rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=max(keep, 0))[0]
+                        for jd in judges]
         self._warned = self._warned or truncated
-        logits = self._logits_decoder(pairs, progress) if self.decoder else self._logits_t5(pairs, progress)
-        p = np.asarray(jax.nn.softmax(jnp.asarray(logits), axis=-1)[:, 0], np.float32)
-        return [Judgement(p[k * n:(k + 1) * n], truncated, logits[k * n:(k + 1) * n]) for k in range(len(judges))]
+        flat = [x for r in rows for x in r]
+        logp, ti, tp = self._read(flat, i.tolist() * len(judges), progress)
+        out = []
+        for k, jd in enumerate(judges):
+            sl = slice(k * n, (k + 1) * n)
+            jd._mass_warned = self._mass_warned
+            out.append(jd._judgement(logp[sl], ti[sl], tp[sl], truncated))
+            self._mass_warned = jd._mass_warned
+        return out
 
+    # --------------------------------------------------------------- the model
     def _padded(self, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
         """``rows`` right-padded to ``[b, bucket(longest)]`` ids and mask; rows past ``len(rows)`` copy row 0."""
         length = bucket(max(map(len, rows)))
@@ -430,16 +590,20 @@ class PromptJudge:
             chunk = rows[start:start + bs]
             yield len(chunk), *self._padded(chunk, min(bs, 1 << (len(chunk) - 1).bit_length()))
 
-    def _logits_decoder(self, pairs, progress=None) -> np.ndarray:
-        """Two cache levels: the context once, then context + candidate A once per A.
+    def _read_decoder(self, pairs, progress=None):
+        """``(log P(L_A), log P(L_B)) [R, 2]``, top ids and probabilities ``[R, k]`` of cache-split rows.
 
-        The comparisons sharing an A run their B parts in batches cut by
-        :func:`plan_batches` (rows sorted by length, fewest padded tokens). When
-        calls have a cost (``batch_cost > 0``, as on a GPU) and a batch holds more
-        rows than one A has comparisons (``batch_size`` at least twice the
-        comparisons per A), the A parts are
-        extended ``batch_size // (comparisons per A)`` at a time and their B
-        parts share batches, each row reading its own A's cache
+        Two cache levels: the context once, then context + candidate A once per
+        A. Each comparison runs its B part and the labels' appended tokens
+        (:meth:`~jaxrank.judges.reading.LabelContinuations.rows`: one row when
+        the labels differ in their last token only, else one per label); the
+        full-vocabulary logits at the positions a row reads give the labels'
+        summed log-probabilities (:func:`~jaxrank.judges.reading.read_continuations`).
+        Rows sharing an A run in batches cut by :func:`plan_batches` (sorted by
+        length, fewest padded tokens). When calls have a cost (``batch_cost > 0``,
+        as on a GPU) and a batch holds more rows than one A has comparisons, the
+        A parts are extended ``batch_size // (comparisons per A)`` at a time and
+        their rows share batches, each row reading its own A's cache
         (:meth:`~jaxrank.models.llama.KVCache.rows`); otherwise each A's batch-1
         cache is shared by its rows without a copy.
         """
@@ -447,6 +611,8 @@ class PromptJudge:
         prefix = pairs[0][0]
         if any(p != prefix for p, _, _ in pairs):            # one context per call
             raise AssertionError("comparisons of one call must share their prefix")
+        subs = self.reading.rows()
+        width = self.reading.width
         plen = bucket(len(prefix))
         alen = bucket(max(len(a) for _, a, _ in pairs))
         pid = np.full((1, plen), self.lm.pad_token_id, np.int32)
@@ -454,52 +620,71 @@ class PromptJudge:
         pid[0, :len(prefix)] = prefix
         pmask[0, :len(prefix)] = True
         cache = model.prefill(pid, pmask, capacity=plen + alen, cache_dtype=self.cache_dtype)
-        tokens = jnp.asarray(self._label_ids)
-        out = np.zeros((len(pairs), 2), np.float32)
+        n = len(pairs)
+        logp = np.zeros((n, 2), np.float64)
+        top_ids = np.zeros((n, TOP_K), np.int32)
+        top_probs = np.zeros((n, TOP_K), np.float32)
         groups: dict[tuple, list[int]] = {}
         for r, (_, a, _) in enumerate(pairs):
             groups.setdefault(tuple(a), []).append(r)
         # On a CPU (batch_cost 0) a call costs its tokens alone, so mixing A's gains nothing: keep each
         # A's batch-1 cache shared without copies.
-        together = max(1, self.batch_size // max(1, len(pairs) // len(groups))) if self.batch_cost else 1
+        together = max(1, self.batch_size // max(1, n * len(subs) // len(groups))) if self.batch_cost else 1
         items = list(groups.items())
         for g0 in range(0, len(items), together):
             chunk = items[g0:g0 + together]
-            width = together                                  # a fixed A batch: one compiled shape
-            aid = np.full((width, alen), self.lm.pad_token_id, np.int32)
-            amask = np.zeros((width, alen), bool)
+            width_a = together                                # a fixed A batch: one compiled shape
+            aid = np.full((width_a, alen), self.lm.pad_token_id, np.int32)
+            amask = np.zeros((width_a, alen), bool)
             for k, (a, _) in enumerate(chunk):
                 aid[k, :len(a)] = a
                 amask[k, :len(a)] = True
             aid[len(chunk):], amask[len(chunk):] = aid[0], amask[0]     # filler A rows
-            base = cache if width == 1 else cache.rows(np.zeros(width, np.int32))
+            base = cache if width_a == 1 else cache.rows(np.zeros(width_a, np.int32))
             cache_a = model.extend(base, aid, amask, update=True).cache
-            owner = {r: k for k, (_, rows) in enumerate(chunk) for r in rows}
-            rows = sorted(owner, key=lambda r: len(pairs[r][2]))    # similar lengths share a batch
-            for start, stop, b in plan_batches([len(pairs[r][2]) for r in rows], self.batch_size,
+            owner = {r: k for k, (_, rs) in enumerate(chunk) for r in rs}
+            flat = [(r, s) for r in owner for s in range(len(subs))]
+            seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
+            flat.sort(key=lambda rs: len(seqs[rs]))            # similar lengths share a batch
+            for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], self.batch_size,
                                                batch_cost=self.batch_cost):
-                ids, mask = self._padded([pairs[r][2] for r in rows[start:stop]], b)
-                if width == 1:
+                part = flat[start:stop]
+                ids, mask = self._padded([seqs[rs] for rs in part], b)
+                pos = np.zeros((b, width), np.int32)
+                tgt = np.zeros((b, 2, width), np.int32)
+                val = np.zeros((b, 2, width), bool)
+                for q, (r, s) in enumerate(part):
+                    pos[q] = np.minimum(len(pairs[r][2]) - 1 + np.arange(width), ids.shape[1] - 1)
+                    tgt[q], val[q] = subs[s][1], subs[s][2]
+                pos[len(part):] = pos[0]
+                if width_a == 1:
                     ca = cache_a
                 else:
-                    idx = np.full(b, owner[rows[start]], np.int32)          # filler rows read row 0's A
-                    idx[:stop - start] = [owner[r] for r in rows[start:stop]]
+                    idx = np.full(b, owner[part[0][0]], np.int32)          # filler rows read row 0's A
+                    idx[:len(part)] = [owner[r] for r, _ in part]
                     ca = cache_a.rows(idx)
-                last = model.extend(ca, ids, mask).last_hidden
-                out[rows[start:stop]] = np.asarray(model.logits_at(last, token_ids=tokens))[:stop - start]
+                hidden = model.extend(ca, ids, mask).hidden
+                lp, ti, tp = read_continuations(model.logits_at(hidden, positions=pos), tgt, val)
+                lp, ti, tp = np.asarray(lp), np.asarray(ti), np.asarray(tp)
+                for q, (r, s) in enumerate(part):
+                    logp[r] += lp[q]
+                    if s == 0:
+                        top_ids[r], top_probs[r] = ti[q], tp[q]
                 if progress is not None:
-                    progress(stop - start)
-        return out
+                    progress(sum(1 for _, s in part if s == len(subs) - 1))
+        return logp, top_ids, top_probs
 
-    def _logits_t5(self, pairs, progress=None) -> np.ndarray:
+    def _read_t5(self, rows, progress=None):
+        """The decoder's first step, full vocabulary: label log-probabilities and top tokens per row."""
         model = self.lm.model
-        tokens = jnp.asarray(self._label_ids)
-        eos = self.lm.tokenizer.eos_token_id
-        rows = [p + a + b + ([eos] if eos is not None else []) for p, a, b in pairs]
+        tgt = np.asarray(self._label_ids, np.int32).reshape(2, 1)
         out = []
         for real, ids, mask in self._batches(rows):
             enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
-            out.append(np.asarray(model.decoder_logits_first_step(enc, jnp.asarray(mask), token_ids=tokens))[:real])
+            logits = model.decoder_logits_first_step(enc, jnp.asarray(mask))[:, None]
+            b = ids.shape[0]
+            lp, ti, tp = read_continuations(logits, np.broadcast_to(tgt, (b, 2, 1)), np.ones((b, 2, 1), bool))
+            out.append(tuple(np.asarray(x)[:real] for x in (lp, ti, tp)))
             if progress is not None:
                 progress(real)
-        return np.concatenate(out).astype(np.float32)
+        return tuple(np.concatenate(x) for x in zip(*out))

@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, PromptJudge, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
+from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
 from jaxrank.judges.textgen import generate_texts, sample_key
 
 __all__ = ["SamplingJudge", "CallableJudge", "label_parser", "GENERIC_TEMPLATE"]
@@ -104,7 +104,10 @@ class SamplingJudge:
     rows) go through one :func:`generate` call. Samples are deterministic given
     ``seed`` and the inputs (the key folds in the context and the batch number).
 
-    ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B.
+    ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B,
+    and ``Judgement.label_mass`` the share of each comparison's answers that
+    name a label: below ``min_parsed`` the judge warns once with the answers
+    (``strict=True``: raises :class:`~jaxrank.judges.reading.LabelMassError`).
 
     Args:
         model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path (a decoder).
@@ -115,6 +118,8 @@ class SamplingJudge:
         seed: PRNG seed.
         parser: ``str -> 1.0 | 0.0 | None`` (or any value in [0, 1]).
         chat, system, batch_size, max_length: as for ``PromptJudge``.
+        min_parsed: the share of parseable answers below which the judge warns.
+        strict: raise instead of warning.
 
     Raises:
         NotImplementedError: a T5 model with ``temperature > 0`` (T5 decodes greedily only).
@@ -123,7 +128,8 @@ class SamplingJudge:
     def __init__(self, model, template: PairwiseTemplate, *, num_samples: int = 10, temperature: float = 1.0,
                  top_p: float = 1.0, max_new_tokens: int = 8, seed: int = 0,
                  parser: Callable[[str], float | None] | None = None, chat: bool | None = None,
-                 system: str | None = None, batch_size: int = 4, max_length: int | None = None):
+                 system: str | None = None, batch_size: int = 4, max_length: int | None = None,
+                 min_parsed: float = MIN_LABEL_MASS, strict: bool = False):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if max_new_tokens < 1:
@@ -141,6 +147,8 @@ class SamplingJudge:
         self.parser = parser or label_parser(template.labels)
         self.undecided = 0
         self._warned = False
+        self.min_parsed, self.strict = float(min_parsed), bool(strict)
+        self._parse_warned = False
 
     @property
     def name(self) -> str:
@@ -148,27 +156,12 @@ class SamplingJudge:
         return f"{self.prompt.name}-sampled-k{self.num_samples}-t{self.temperature:g}"
 
     def token_rows(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[int]], bool]:
-        """One prompt (token ids) per comparison, and whether the context had to be cut."""
+        """One prompt (the whole text's token ids, up to the answer and its prefix, if any) per comparison,
+        and whether the context had to be cut to leave room for the answer."""
         pj = self.prompt
         i, j = check_pairs(candidates, i, j)
-        nc = len(pj._common)
-
-        def build(max_ctx):
-            out = []
-            for a, b in zip(i, j):
-                ids = [t for part in pj.token_ids(context, candidates[a], candidates[b], max_context_tokens=max_ctx)
-                       for t in part]                  # prefix + the rest (however PromptJudge splits it)
-                out.append(ids[:len(ids) - nc] if nc else ids)
-            return out
-
-        rows = build(None)
-        if not rows:
-            return rows, False
-        rows, truncated = fit_context(
-            rows, max(map(len, rows)) + self.max_new_tokens, max_length=pj.max_length,
-            context_len=lambda: len(pj._encode(context, False)) if pj.has_context else 0,
-            rebuild=build, warn=not self._warned, kept="candidates and question",
-            need_note=" (answer included)", stacklevel=3)
+        pj._warned = self._warned
+        rows, truncated = pj.prompt_rows(context, candidates, i, j, extra=self.max_new_tokens)
         self._warned = self._warned or truncated
         return rows, truncated
 
@@ -194,10 +187,20 @@ class SamplingJudge:
         """
         texts, truncated = self.sample_texts(context, candidates, i, j)
         if not texts:
-            return Judgement(np.zeros(0, np.float32), truncated, np.zeros((0, 2), np.float32))
+            return Judgement(np.zeros(0, np.float32), truncated, np.zeros((0, 2), np.float32), np.zeros(0, np.float32))
         p, counts, und = _decide(texts, self.parser)
         self.undecided += und
-        return Judgement(p, truncated, counts)
+        parsed = (counts.sum(1) / self.num_samples).astype(np.float32)
+        if (parsed < self.min_parsed).any():
+            worst = int(np.argmin(parsed))
+            given = check_label_mass(
+                parsed, threshold=self.min_parsed, strict=self.strict, warn=not self._parse_warned,
+                who=f"judge {self.name}, template {self.template.name}", labels=self.template.labels,
+                top="answers " + "; ".join(repr(t[:40]) for t in texts[worst][:3]),
+                remedy="Its p counts answers that name neither label as 1/2: ask for the label only, "
+                       "or use another parser or model.", stacklevel=3)
+            self._parse_warned = self._parse_warned or given
+        return Judgement(p, truncated, counts, parsed)
 
 
 class CallableJudge:

@@ -35,6 +35,7 @@ import optax
 from safetensors.numpy import load_file, save_file
 
 from jaxrank.judges.pairwise import PromptJudge, bucket, plan_batches
+from jaxrank.judges.reading import TOP_K, read_continuations
 from jaxrank.models.llama import extend_with_vectors
 
 __all__ = ["SoftPrompt", "POSITIONS", "fairness_loss", "train_soft_prompt", "TrainingResult", "comparison_row",
@@ -130,12 +131,16 @@ class SoftPrompt:
         if self.vectors.shape[1] != d:
             raise ValueError(f"soft_prompt: vectors of size {self.vectors.shape[1]}, the model's hidden size is {d}")
 
-    def logits(self, judge: PromptJudge, pairs, progress=None) -> np.ndarray:
-        """``[R, 2]`` label logits of ``(prefix, a_part, b_part)`` token triples of one context.
+    def logits(self, judge: PromptJudge, pairs, progress=None):
+        """The label log-probabilities ``[R, 2]`` and the top next tokens ``[R, k]`` (ids, probabilities) of
+        ``(prefix, a_part, b_part)`` token triples of one context.
 
         The prefix is encoded once into a cache; every comparison runs its own
         tokens with the vectors inserted (:func:`comparison_row`) against it, in
-        batches cut by :func:`~jaxrank.judges.pairwise.plan_batches`.
+        batches cut by :func:`~jaxrank.judges.pairwise.plan_batches`. The labels
+        are read at the last position, full vocabulary: the log-probability of
+        their first differing token after their shared tokens (which ``b_part``
+        ends with), :func:`~jaxrank.judges.reading.read_continuations`.
         """
         model = judge.lm.model
         prefix = pairs[0][0]
@@ -145,18 +150,21 @@ class SoftPrompt:
         q = question_tokens(judge)
         rows = [comparison_row(a, b, q, self.position, self.length) for _, a, b in pairs]
         order = sorted(range(len(rows)), key=lambda r: len(rows[r][0]))
-        tokens = jnp.asarray(judge._label_ids)
         vectors = jnp.asarray(self.vectors, model.weights()["embed"].dtype)
-        out = np.zeros((len(rows), 2), np.float32)
+        n = len(rows)
+        logp, top_ids, top_probs = np.zeros((n, 2), np.float32), np.zeros((n, TOP_K), np.int32), \
+            np.zeros((n, TOP_K), np.float32)
         for start, stop, b in plan_batches([len(rows[r][0]) for r in order], judge.batch_size):
             idx = order[start:stop]
             ids, mask, slots = _padded([rows[r] for r in idx], b, bucket(len(rows[idx[-1]][0])),
                                        judge.lm.pad_token_id)
             last = model.extend(cache, ids, mask, vectors=vectors, vector_index=slots).last_hidden
-            out[idx] = np.asarray(model.logits_at(last, token_ids=tokens))[:stop - start]
+            tgt = np.broadcast_to(np.asarray(judge._label_ids, np.int32).reshape(2, 1), (b, 2, 1))
+            lp, ti, tp = read_continuations(model.logits_at(last)[:, None], tgt, np.ones((b, 2, 1), bool))
+            logp[idx], top_ids[idx], top_probs[idx] = (np.asarray(x)[:stop - start] for x in (lp, ti, tp))
             if progress is not None:
                 progress(stop - start)
-        return out
+        return logp, top_ids, top_probs
 
 
 jax.tree_util.register_dataclass(SoftPrompt, data_fields=["vectors"], meta_fields=["position"])

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges.pairwise import bucket
+from jaxrank.judges._buckets import bucket
 from jaxrank.models.llama import generate
 from jaxrank.models.loading import load_model
 
