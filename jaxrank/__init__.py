@@ -53,6 +53,7 @@ _LAZY: dict[str, str] = {
     "judge_stats": "jaxrank.simulate", "simulate_judge": "jaxrank.simulate",
     "shard_contexts": "jaxrank.sharding",
     "zepo_search": "jaxrank.assessment", "ZepoResult": "jaxrank.assessment",
+    "diagnose_judge": "jaxrank.assessment", "Diagnosis": "jaxrank.assessment",
     "SoftPrompt": "jaxrank.judges", "train_soft_prompt": "jaxrank.judges",
 }
 """Every public function and class, by the module it is loaded from on first use."""
@@ -82,7 +83,7 @@ __all__ = [
     "PairSResult", "active_assess", "ActiveResult",
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
     "shard_contexts",
-    "fairness", "zepo_search", "ZepoResult", "SoftPrompt", "train_soft_prompt",
+    "fairness", "zepo_search", "ZepoResult", "SoftPrompt", "train_soft_prompt", "diagnose_judge", "Diagnosis",
     "enable_compilation_cache",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
@@ -102,7 +103,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
     from jaxrank.selection import (ActiveResult, PairSResult, active_assess, gather_comparisons,
                                    greedy_comparisons, laplace_comparisons, pairs_rank, random_comparisons)
     from jaxrank.sharding import shard_contexts
-    from jaxrank.assessment import ZepoResult, zepo_search
+    from jaxrank.assessment import Diagnosis, ZepoResult, diagnose_judge, zepo_search
     from jaxrank.judges import SoftPrompt, train_soft_prompt
     from jaxrank.simulate import JudgeParams, SimulatedJudge, calibrate_judge, judge_stats, simulate_judge
     from jaxrank.uncertainty import (LaplaceFit, RankIntervals, laplace_bradley_terry, laplace_posterior,

@@ -10,6 +10,8 @@ as it is produced -> :meth:`JudgementStore.comparisons` gives the
 only for the most informative comparisons (active assessment), through the same store.
 :func:`zepo_search` (:mod:`~jaxrank.assessment.zepo`) searches a fairer judge instruction without
 labels (ZEPO), every candidate's judgements going through the same store.
+:func:`diagnose_judge` (:mod:`~jaxrank.assessment.diagnose`) checks on a few pairs that a judge reads the
+model's answer (label mass, top tokens, P(A), order consistency, accuracy).
 """
 
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
@@ -17,9 +19,10 @@ from jaxrank.assessment.run import ContextSet, contexts_of, judge_comparisons, j
 from jaxrank.assessment.report import Assessment, assess_comparisons
 from jaxrank.assessment.active import ActiveRun, StoreJudgeFn, active_judge_contexts, check_active
 from jaxrank.assessment.zepo import ZepoResult, zepo_search
+from jaxrank.assessment.diagnose import Diagnosis, diagnose_judge
 
 __all__ = [
     "JudgementStore", "StoredComparisons", "ContextSet", "contexts_of", "judge_contexts", "judge_comparisons",
     "plan_pairs", "Assessment", "assess_comparisons", "active_judge_contexts", "ActiveRun", "StoreJudgeFn",
-    "check_active", "zepo_search", "ZepoResult",
+    "check_active", "zepo_search", "ZepoResult", "Diagnosis", "diagnose_judge",
 ]

@@ -77,8 +77,13 @@ def _main(argv=None):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
+    mass = getattr(args, "min_label_mass", None)
+    if mass is not None and not 0.0 <= mass <= 1.0:
+        raise SystemExit(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")
     common.enable_cache(args)
-    if args.command == "judge":
+    if args.command == "judge" and args.diagnose is not None:
+        assess.run_diagnose(args)
+    elif args.command == "judge":
         assess.run_judge(args)
     elif args.command == "assess":
         assess.run_assess(args)

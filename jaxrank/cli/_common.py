@@ -31,8 +31,9 @@ def enable_cache(args) -> bool:
     return False
 
 
-def make_judge(args):
-    """The judge of ``--judge`` (with ``--template`` and, for an LLM judge, ``--soft-prompt``)."""
+def make_judge(args, *, answer_prefix=None):
+    """The judge of ``--judge`` (with ``--template`` and, for an LLM judge, ``--soft-prompt``,
+    ``--answer-prefix`` (or ``answer_prefix``), ``--min-label-mass`` and ``--strict``)."""
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
 
@@ -50,10 +51,16 @@ def make_judge(args):
             raise SystemExit("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
         return SimilarityJudge(lm, batch_size=args.batch_size)
+    prefix = answer_prefix or getattr(args, "answer_prefix", "none")
+    if prefix == "none":
+        prefix = ""
+    elif prefix == "auto" and template.answer_prefix:
+        prefix = None                    # a template file's own prefix is kept
     try:
-        return PromptJudge(lm, template, batch_size=args.batch_size, soft_prompt=soft)
+        return PromptJudge(lm, template, batch_size=args.batch_size, soft_prompt=soft, answer_prefix=prefix,
+                           min_label_mass=getattr(args, "min_label_mass", 0.5), strict=getattr(args, "strict", False))
     except ValueError as e:
-        raise SystemExit(f"jaxrank: --soft-prompt: {e}")
+        raise SystemExit(f"jaxrank: {e}")
 
 
 def template_option(args):

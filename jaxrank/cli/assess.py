@@ -40,10 +40,23 @@ def add_parsers(sub):
                             "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
         j.add_argument("--soft-prompt", default=None, metavar="FILE",
                        help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
+        j.add_argument("--answer-prefix", default="auto", metavar="TEXT",
+                       help="LLM judges: words placed in the assistant turn before the label (e.g. 'Summary'); "
+                            "'auto' (default): the words the model itself writes before the label, found on a few "
+                            "pairs of the first context (a template file's own prefix is kept); 'none': no prefix")
+        j.add_argument("--min-label-mass", type=float, default=0.5, metavar="X",
+                       help="LLM judges: warn when the labels hold less than X of the model's answer (default 0.5)")
+        j.add_argument("--strict", action="store_true",
+                       help="LLM judges: stop instead of warning when the labels hold less than --min-label-mass")
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
         common.process_options(j)
+        if name == "judge":
+            j.add_argument("--diagnose", type=int, nargs="?", const=8, default=None, metavar="N",
+                           help="judge N sampled pairs (default 8) in both orders and print what the model answers "
+                                "at the answer position: top tokens, label mass, P(A), order consistency, accuracy "
+                                "against the human scores, and a verdict; without and with the answer prefix")
         if name == "assess":
             j.add_argument("--methods", default=",".join(_report_methods()),
                            help="comma-separated scorers (default: all but max_likelihood_ranking)")
@@ -114,6 +127,28 @@ def _judge_active(args):
     print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} contexts ({run.judged} judged now, "
           f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
     return cs, run.selection, run
+
+
+def run_diagnose(args):
+    """Run ``jaxrank judge --diagnose N``: the judge as it reads the model without an answer prefix, then
+    with the prefix it is given (``--answer-prefix``; ``auto``: the one it chooses)."""
+    from jaxrank.assessment.diagnose import diagnose_judge
+
+    if args.diagnose < 1:
+        raise SystemExit(f"jaxrank: --diagnose must be >= 1 pair, got {args.diagnose}")
+    cs = common.contexts(args)
+    judge = common.make_judge(args)
+    if not hasattr(judge, "reading"):
+        raise SystemExit(f"jaxrank: --diagnose needs an LLM judge; {args.judge} is a similarity judge")
+    judges = [("without an answer prefix", common.make_judge(args, answer_prefix="none"))]
+    if args.answer_prefix != "none":
+        judges.append((f"with --answer-prefix {args.answer_prefix}", judge))
+    for title, jd in judges:
+        try:
+            d = diagnose_judge(jd, cs, num_pairs=args.diagnose, seed=args.seed)
+        except ValueError as e:
+            raise SystemExit(f"jaxrank: --diagnose: {e}")
+        print(f"\n# {args.data} {args.aspect}, {title}\n\n{d.markdown()}", flush=True)
 
 
 def run_judge(args, judge=None):

@@ -37,6 +37,7 @@ import numpy as np
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
+from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass, format_top_tokens, read_tokens
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
 
 __all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "parse_score",
@@ -59,6 +60,11 @@ class PointwiseResult:
         truncated: whether the context was shortened to fit the model.
         failures: prompt scoring: samples with no parsable score (given the fallback).
         texts: prompt scoring: the generated answers, ``[N][K]``.
+        label_mass: ``[N]`` G-Eval: the score tokens' share of the model's answer
+            (``sum_s P(s)`` over the whole vocabulary, before renormalising);
+            prompt scoring: the share of answers with a parsable score.
+        top_ids, top_probs: G-Eval: the model's top next tokens ``[N, k]`` at the
+            answer position and their probabilities.
     """
 
     scores: np.ndarray
@@ -66,6 +72,9 @@ class PointwiseResult:
     truncated: bool
     failures: int = 0
     texts: tuple[tuple[str, ...], ...] | None = None
+    label_mass: np.ndarray | None = None
+    top_ids: np.ndarray | None = None
+    top_probs: np.ndarray | None = None
 
 
 def pointwise_comparisons(scores, i, j, *, scale: float = 1.0) -> np.ndarray:
@@ -218,7 +227,8 @@ class _PointwiseBase:
 
         Every candidate is scored once per context (the last context's scores are
         kept, so repeated calls for one context cost nothing). ``logits`` holds
-        ``scale * (s_i, s_j)``, whose softmax is ``p``.
+        ``scale * (s_i, s_j)``, whose softmax is ``p``; ``label_mass`` the smaller
+        of the two candidates' label masses.
         """
         i, j = check_pairs(candidates, i, j)
         key = (context, tuple(candidates))
@@ -227,7 +237,8 @@ class _PointwiseBase:
         res = self._cache_val
         p = pointwise_comparisons(res.scores, i, j, scale=scale)
         logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
-        return Judgement(p, res.truncated, logits)
+        mass = None if res.label_mass is None else np.minimum(res.label_mass[i], res.label_mass[j])
+        return Judgement(p, res.truncated, logits, mass)
 
 
 # ------------------------------------------------------------------------------ G-Eval
@@ -236,8 +247,8 @@ class GEvalJudge(_PointwiseBase):
 
     ``score = sum_s P(s) s`` (g-eval eq. 1) over the template's score tokens,
     ``P`` the next-token probabilities renormalised over those tokens, read at
-    the last real position only (``logits_at`` with just those vocabulary
-    rows). The evaluation steps are generated once, greedily, from
+    the last real position from the full vocabulary, whose share
+    ``sum_s P(s)`` is the judgement's label mass. The evaluation steps are generated once, greedily, from
     ``template.steps_request`` the first time they are needed, kept in
     :attr:`steps` and pasted into every scoring prompt. Small models may write
     poor steps (SmolLM2-135M repeats the criteria): read :attr:`steps`, and
@@ -252,16 +263,24 @@ class GEvalJudge(_PointwiseBase):
         steps: evaluation steps to use instead of generating them.
         max_step_tokens: length limit of the generated steps.
         max_length: context window (default: the model's ``max_position_embeddings``; 512 for T5).
+        min_label_mass: the score tokens' share of the model's answer (full
+            vocabulary, :attr:`PointwiseResult.label_mass`) below which the judge
+            warns once, naming the model's top next tokens
+            (:class:`~jaxrank.judges.reading.LabelMassWarning`).
+        strict: raise :class:`~jaxrank.judges.reading.LabelMassError` instead.
 
     Raises:
-        ValueError: no tokenizer, an encoder-only model, or score tokens that are
-            not single distinct tokens.
+        ValueError: no tokenizer, an encoder-only model, score tokens that are
+            not single distinct tokens, or ``min_label_mass`` outside ``[0, 1]``.
     """
 
     def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, steps: str | None = None, max_step_tokens: int = 128,
-                 max_length: int | None = None):
+                 max_length: int | None = None, min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
         super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
+        if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
+            raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
+        self.min_label_mass, self.strict, self._mass_warned = float(min_label_mass), bool(strict), False
         self.template = template
         self.max_step_tokens = int(max_step_tokens)
         self._steps = steps
@@ -347,13 +366,29 @@ class GEvalJudge(_PointwiseBase):
             s = len(self.score_values)
             return PointwiseResult(np.zeros(0, np.float64), np.zeros((0, s), np.float64), False)
         pairs, truncated = self._pairs(context, candidates)
-        logits = self._logits_decoder(pairs) if self.decoder else self._logits_t5(pairs)
-        logits = logits.astype(np.float64)
-        z = np.exp(logits - logits.max(-1, keepdims=True))
+        logp, top_ids, top_probs = self._read_decoder(pairs) if self.decoder else self._read_t5(pairs)
+        logp = logp.astype(np.float64)
+        z = np.exp(logp - logp.max(-1, keepdims=True))
         probs = z / z.sum(-1, keepdims=True)
-        return PointwiseResult(probs @ self.score_values, probs, truncated)
+        mass = np.exp(logp).sum(-1)
+        self._check_mass(mass, top_ids, top_probs)
+        return PointwiseResult(probs @ self.score_values, probs, truncated, label_mass=mass.astype(np.float32),
+                               top_ids=top_ids, top_probs=top_probs)
 
-    def _logits_decoder(self, pairs) -> np.ndarray:
+    def _check_mass(self, mass, top_ids, top_probs) -> None:
+        if mass.size and (mass < self.min_label_mass).any():
+            worst = int(np.argmin(mass))
+            given = check_label_mass(
+                mass, threshold=self.min_label_mass, strict=self.strict, warn=not self._mass_warned,
+                who=f"judge {self.name}, template {self.template.name}",
+                labels=[str(s) for s in self.template.scores],
+                top=format_top_tokens(self.lm.tokenizer, top_ids[worst], top_probs[worst]),
+                remedy="Its score renormalises over answers the model hardly gives: end the prompt where the "
+                       "model writes the score, or use another model.", stacklevel=4)
+            self._mass_warned = self._mass_warned or given
+
+    def _read_decoder(self, pairs):
+        """Score tokens' log-probabilities ``[N, S]`` (full vocabulary) and the top tokens, one row each."""
         model = self.lm.model
         prefix = pairs[0][0]
         pid, pmask = pad_rows([prefix], 1, self.lm.pad_token_id, left=False)
@@ -365,10 +400,10 @@ class GEvalJudge(_PointwiseBase):
             chunk = suffixes[start:start + bs]
             ids, mask = pad_rows(chunk, bs, self.lm.pad_token_id, left=False)
             last = model.extend(cache, ids, mask).last_hidden
-            out.append(np.asarray(model.logits_at(last, token_ids=tokens))[:len(chunk)])
-        return np.concatenate(out)
+            out.append([np.asarray(x)[:len(chunk)] for x in read_tokens(model.logits_at(last), tokens)])
+        return tuple(np.concatenate(x) for x in zip(*out))
 
-    def _logits_t5(self, pairs) -> np.ndarray:
+    def _read_t5(self, pairs):
         model = self.lm.model
         tokens = jnp.asarray(self.score_token_ids)
         eos = self.lm.tokenizer.eos_token_id
@@ -378,9 +413,9 @@ class GEvalJudge(_PointwiseBase):
             chunk = rows[start:start + bs]
             ids, mask = pad_rows(chunk, bs, self.lm.pad_token_id, left=False)
             enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
-            out.append(np.asarray(model.decoder_logits_first_step(enc, jnp.asarray(mask), token_ids=tokens))
-                       [:len(chunk)])
-        return np.concatenate(out)
+            logits = model.decoder_logits_first_step(enc, jnp.asarray(mask))
+            out.append([np.asarray(x)[:len(chunk)] for x in read_tokens(logits, tokens)])
+        return tuple(np.concatenate(x) for x in zip(*out))
 
 
 # ------------------------------------------------------------------------ prompt scoring
@@ -454,12 +489,14 @@ class PromptScoringJudge(_PointwiseBase):
         rows = [p + s for p, s in pairs for _ in range(k)]
         texts = generate_texts(self.lm, rows, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
                               temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
-        vals, failures = [], 0
+        vals, failures, parsed = [], 0, []
         for t in texts:
             v = self.parser(t)
+            parsed.append(v is not None)
             if v is None:
                 v, failures = self.fallback, failures + 1
             vals.append(float(v))
         scores = np.asarray(vals, np.float64).reshape(len(candidates), k).mean(1)
         grouped = tuple(tuple(texts[r * k:(r + 1) * k]) for r in range(len(candidates)))
-        return PointwiseResult(scores, None, truncated, failures, grouped)
+        share = np.asarray(parsed, np.float32).reshape(len(candidates), k).mean(1)
+        return PointwiseResult(scores, None, truncated, failures, grouped, label_mass=share)

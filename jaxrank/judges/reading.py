@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["MIN_LABEL_MASS", "TOP_K", "LabelMassWarning", "LabelMassError", "LabelContinuations",
-           "label_continuations", "whole_text_ids", "shared_split", "cut_text", "read_continuations",
+           "label_continuations", "whole_text_ids", "shared_split", "cut_text", "read_continuations", "read_tokens",
            "answer_prefix_of", "check_label_mass", "format_top_tokens"]
 
 MIN_LABEL_MASS = 0.5
@@ -85,8 +85,10 @@ def shared_split(rows: Sequence[Sequence[int]], groups: Sequence) -> list[tuple[
     ``prefix`` is the longest common prefix of every row (the context's cache),
     ``prefix + a_part`` the longest common prefix of the rows of one group (the
     rows with the same candidate in position A), ``b_part`` the rest; each part
-    keeps at least one token (``a_part`` and ``b_part`` are never empty), and
-    ``prefix + a_part + b_part`` is the row, token for token.
+    keeps at least one token (``a_part`` and ``b_part`` are never empty; a
+    group whose rows part right after ``prefix`` then gets a one-token
+    ``a_part`` per row), and ``prefix + a_part + b_part`` is the row, token for
+    token.
 
     Args:
         rows: token ids of the whole prompts of one context.
@@ -242,6 +244,23 @@ def read_continuations(logits: jax.Array, targets: jax.Array, valid: jax.Array, 
     label_logp = jnp.sum(jnp.where(valid, picked, 0.0), axis=-1)
     top_lp, top_ids = jax.lax.top_k(logp[:, 0], top_k)
     return label_logp, top_ids, jnp.exp(top_lp)
+
+
+@functools.partial(jax.jit, static_argnames=("top_k",))
+def read_tokens(logits: jax.Array, token_ids: jax.Array, *, top_k: int = TOP_K):
+    """Full-vocabulary log-probabilities of chosen tokens and the top next tokens (G-Eval's score tokens).
+
+    Args:
+        logits: ``[B, V]`` next-token logits.
+        token_ids: ``[S]`` the tokens to read.
+        top_k: how many top tokens to return.
+
+    Returns:
+        ``(logp [B, S], top_ids [B, top_k], top_probs [B, top_k])``.
+    """
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    top_lp, top_ids = jax.lax.top_k(logp, top_k)
+    return jnp.take(logp, token_ids, axis=-1), top_ids, jnp.exp(top_lp)
 
 
 # ----------------------------------------------------------------------- the checks
