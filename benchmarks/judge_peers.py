@@ -1,6 +1,6 @@
 """The peers of ``judge_speed.py``: the same judge prompts run by PyTorch (transformers) and llama.cpp.
 
-Every peer reads the same token ids (:meth:`PromptJudge.token_ids`: prefix,
+Every peer reads the same token ids (:meth:`PromptJudge.prompt_rows`: the whole prompt text tokenised whole, split into prefix,
 candidate A part, candidate B + question part) and returns ``p = softmax(logit_A,
 logit_B)[0]`` from the two label-token logits at the last prompt position
 (METHODS.md §1), so its ``p`` can be compared with jaxrank's number by number.
@@ -31,10 +31,13 @@ import os
 
 import numpy as np
 
+from jaxrank.judges.reading import shared_split
+
 
 def comparison_groups(judge, context, candidates, i, j):
     """``(prefix, [(a_ids, [(row, b_ids), ...]), ...])``: the comparisons grouped by their A part."""
-    pairs = [judge.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
+    rows, _ = judge.prompt_rows(context, candidates, i, j)          # the whole text's ids, as jaxrank reads them
+    pairs = shared_split(rows, list(np.asarray(i).tolist()))
     groups: dict[tuple, list] = {}
     for r, (_, a, b) in enumerate(pairs):
         groups.setdefault(tuple(a), []).append((r, b))
@@ -81,9 +84,9 @@ class TorchJudge:
         torch = self.torch
         logits = np.zeros((len(i), 2))
         with torch.inference_mode():
-            for r, (a, b) in enumerate(zip(i, j)):
-                pre, pa, pb = judge.token_ids(context, candidates[a], candidates[b])
-                ids = torch.tensor([pre + pa + pb])
+            rows, _ = judge.prompt_rows(context, candidates, i, j)
+            for r, row in enumerate(rows):
+                ids = torch.tensor([row])
                 logits[r] = self.model(ids, logits_to_keep=1).logits[0, -1, self.labels].double().numpy()
         return p_from_logits(logits)
 

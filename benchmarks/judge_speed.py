@@ -140,7 +140,9 @@ def main(argv=None):
     lm = load_model(args.judge)
     template = pairwise_template("summeval", "coherence")
     judge = PromptJudge(lm, template, batch_size=args.batch_size)
-    labels = judge._label_ids
+    if not all(len(x) == 1 for x in judge.reading.ids):
+        raise SystemExit(f"the peers read one token per label; this template's labels are {judge.reading.texts}")
+    labels = np.array([judge.reading.ids[0][0], judge.reading.ids[1][0]], np.int32)
 
     lines = []
     say = lambda s="": (print(s, flush=True), lines.append(s))
@@ -222,8 +224,7 @@ def main(argv=None):
               ", ".join(f"{k} {v[-1]:.3f}/s" for k, v in rates.items()), flush=True)
     loads.append(load_now())
     if why is None:   # the rewound cache must give what a fresh evaluation of the whole prompt gives
-        pre, a, b = judge.token_ids(context, cands[i[0]], cands[j[0]])
-        z = lc.full_prompt_logits(pre + a + b)
+        z = lc.full_prompt_logits(judge.prompt_rows(context, cands, i[:1], j[:1])[0][0])
         rewound = lc.cached(judge, context, cands, i[:1], j[:1])[0]
         notes.append(f"llama.cpp: p from a rewound cache and from the whole prompt in an empty cache differ by "
                      f"{abs(rewound - 1 / (1 + np.exp(z[1] - z[0]))):.1e} (comparison 0); its p differs from "

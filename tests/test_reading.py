@@ -230,3 +230,54 @@ def test_sampling_judge_reports_its_parseable_share(summary_a):
                           max_new_tokens=1, strict=True)
     with pytest.raises(LabelMassError, match="Summary"):       # one token: "Summary", no label
         never.compare(ctx, cands, [0], [1])
+
+
+def test_geval_reports_the_score_tokens_mass(summary_a):
+    """G-Eval on the built model: after the form's last token the model writes "Summary" (logit L, 0
+    elsewhere), so each score token has probability 1 / (e^L + V - 1) and their mass is S times that."""
+    from jaxrank.judges.pointwise import GEvalJudge
+    from jaxrank.judges.prompts import pointwise_template
+
+    (ctx, cands), = _summeval(1, 2, words=30)
+    judge = GEvalJudge(summary_a, pointwise_template("coherence", chain_of_thought=False))
+    with pytest.warns(LabelMassWarning, match="'Summary'"):
+        res = judge.score(ctx, cands)
+    v, e = summary_a.config.vocab_size, np.exp(_logit(summary_a))
+    np.testing.assert_allclose(res.label_mass, 5 / (e + v - 1), rtol=1e-3)
+    np.testing.assert_allclose(res.probs, 0.2, atol=1e-6)                   # renormalised: uniform
+    strict = GEvalJudge(summary_a, pointwise_template("coherence", chain_of_thought=False), strict=True)
+    with pytest.raises(LabelMassError):
+        strict.score(ctx, cands)
+
+
+def test_report_label_mass_lines_are_the_records_quantiles():
+    from jaxrank.assessment.report import label_mass_lines
+
+    rng = np.random.default_rng(0)
+    mass = rng.uniform(0, 1, 101)
+    recs = [{"label_mass": float(m)} for m in mass] + [{"p": 0.5}]
+    text = label_mass_lines(recs, threshold=0.3)[0]
+    assert f"median {np.median(mass):.3f}" in text and f"min {mass.min():.3f}" in text
+    assert f"{np.mean(mass < 0.3):.1%} below 0.3" in text and "1 judgements without" in text
+    assert "reads the model's answer" in text
+    assert "hold little" in label_mass_lines([{"label_mass": 0.01}])[0]
+    assert label_mass_lines([{"p": 0.5}]) == []
+
+
+def test_cli_diagnose_prints_the_reading_without_and_with_the_prefix(smollm2, capsys, tmp_path, monkeypatch):
+    from jaxrank.cli import main
+
+    monkeypatch.setenv("JAXRANK_DATA", str(DATA))
+    monkeypatch.chdir(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        main(["judge", "--judge", "smollm2-135m", "--aspect", "coherence", "--contexts", "0:1", "--candidates", "3",
+              "--diagnose", "2", "--no-compilation-cache"])
+    out = capsys.readouterr().out
+    without, with_prefix = out.split("with --answer-prefix auto")
+    assert "answer prefix: ''" in without and "label mass: median" in without and "Verdict:" in without
+    assert "it is not reading what the model says" in without              # SmolLM2 writes "Summary" first
+    assert "answer prefix: 'Summary'" in with_prefix and "labels read: ' A' / ' B'" in with_prefix
+    assert "order consistency:" in with_prefix and "pairwise accuracy" in with_prefix
+    with pytest.raises(SystemExit, match="--diagnose must be >= 1"):
+        main(["judge", "--judge", "smollm2-135m", "--diagnose", "0", "--no-compilation-cache"])

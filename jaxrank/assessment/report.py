@@ -31,7 +31,7 @@ import numpy as np
 from jaxrank import _validate, metrics, scorer_table
 from jaxrank.debias import positional_bias
 
-__all__ = ["Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
+__all__ = ["label_mass_lines", "Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
 DEFAULT_METHODS = ("win_ratio", "average_probability", "bradley_terry", "poe_gaussian", "poe_bradley_terry")
 
@@ -230,6 +230,31 @@ class Assessment:
             lines += ["Notes:", *[f"- {n}" for n in notes], ""]
         lines += ["Per context:", "", self.context_table(extra), ""]
         return "\n".join(lines)
+
+
+def label_mass_lines(records, *, threshold: float = 0.5) -> list[str]:
+    """The report's paragraph on how much of the model's answer the labels hold, from store records.
+
+    Args:
+        records: the judgements reported (dicts with ``label_mass`` where the judge measured it).
+        threshold: the judge's ``min_label_mass``.
+
+    Returns:
+        Markdown lines (empty when no record carries a label mass: a similarity judge, an old store).
+    """
+    mass = np.array([float(r["label_mass"]) for r in records if r.get("label_mass") is not None])
+    if mass.size == 0:
+        return []
+    missing = len(records) - mass.size
+    q = np.quantile(mass, [0.0, 0.05, 0.5, 0.95, 1.0])
+    low = float(np.mean(mass < threshold))
+    verdict = ("the judge reads the model's answer" if q[2] >= threshold else
+               "**the labels hold little of the model's answer: its p compares answers the model hardly gives** "
+               "(`jaxrank judge --diagnose` shows what it answers)")
+    return [f"**Label mass.** The labels' share of the model's answer over {mass.size} judgements: median "
+            f"{q[2]:.3f}, 5-95% {q[1]:.3f}-{q[3]:.3f}, min {q[0]:.3f}, max {q[4]:.3f}; {low:.1%} below "
+            f"{threshold:g}: {verdict}." + (f" ({missing} judgements without a recorded mass.)" if missing else ""),
+            ""]
 
 
 def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none",

@@ -126,7 +126,7 @@ def _judge_active(args):
     run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
     print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} contexts ({run.judged} judged now, "
           f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
-    return cs, run.selection, run
+    return cs, run.selection, run, judge
 
 
 def run_diagnose(args):
@@ -175,7 +175,7 @@ def run_judge(args, judge=None):
             if coordinator:
                 from jaxrank.distributed import barrier
                 barrier("jaxrank judge: every share judged")
-            return cs, None
+            return cs, None, judge
     t0 = time.perf_counter()
     sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
                          seed=args.seed, progress=not args.no_progress, positions=positions)
@@ -190,7 +190,7 @@ def run_judge(args, judge=None):
         shards = " ".join(shard_store_path(common.store_path(args, judge), k, num_processes)
                           for k in range(num_processes))
         print(f"merge the shards into one store: jaxrank store merge {common.store_path(args, judge)} {shards}")
-    return cs, sel
+    return cs, sel, judge
 
 
 def _judge_shares_then_merge(args, num_processes, process_id):
@@ -203,10 +203,10 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     from jaxrank.distributed import shard_store_path
 
     judge = common.make_judge(args)
-    cs, _ = run_judge(args, judge)          # ends at a barrier: every share is judged when it returns
+    cs, _, _ = run_judge(args, judge)          # ends at a barrier: every share is judged when it returns
     if process_id != 0:
         print(f"process {process_id} of {num_processes}: share judged; process 0 merges the shards and reports")
-        return cs, None
+        return cs, None, judge
     store = common.store_path(args, judge)
     shards = [shard_store_path(store, k, num_processes) for k in range(num_processes)]
     shards = [s for s in shards if Path(s).is_file()]     # a process whose share was empty wrote none
@@ -214,7 +214,28 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     print(f"merged {len(shards)} shard(s) into {store} ({added} judgements added)")
     sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
                          seed=args.seed, progress=False)    # every comparison is in the store: nothing judged
-    return cs, sel
+    return cs, sel, judge
+
+
+def _reading_lines(args, judge, sel) -> list[str]:
+    """The report's lines on how the judge read the model: its answer prefix and the label mass."""
+    from jaxrank.assessment.report import label_mass_lines
+    from jaxrank.assessment.run import template_key
+    from jaxrank.assessment.store import JudgementStore
+
+    if not hasattr(judge, "reading"):
+        return []
+    keep = set(sel.contexts)
+    recs = [r for r in JudgementStore(common.store_path(args, judge)).records(judge=judge.name,
+                                                                             template=template_key(judge))
+            if r["context"] in keep]
+    choice = getattr(judge, "answer_prefix_choice", None)
+    how = (f"answer prefix {judge.template.answer_prefix!r} ("
+           + ("chosen from the model's own answers" if choice is not None else "given") + ")"
+           if judge.template.answer_prefix else "no answer prefix")
+    return [f"**Reading.** Template {template_key(judge)}, {how}; labels read as "
+            f"{judge.reading.texts[0]!r} / {judge.reading.texts[1]!r}.", "",
+            *label_mass_lines(recs, threshold=judge.min_label_mass)]
 
 
 def run_assess(args):
@@ -235,13 +256,13 @@ def run_assess(args):
                          "`jaxrank store merge`, then `jaxrank assess --store MERGED` (it judges nothing stored)")
     run = None
     if args.active:
-        cs, sel, run = _judge_active(args)
+        cs, sel, run, judge = _judge_active(args)
     elif num_processes > 1:
-        cs, sel = _judge_shares_then_merge(args, num_processes, process_id)
+        cs, sel, judge = _judge_shares_then_merge(args, num_processes, process_id)
         if sel is None:
             return
     else:
-        cs, sel = run_judge(args)
+        cs, sel, judge = run_judge(args)
     pos = {c: k for k, c in enumerate(cs.ids)}
     labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
     for r, ctx in enumerate(sel.contexts):
@@ -260,7 +281,8 @@ def run_assess(args):
                  "stopped": [str(run.stopped[r]) for r in range(len(rep.contexts))],
                  "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
     title = f"{args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts"
-    text = rep.markdown(title, preamble=[run.summary(), ""] if run else [], extra=extra)
+    text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, sel),
+                        extra=extra)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
