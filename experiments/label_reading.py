@@ -15,14 +15,13 @@ mass (median, min), P(A), order consistency, pairwise accuracy with its bootstra
 and the Spearman of the average probability (both orders) with its interval; whether the judge is above
 chance (accuracy interval above 0.5). Writes ``label_reading.{md,csv}`` to ``--out``.
 
-    python experiments/label_reading.py --judges smollm2-135m,qwen2.5-0.5b [--contexts 0:10] [--candidates 4]
+    python experiments/label_reading.py --judges smollm2-135m,qwen2.5-coder-0.5b [--contexts 0:10] [--candidates 4]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import time
 import warnings
@@ -36,7 +35,7 @@ SETS = {"summeval": "coherence", "topicalchat": "coherence"}
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--judges", default="smollm2-135m,qwen2.5-0.5b", help="comma-separated registry names or paths")
+    ap.add_argument("--judges", default="smollm2-135m,qwen2.5-coder-0.5b", help="comma-separated registry names or paths")
     ap.add_argument("--data", default="summeval,topicalchat", help="comma-separated data sets (coherence)")
     ap.add_argument("--contexts", default="0:10", help="slice of contexts (default 0:10)")
     ap.add_argument("--candidates", type=int, default=4, help="first N candidates of each context (default 4)")
@@ -118,6 +117,7 @@ def main(argv=None):
     from jaxrank.data import load_dataset
     from jaxrank.judges import PromptJudge, pairwise_template
     from jaxrank.models import load_model
+    from jaxrank.models.registry import ALIASES
 
     if args.smoke:
         args.judges, args.contexts, args.candidates = "smollm2-135m", "0:1", 3
@@ -130,11 +130,13 @@ def main(argv=None):
         cs = contexts_of(load_dataset(data), aspect=aspect, contexts=args.contexts, max_candidates=args.candidates)
         for name in [j.strip() for j in args.judges.split(",") if j.strip()]:
             lm = load_model(name)
-            old = Path(args.old) / f"{data}-{aspect}-{lm.name}.jsonl"
+            former = {v: k for k, v in ALIASES.items() if k.count("-") == 1 and k.startswith("qwen")}
+            old = Path(args.old) / f"{data}-{aspect}-{former.get(lm.name, lm.name)}.jsonl"  # stores of the old names
             if old.is_file():
                 keep = {(cs.ids[k], a, b) for k in range(len(cs.ids)) for a in cs.candidate_ids[k]
                         for b in cs.candidate_ids[k] if a != b}
-                recs = [r for r in JudgementStore(old).records() if (r["context"], r["a"], r["b"]) in keep]
+                recs = [{**r, "judge": lm.name} for r in JudgementStore(old).records()
+                        if (r["context"], r["a"], r["b"]) in keep]
                 if recs:
                     rows.append(summarise(recs, cs, lm.name, "old (first token, piecewise)", data, aspect))
                     print(rows[-1], flush=True)

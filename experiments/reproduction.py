@@ -29,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HERE = Path(__file__).resolve().parent
 SHAPE = "**shape only**"
+OLD = ("**old reading**: judged before the judge read the model's answer (labels read right after the assistant "
+       "header, where they hold 0.1-3% of it; see 'Real judges, read as the model answers'); not a result of "
+       "the judge")
 
 
 def read_csv(path: Path) -> list[dict] | None:
@@ -140,7 +143,7 @@ def geval_rows(results: Path) -> list[list[str]]:
                 rows.append([f"SummEval {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
                              f"{paper:.3f} (GPT-4, G-Eval Table 1); {GEVAL_SMALL[aspect]:.3f} (FlanT5-770M, "
                              "LCA Table 1)", "; ".join(parts),
-                             f"{SHAPE}: small local judge, the first articles only"])
+                             f"{OLD}. {SHAPE}: small local judge, the first articles only"])
     return rows
 
 
@@ -181,7 +184,7 @@ def store_rows(results: Path) -> list[list[str]]:
         rows.append([f"{label}, all N(N-1) comparisons", f"{judge} (local judge store, long run)",
                      "51.2 (Table 1, FlanT5-3B; SummEval COH)" if data == "summeval" else "-",
                      "; ".join(cells),
-                     f"{SHAPE}: P(A) {a.overall_positional_bias:.2f} (LCA Table 5), order consistency (self-consistency across the two orders) "
+                     f"{OLD}. {SHAPE}: P(A) {a.overall_positional_bias:.2f} (LCA Table 5), order consistency (self-consistency across the two orders) "
                      f"{a.overall_consistency:.3f}, pairwise accuracy {a.overall_accuracy:.3f} "
                      f"over {int(a.num_comparisons.sum())} comparisons in {len(a.contexts)} contexts"])
     return rows
@@ -231,7 +234,7 @@ def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b", *, boo
              "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)",
              f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} [{lo:+.3f}, {hi:+.3f}] "
              f"(per article: {', '.join(f'{x:+.2f}' for x in q - g)})",
-             f"{SHAPE}: a 0.5B judge on {len(both)} articles (interval: paired bootstrap over articles)"]]
+             f"{OLD}. {SHAPE}: a 0.5B judge on {len(both)} articles (interval: paired bootstrap over articles)"]]
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -251,6 +254,13 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"random subsets. {SHAPE}: the judge or setting differs from the paper's; the row tests the "
          "direction of the effect, not the number. LCA and PoE report Spearman x 100 (51.2 = 0.512).", ""]
 
+    reading = results / "label_reading.md"
+    if reading.is_file():                  # the real judges measured again with the fixed reading
+        body = reading.read_text().split("\n", 2)[2].strip()
+        L += ["## Real judges, read as the model answers", "", body, ""]
+    else:
+        L += ["## Real judges, read as the model answers", "", "left to fill (`experiments/label_reading.py`)", ""]
+
     L += ["## LLM Comparative Assessment (LCA)", ""]
     L += table(["setting", "judge", "paper", "ours", "note"], [
         ["SummEval COH, full matrix, win ratio", "FlanT5-3B (paper) / simulated at acc 0.686, P(A) 0.37",
@@ -262,7 +272,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          "51.2 (Table 1)", efficiency_point(eff_sim, "win_ratio"), SHAPE],
         ["SummEval COH, all comparisons, win ratio", "SmolLM2-135M, local judge store", "51.2 (Table 1, FlanT5-3B)",
          efficiency_point(eff_real, "win_ratio"),
-         f"{SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
+         f"{OLD}. {SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
     ] + store_rows(results) + pointwise_vs_pairwise_row(results, boot=boot))
@@ -300,7 +310,8 @@ def build(results: Path, *, boot: int = 1000) -> str:
     z = zepo_rows(results)
     L += table(["file", "prompt / scorer / debias", "ours: Spearman [95 % CI] (contexts)"],
                [list(r) for r in z] or [["left to fill", "-", "-"]])
-    L += ["", f"ZEPO rows: {SHAPE} (SmolLM2-135M judge, 8 held-out SummEval contexts; paper: Mistral 7B / Llama-3 8B)."]
+    L += ["", f"ZEPO rows: {OLD}. {SHAPE} (SmolLM2-135M judge, 8 held-out SummEval contexts; paper: Mistral 7B / "
+          "Llama-3 8B)."]
     L += ["", "## HANNA: every stored LLM, coherence (variant share)", ""]
     rows = []
     for judge in ("Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT"):

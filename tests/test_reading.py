@@ -281,3 +281,17 @@ def test_cli_diagnose_prints_the_reading_without_and_with_the_prefix(smollm2, ca
     assert "order consistency:" in with_prefix and "pairwise accuracy" in with_prefix
     with pytest.raises(SystemExit, match="--diagnose must be >= 1"):
         main(["judge", "--judge", "smollm2-135m", "--diagnose", "0", "--no-compilation-cache"])
+
+
+def test_a_prepared_auto_judge_reads_other_templates_alike(summary_a):
+    """ZEPO's candidate templates carry no answer prefix: they take the one the judge chose."""
+    (ctx, cands), = _summeval(1, 3, words=40)
+    auto = PromptJudge(summary_a, pairwise_template("summeval", "coherence"), answer_prefix="auto")
+    other = pairwise_template("summeval", "coherence", style="zepo")
+    assert auto.with_template(other)._auto_prefix                        # unprepared: still "auto"
+    with pytest.warns(UserWarning, match="chose answer prefix"):
+        auto.prepare(ctx, cands)
+    z = auto.with_template(other)
+    assert z.template.answer_prefix == "Summary" and z.reading.texts == (" A", " B")
+    assert auto.with_template(dataclasses.replace(other, answer_prefix="Answer:")).template.answer_prefix == "Answer:"
+    assert auto.find_answer_prefix(ctx, cands).prefix == "Summary"    # found again from the bare prompt

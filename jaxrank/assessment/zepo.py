@@ -347,6 +347,8 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
         raise ValueError(f"epochs must be >= 0 and population >= 1, got {epochs} and {population}")
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
+    if getattr(judge, "prepare", None) is not None and sample.ids:   # an "auto" answer prefix, chosen once
+        judge.prepare(sample.texts[0], sample.candidates[0])
     tok = judge.lm.tokenizer
     count = lambda s: len(tok(s, add_special_tokens=False)["input_ids"])
     best_instr = instruction_of(seed)

@@ -11,8 +11,15 @@ from pathlib import Path
 
 DEFAULT_JUDGE, DEFAULT_ASPECT = "minilm-l6", "relevance"
 """The embedded default of ``judge``/``assess``, chosen by measurement (README, "The main job"): on
-SummEval the MiniLM similarity judge agrees with the humans (relevance: Spearman +0.29, 95% interval
-[+0.23, +0.34] over 100 articles) where SmolLM2-135M is at chance within the same time."""
+SummEval the MiniLM similarity judge agrees with the humans, while no LLM judge that runs here is above
+chance on SummEval once it reads the model's answer, nor judges the slice within minutes
+(``experiments/results/label_reading.md``)."""
+
+DEFAULT_JUDGE_WHY = ("Judge: the MiniLM similarity judge, the default: read as the model answers, no LLM judge that "
+                     "runs here is above chance on SummEval, and none judges this slice within minutes on 2 cores "
+                     "(experiments/results/label_reading.md in the jaxrank repository); --judge smollm2-135m runs "
+                     "one.")
+"""The line the ``assess`` report gives when it ran the default judge."""
 
 
 def cache_option(p):
@@ -29,6 +36,18 @@ def enable_cache(args) -> bool:
         enable_compilation_cache()
         return True
     return False
+
+
+def reading_options(p):
+    """``--answer-prefix``, ``--min-label-mass``, ``--strict``: how an LLM judge reads the model's answer."""
+    p.add_argument("--answer-prefix", default="auto", metavar="TEXT",
+                   help="LLM judges: words placed in the assistant turn before the label (e.g. 'Summary'); "
+                        "'auto' (default): the words the model itself writes before the label, found on a few "
+                        "pairs of the first context (a template file's own prefix is kept); 'none': no prefix")
+    p.add_argument("--min-label-mass", type=float, default=0.5, metavar="X",
+                   help="LLM judges: warn when the labels hold less than X of the model's answer (default 0.5)")
+    p.add_argument("--strict", action="store_true",
+                   help="LLM judges: stop instead of warning when the labels hold less than --min-label-mass")
 
 
 def make_judge(args, *, answer_prefix=None):

@@ -27,7 +27,7 @@ def add_parsers(sub):
                        help=f"human aspect / prompt attribute (default {DEFAULT_ASPECT})")
         j.add_argument("--judge", default=DEFAULT_JUDGE,
                        help="registry name (minilm-l6 = similarity judge, the default; smollm2-135m and "
-                            "qwen2.5-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file")
+                            "qwen2.5-coder-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file")
         j.add_argument("--contexts", default=":", help="contexts by position: START:STOP or i,j,k (default all)")
         j.add_argument("--candidates", type=int, default=None,
                        help="only the first N candidates of each context (default all)")
@@ -40,14 +40,7 @@ def add_parsers(sub):
                             "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
         j.add_argument("--soft-prompt", default=None, metavar="FILE",
                        help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
-        j.add_argument("--answer-prefix", default="auto", metavar="TEXT",
-                       help="LLM judges: words placed in the assistant turn before the label (e.g. 'Summary'); "
-                            "'auto' (default): the words the model itself writes before the label, found on a few "
-                            "pairs of the first context (a template file's own prefix is kept); 'none': no prefix")
-        j.add_argument("--min-label-mass", type=float, default=0.5, metavar="X",
-                       help="LLM judges: warn when the labels hold less than X of the model's answer (default 0.5)")
-        j.add_argument("--strict", action="store_true",
-                       help="LLM judges: stop instead of warning when the labels hold less than --min-label-mass")
+        common.reading_options(j)
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -224,7 +217,7 @@ def _reading_lines(args, judge, sel) -> list[str]:
     from jaxrank.assessment.store import JudgementStore
 
     if not hasattr(judge, "reading"):
-        return []
+        return [common.DEFAULT_JUDGE_WHY, ""] if args.judge == DEFAULT_JUDGE else []
     keep = set(sel.contexts)
     recs = [r for r in JudgementStore(common.store_path(args, judge)).records(judge=judge.name,
                                                                              template=template_key(judge))

@@ -20,6 +20,7 @@ def add_parser(sub):
     z.add_argument("--aspect", default="coherence", help="the aspect keyword (default coherence)")
     z.add_argument("--judge", default="smollm2-135m", help="the LLM judge (registry name, checkpoint or .gguf)")
     z.add_argument("--paraphraser", default=None, help="the LLM optimiser (default: the judge's model)")
+    common.reading_options(z)
     z.add_argument("--contexts", default=":", help="contexts the sample is drawn from: START:STOP or i,j,k")
     z.add_argument("--candidates", type=int, default=None, help="only the first N candidates of each context")
     z.add_argument("--sample-contexts", type=int, default=4, help="contexts in the fixed sample (default 4)")

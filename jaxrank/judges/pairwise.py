@@ -43,11 +43,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
+from jaxrank.judges._forward import read_decoder, read_t5
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, answer_prefix_of, check_label_mass,
-                                    cut_text, format_top_tokens, label_continuations, read_continuations,
-                                    shared_split, whole_text_ids)
+                                    cut_text, format_top_tokens, label_continuations, shared_split, whole_text_ids)
 from jaxrank.judges.textgen import generate_texts, sample_key
 from jaxrank.models.loading import load_model
 
@@ -396,7 +396,9 @@ class PromptJudge:
         if len(candidates) < 2 or pairs < 1:
             raise ValueError(f"find_answer_prefix needs >= 2 candidates and pairs >= 1, got {len(candidates)} "
                              f"and {pairs}")
-        bare = self.with_template(dataclasses.replace(self.template, answer_prefix=""))
+        bare = copy.copy(self)                                   # the model answers after the bare header
+        bare._auto_prefix = False
+        bare._set_template(dataclasses.replace(self.template, answer_prefix=""))
         n = len(candidates)
         ij = [(k % n, (k + 1) % n) if s == 0 else ((k + 1) % n, k % n) for k in range(n) for s in (0, 1)][:pairs]
         i, j = check_pairs(candidates, [a for a, _ in ij], [b for _, b in ij])
@@ -471,8 +473,8 @@ class PromptJudge:
 
     def _read(self, rows, groups, progress):
         if self.decoder:
-            return self._read_decoder(shared_split(rows, groups), progress)
-        return self._read_t5(rows, progress)
+            return read_decoder(self, shared_split(rows, groups), progress)
+        return read_t5(self, rows, progress)
 
     def _judgement(self, logp, top_ids, top_probs, truncated) -> Judgement:
         logp = np.asarray(logp, np.float64)
@@ -492,12 +494,20 @@ class PromptJudge:
                          np.asarray(top_probs, np.float32))
 
     def with_template(self, template: PairwiseTemplate) -> "PromptJudge":
-        """The same judge (model, chat, batch size, window, checks) with another template; nothing is reloaded."""
+        """The same judge (model, chat, batch size, window, checks) with another template; nothing is reloaded.
+
+        A template without an answer prefix takes the one this judge chose (``answer_prefix="auto"``, once
+        :meth:`prepare` ran), so the templates of a prompt search are read alike; an unprepared "auto"
+        judge gives an "auto" judge.
+        """
         other = copy.copy(self)
         other._warned = False
         other._mass_warned = False
-        other._auto_prefix = False
-        other.answer_prefix_choice = None
+        if self._auto_prefix and not template.answer_prefix and self.answer_prefix_choice is not None:
+            template = dataclasses.replace(template, answer_prefix=self.answer_prefix_choice.prefix)
+        else:
+            other._auto_prefix = self._auto_prefix and not template.answer_prefix
+            other.answer_prefix_choice = None
         other._set_template(template)
         return other
 
@@ -570,121 +580,3 @@ class PromptJudge:
             out.append(jd._judgement(logp[sl], ti[sl], tp[sl], truncated))
             self._mass_warned = jd._mass_warned
         return out
-
-    # --------------------------------------------------------------- the model
-    def _padded(self, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
-        """``rows`` right-padded to ``[b, bucket(longest)]`` ids and mask; rows past ``len(rows)`` copy row 0."""
-        length = bucket(max(map(len, rows)))
-        ids = np.full((b, length), self.lm.pad_token_id, np.int32)
-        mask = np.zeros((b, length), bool)
-        for r, x in enumerate(rows):
-            ids[r, :len(x)] = x
-            mask[r, :len(x)] = True
-        ids[len(rows):], mask[len(rows):] = ids[0], mask[0]    # filler rows: static shapes
-        return ids, mask
-
-    def _batches(self, rows: list[list[int]]):
-        """Padded ``[b, T]`` batches in order: ``T`` and ``b`` (up to ``batch_size``) rounded up to buckets."""
-        bs = self.batch_size
-        for start in range(0, len(rows), bs):
-            chunk = rows[start:start + bs]
-            yield len(chunk), *self._padded(chunk, min(bs, 1 << (len(chunk) - 1).bit_length()))
-
-    def _read_decoder(self, pairs, progress=None):
-        """``(log P(L_A), log P(L_B)) [R, 2]``, top ids and probabilities ``[R, k]`` of cache-split rows.
-
-        Two cache levels: the context once, then context + candidate A once per
-        A. Each comparison runs its B part and the labels' appended tokens
-        (:meth:`~jaxrank.judges.reading.LabelContinuations.rows`: one row when
-        the labels differ in their last token only, else one per label); the
-        full-vocabulary logits at the positions a row reads give the labels'
-        summed log-probabilities (:func:`~jaxrank.judges.reading.read_continuations`).
-        Rows sharing an A run in batches cut by :func:`plan_batches` (sorted by
-        length, fewest padded tokens). When calls have a cost (``batch_cost > 0``,
-        as on a GPU) and a batch holds more rows than one A has comparisons, the
-        A parts are extended ``batch_size // (comparisons per A)`` at a time and
-        their rows share batches, each row reading its own A's cache
-        (:meth:`~jaxrank.models.llama.KVCache.rows`); otherwise each A's batch-1
-        cache is shared by its rows without a copy.
-        """
-        model = self.lm.model
-        prefix = pairs[0][0]
-        if any(p != prefix for p, _, _ in pairs):            # one context per call
-            raise AssertionError("comparisons of one call must share their prefix")
-        subs = self.reading.rows()
-        width = self.reading.width
-        plen = bucket(len(prefix))
-        alen = bucket(max(len(a) for _, a, _ in pairs))
-        pid = np.full((1, plen), self.lm.pad_token_id, np.int32)
-        pmask = np.zeros((1, plen), bool)
-        pid[0, :len(prefix)] = prefix
-        pmask[0, :len(prefix)] = True
-        cache = model.prefill(pid, pmask, capacity=plen + alen, cache_dtype=self.cache_dtype)
-        n = len(pairs)
-        logp = np.zeros((n, 2), np.float64)
-        top_ids = np.zeros((n, TOP_K), np.int32)
-        top_probs = np.zeros((n, TOP_K), np.float32)
-        groups: dict[tuple, list[int]] = {}
-        for r, (_, a, _) in enumerate(pairs):
-            groups.setdefault(tuple(a), []).append(r)
-        # On a CPU (batch_cost 0) a call costs its tokens alone, so mixing A's gains nothing: keep each
-        # A's batch-1 cache shared without copies.
-        together = max(1, self.batch_size // max(1, n * len(subs) // len(groups))) if self.batch_cost else 1
-        items = list(groups.items())
-        for g0 in range(0, len(items), together):
-            chunk = items[g0:g0 + together]
-            width_a = together                                # a fixed A batch: one compiled shape
-            aid = np.full((width_a, alen), self.lm.pad_token_id, np.int32)
-            amask = np.zeros((width_a, alen), bool)
-            for k, (a, _) in enumerate(chunk):
-                aid[k, :len(a)] = a
-                amask[k, :len(a)] = True
-            aid[len(chunk):], amask[len(chunk):] = aid[0], amask[0]     # filler A rows
-            base = cache if width_a == 1 else cache.rows(np.zeros(width_a, np.int32))
-            cache_a = model.extend(base, aid, amask, update=True).cache
-            owner = {r: k for k, (_, rs) in enumerate(chunk) for r in rs}
-            flat = [(r, s) for r in owner for s in range(len(subs))]
-            seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
-            flat.sort(key=lambda rs: len(seqs[rs]))            # similar lengths share a batch
-            for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], self.batch_size,
-                                               batch_cost=self.batch_cost):
-                part = flat[start:stop]
-                ids, mask = self._padded([seqs[rs] for rs in part], b)
-                pos = np.zeros((b, width), np.int32)
-                tgt = np.zeros((b, 2, width), np.int32)
-                val = np.zeros((b, 2, width), bool)
-                for q, (r, s) in enumerate(part):
-                    pos[q] = np.minimum(len(pairs[r][2]) - 1 + np.arange(width), ids.shape[1] - 1)
-                    tgt[q], val[q] = subs[s][1], subs[s][2]
-                pos[len(part):] = pos[0]
-                if width_a == 1:
-                    ca = cache_a
-                else:
-                    idx = np.full(b, owner[part[0][0]], np.int32)          # filler rows read row 0's A
-                    idx[:len(part)] = [owner[r] for r, _ in part]
-                    ca = cache_a.rows(idx)
-                hidden = model.extend(ca, ids, mask).hidden
-                lp, ti, tp = read_continuations(model.logits_at(hidden, positions=pos), tgt, val)
-                lp, ti, tp = np.asarray(lp), np.asarray(ti), np.asarray(tp)
-                for q, (r, s) in enumerate(part):
-                    logp[r] += lp[q]
-                    if s == 0:
-                        top_ids[r], top_probs[r] = ti[q], tp[q]
-                if progress is not None:
-                    progress(sum(1 for _, s in part if s == len(subs) - 1))
-        return logp, top_ids, top_probs
-
-    def _read_t5(self, rows, progress=None):
-        """The decoder's first step, full vocabulary: label log-probabilities and top tokens per row."""
-        model = self.lm.model
-        tgt = np.asarray(self._label_ids, np.int32).reshape(2, 1)
-        out = []
-        for real, ids, mask in self._batches(rows):
-            enc = model.encode(jnp.asarray(ids), jnp.asarray(mask))
-            logits = model.decoder_logits_first_step(enc, jnp.asarray(mask))[:, None]
-            b = ids.shape[0]
-            lp, ti, tp = read_continuations(logits, np.broadcast_to(tgt, (b, 2, 1)), np.ones((b, 2, 1), bool))
-            out.append(tuple(np.asarray(x)[:real] for x in (lp, ti, tp)))
-            if progress is not None:
-                progress(real)
-        return tuple(np.concatenate(x) for x in zip(*out))

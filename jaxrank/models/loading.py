@@ -235,7 +235,7 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
     """Load a model by registry name (:mod:`jaxrank.models.registry`) or path.
 
     Args:
-        path_or_name: ``"smollm2-135m"``, ``"qwen2.5-0.5b"``, ``"minilm-l6"``, a
+        path_or_name: ``"smollm2-135m"``, ``"qwen2.5-coder-0.5b"``, ``"minilm-l6"``, a
             Hugging Face checkpoint directory or a ``.gguf`` file.
         dtype: parameter dtype (float32 default; ``jnp.bfloat16`` halves memory).
         tokenizer: also load the tokenizer.

