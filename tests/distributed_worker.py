@@ -8,6 +8,7 @@ MODE ``judge COORDINATOR N PID STORE CRASH_AFTER``: ``jaxrank judge`` (COORDINAT
 :func:`dataset` with :class:`FakeJudge`, which kills its process (``os._exit(9)``) at its
 ``CRASH_AFTER``-th ``compare`` call (``-1``: never); prints ``asked K`` (comparisons judged).
 MODE ``assess COORDINATOR N PID STORE OUTDIR``: ``jaxrank assess`` the same way, joined through COORDINATOR.
+MODE ``assess-real COORDINATOR N PID STORE OUTDIR``: the same with the real SmolLM2 judge.
 """
 
 import dataclasses
@@ -87,8 +88,26 @@ def assess(coordinator, num_processes, process_id, store, outdir):
     print(f"asked {fake.asked}", flush=True)
 
 
+def assess_real(coordinator, num_processes, process_id, store, outdir):
+    """``jaxrank assess`` with the real SmolLM2 judge (its model loads in every process)."""
+    import warnings
+
+    import jaxrank.data
+    from jaxrank import cli
+
+    warnings.simplefilter("ignore")
+    jaxrank.data.load_dataset = lambda name, **kw: dataset(num_contexts=2, num_candidates=3)
+    cli.main(["assess", "--judge", "smollm2-135m", "--aspect", "coherence", "--no-progress", "--store", store,
+              "--output", outdir, "--methods", "win_ratio,average_probability", "--answer-prefix", "Summary",
+              "--num-processes", str(num_processes), "--process-id", str(process_id), "--no-compilation-cache",
+              "--coordinator", coordinator, "--join-timeout", "120"])
+
+
 def main(argv):
     mode, coordinator, num_processes, process_id = argv[0], argv[1], int(argv[2]), int(argv[3])
+    if mode == "assess-real":
+        assess_real(coordinator, num_processes, process_id, argv[4], argv[5])
+        return
     from jaxrank.distributed import initialize, process_share
 
     if mode == "judge":

@@ -181,6 +181,22 @@ def test_two_processes_assess_through_a_coordinator_process_0_merges_and_reports
     assert len(rows) == len(cs.ids) * 4 and {r["context"] for r in rows} == set(cs.ids)
 
 
+def test_two_processes_assess_with_a_real_judge_through_a_coordinator(smollm2, tmp_path):
+    """The real SmolLM2 judge in both processes: each joins the runtime before its model loads (JAX refuses a
+    join after any JAX work), judges its share; process 0 merges and reports."""
+    store = str(tmp_path / "s.jsonl")
+    port = _port()
+    results = _finish([_start("assess-real", f"127.0.0.1:{port}", 2, k, store, str(tmp_path / f"out{k}"))
+                       for k in range(2)], timeout=600)
+    for rc, stdout, stderr in results:
+        assert rc == 0, stderr[-3000:]
+    assert "merged 2 shard(s)" in results[0][1]
+    recs = [json.loads(x) for x in Path(store).read_text().splitlines()]
+    assert len(recs) == 2 * 6                                          # 2 contexts x 3 candidates, both orders
+    assert all(0.0 < r["p"] < 1.0 and r["label_mass"] > 0.5 and r["judge"] == "smollm2-135m" for r in recs)
+    assert list((tmp_path / "out0").glob("assess-*.md"))
+
+
 def test_merge_refuses_one_key_with_two_different_judgements_naming_both_files(tmp_path):
     rec = {"judge": "m", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.25}
     JudgementStore(tmp_path / "s0.jsonl").append([rec])

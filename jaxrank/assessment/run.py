@@ -51,12 +51,20 @@ def _parse_slice(spec: str | slice | Sequence[int] | None, n: int) -> list[int]:
     if isinstance(spec, slice):
         return list(range(n))[spec]
     if isinstance(spec, str):
-        if ":" in spec:
-            parts = [int(x) if x.strip() else None for x in spec.split(":")]
-            if len(parts) > 3:
-                raise ValueError(f"bad slice {spec!r}; use START:STOP[:STEP]")
-            return list(range(n))[slice(*parts)]
-        return [int(x) for x in spec.split(",") if x.strip()]
+        try:
+            if ":" in spec:
+                parts = [int(x) if x.strip() else None for x in spec.split(":")]
+                if len(parts) > 3:
+                    raise ValueError
+                out = list(range(n))[slice(*parts)]
+            else:
+                out = [int(x) for x in spec.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"contexts {spec!r}: use START:STOP[:STEP] or i,j,k (context positions, "
+                             f"0..{n - 1})") from None
+        if not out:
+            raise ValueError(f"contexts {spec!r} selects none of the {n} contexts (positions 0..{n - 1})")
+        return out
     return [int(x) for x in spec]
 
 
@@ -72,8 +80,11 @@ def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates:
     Raises:
         ValueError: an unknown aspect, or a selection outside the data set.
     """
-    if aspect is not None and aspect not in ds.column_names:
-        raise ValueError(f"unknown aspect {aspect!r}; columns: {', '.join(ds.column_names)}")
+    text_columns = ("context_id", "context", "candidate_id", "candidate", "reference")
+    scores = [c for c in ds.column_names if c not in text_columns]
+    if aspect is not None and aspect not in scores:
+        what = "a text column, not a human score" if aspect in ds.column_names else "unknown"
+        raise ValueError(f"aspect {aspect!r} is {what}; the human scores are: {', '.join(scores) or 'none'}")
     cols = {k: ds[k] for k in ("context_id", "context", "candidate_id", "candidate")}
     lab = ds[aspect] if aspect else None
     order: dict[str, int] = {}

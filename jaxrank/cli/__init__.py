@@ -77,6 +77,8 @@ def _main(argv=None):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
+    if getattr(args, "candidates", None) == 1:
+        raise SystemExit("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")
     mass = getattr(args, "min_label_mass", None)
     if mass is not None and not 0.0 <= mass <= 1.0:
         raise SystemExit(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")

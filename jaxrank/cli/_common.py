@@ -136,6 +136,10 @@ def process_options(p):
                         "(JAX ends them naming it; default 100)")
 
 
+_JOINED: list[str] = []
+"""The coordinator this process joined (JAX's runtime is joined once per process, before any JAX work)."""
+
+
 def processes(args, *, join: bool = True):
     """``(num_processes, process_id, coordinator)`` of the options or JAX's environment variables.
 
@@ -162,10 +166,11 @@ def processes(args, *, join: bool = True):
     for option in ("join_timeout", "heartbeat_timeout"):
         if getattr(args, option) < 1:
             raise SystemExit(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
-    if coordinator and n > 1 and join:
+    if coordinator and n > 1 and join and not _JOINED:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,
               flush=True)
         initialize(coordinator, n, k, initialization_timeout=args.join_timeout,
                    heartbeat_timeout_seconds=args.heartbeat_timeout)
+        _JOINED.append(coordinator)
     return n, k, coordinator if n > 1 else None

@@ -195,6 +195,7 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     from jaxrank.assessment.store import merge_stores
     from jaxrank.distributed import shard_store_path
 
+    common.processes(args)                  # join JAX's runtime before any JAX work: the model loads after
     judge = common.make_judge(args)
     cs, _, _ = run_judge(args, judge)          # ends at a barrier: every share is judged when it returns
     if process_id != 0:
