@@ -207,3 +207,25 @@ def test_check_reads_a_store_where_no_lock_file_can_be_made(tmp_path, monkeypatc
     assert len(scan.records) == 1 and [d.line for d in scan.damaged] == [2]
     with pytest.raises(PermissionError):                 # a writer, though, needs the lock
         JudgementStore(path)
+
+
+def test_a_record_comparing_a_candidate_with_itself_or_of_another_schema_is_reported_not_read(tmp_path):
+    import json as _json
+    import warnings as _warnings
+
+    from jaxrank.assessment.store import JudgementStore as _Store, check_store
+
+    path = tmp_path / "s.jsonl"
+    good = {"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.3}
+    lines = [good, dict(good, a="y", b="y"), dict(good, b="z", schema=2), dict(good, b="w", schema=1)]
+    path.write_text("".join(_json.dumps(r) + "\n" for r in lines))
+    scan = check_store(path)
+    reasons = sorted(d.reason for d in scan.damaged)
+    assert len(reasons) == 2 and "compares candidate 'y' with itself" in reasons[0]
+    assert "declares schema version 2; this jaxrank reads version 1" in reasons[1]
+    with _warnings.catch_warnings(record=True):
+        _warnings.simplefilter("always")
+        store = _Store(path)
+    assert len(store) == 2 and ("j", "t", "c", "y", "y") not in store
+    with pytest.raises(ValueError, match="with itself"):
+        store.append([dict(good, a="q", b="q")])

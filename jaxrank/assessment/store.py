@@ -54,6 +54,10 @@ __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreL
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store"]
 
 _FIELDS = ("judge", "template", "context", "a", "b")
+SCHEMA_VERSION = 1
+"""The record layout this jaxrank reads and writes; a record may say so in ``"schema"`` (absent: 1). A line
+declaring another version is not read as a judgement: it is reported (``jaxrank store check``) and moved
+aside like any damaged line, never silently taken."""
 
 
 class Key(NamedTuple):
@@ -143,6 +147,12 @@ def _parse(raw: bytes) -> tuple[Key, dict]:
         raise ValueError(f"field p={rec['p']!r} is not a number") from None
     if not math.isfinite(p) or not 0.0 <= p <= 1.0:
         raise ValueError(f"field p={p!r} must be a probability in [0, 1]")
+    if str(rec["a"]) == str(rec["b"]):
+        raise ValueError(f"compares candidate {rec['a']!r} with itself")
+    version = rec.get("schema", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"declares schema version {version!r}; this jaxrank reads version {SCHEMA_VERSION} "
+                         "(a newer jaxrank wrote it: upgrade to read it)")
     return Key(*(str(rec[f]) for f in _FIELDS)), rec
 
 
@@ -401,6 +411,8 @@ class JudgementStore:
             p = float(rec["p"])
             if not math.isfinite(p) or not 0.0 <= p <= 1.0:
                 raise ValueError(f"record {dict(rec)!r}: p must be a probability in [0, 1]")
+            if str(rec["a"]) == str(rec["b"]):
+                raise ValueError(f"record {dict(rec)!r}: compares candidate {rec['a']!r} with itself")
             clean.append({k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()})
         with _Lock(self.path, self.lock_timeout):
             self._refresh()
