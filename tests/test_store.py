@@ -229,3 +229,21 @@ def test_a_record_comparing_a_candidate_with_itself_or_of_another_schema_is_repo
     assert len(store) == 2 and ("j", "t", "c", "y", "y") not in store
     with pytest.raises(ValueError, match="with itself"):
         store.append([dict(good, a="q", b="q")])
+
+
+def test_the_side_files_are_never_written_through_a_symlink(tmp_path):
+    from jaxrank.assessment.store import JudgementStore as _Store
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    path = tmp_path / "s.jsonl"
+    (tmp_path / "s.jsonl.lock").symlink_to(victim)
+    with pytest.raises(OSError, match="s.jsonl.lock is a symbolic link"):
+        _Store(path).append([{"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.5}])
+    assert victim.read_text() == "keep me\n"
+    (tmp_path / "s.jsonl.lock").unlink()
+    path.write_text("not json\n")
+    (tmp_path / "s.jsonl.damaged").symlink_to(victim)
+    with pytest.raises(OSError, match="s.jsonl.damaged is a symbolic link"):
+        _Store(path)
+    assert victim.read_text() == "keep me\n"

@@ -184,6 +184,22 @@ def _damaged_path(path: Path) -> Path:
     return path.with_name(path.name + ".damaged")
 
 
+def _open_own(path: Path, mode: str, **kw):
+    """Open a side file the store writes (``.lock``, ``.damaged``) for appending, never through a symlink.
+
+    Raises:
+        OSError: ``path`` is a symbolic link (``O_NOFOLLOW``), naming it.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if path.is_symlink():
+            raise OSError(e.errno, f"{path} is a symbolic link; the store writes its own side files and never "
+                                   "follows a link (remove it)") from None
+        raise
+    return os.fdopen(fd, mode, **kw)
+
+
 class _Lock:
     """An exclusive ``flock`` on ``<store>.lock``, naming its holder in the file; a context manager."""
 
@@ -191,7 +207,7 @@ class _Lock:
         self.path, self.timeout, self.fh = path.with_name(path.name + ".lock"), timeout, None
 
     def __enter__(self):
-        self.fh = open(self.path, "a+")
+        self.fh = _open_own(self.path, "a+")
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -235,7 +251,7 @@ def _move_aside(path: Path, data: bytes, lines: list[tuple[int, bytes, str]]) ->
     """Append ``lines`` ``(number, raw, reason)`` to ``<path>.damaged``, rewrite ``path`` without them."""
     drop = {n for n, _, _ in lines}
     if lines:
-        with open(_damaged_path(path), "a", encoding="utf-8") as f:
+        with _open_own(_damaged_path(path), "a", encoding="utf-8") as f:
             for n, raw, reason in lines:
                 f.write(json.dumps({"line": n, "reason": reason, "text": raw.decode("utf-8", "replace")},
                                    ensure_ascii=False) + "\n")
