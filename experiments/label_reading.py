@@ -43,7 +43,7 @@ def parse_args(argv):
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--out", default=str(HERE / "results"), help="output folder (default experiments/results)")
     ap.add_argument("--old", default=str(HERE / "results" / "stores"), help="folder of the old stores")
-    ap.add_argument("--smoke", action="store_true", help="1 context x 3 candidates, SmolLM2, files *_smoke")
+    ap.add_argument("--smoke", action="store_true", help="SummEval, 1 context x 3 candidates, SmolLM2, files *_smoke")
     return ap.parse_args(argv)
 
 
@@ -120,7 +120,7 @@ def main(argv=None):
     from jaxrank.models.registry import ALIASES
 
     if args.smoke:
-        args.judges, args.contexts, args.candidates = "smollm2-135m", "0:1", 3
+        args.judges, args.contexts, args.candidates, args.data = "smollm2-135m", "0:1", 3, "summeval"
     out = Path(args.out)
     (out / "stores").mkdir(parents=True, exist_ok=True)
     suffix = "_smoke" if args.smoke else ""

@@ -157,3 +157,32 @@ def test_load_judge_from_a_store_or_simulated(tmp_path):
         common.load_judge(data="summeval", aspect="coherence", store=path)
     with pytest.raises(ValueError, match="contexts must be a slice"):
         common.load_judge(data="summeval", aspect="coherence", contexts="a:b")
+
+
+def test_label_reading_smoke_against_its_stores(smollm2, tmp_path):
+    """experiments/label_reading.py on one SummEval article: the table's label mass, P(A) and the accuracy with
+    both orders averaged are recomputed from the stores it wrote (NumPy, by hand)."""
+    import csv
+    import json
+    import warnings
+
+    from jaxrank.data import load_dataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _script("label_reading").main(["--smoke", "--out", str(tmp_path), "--old", str(tmp_path / "none")])
+    rows = list(csv.DictReader(open(tmp_path / "label_reading_smoke.csv")))
+    assert [r["reading"] for r in rows] == ["no prefix", "auto prefix 'Summary'"]
+    ds = load_dataset("summeval")
+    human = {(c, s): h for c, s, h in zip(ds["context_id"], ds["candidate_id"], ds["coherence"])}
+    for row, name in zip(rows, ("none", "auto")):
+        recs = [json.loads(x) for x in open(tmp_path / "stores" / f"summeval-coherence-smollm2-135m-{name}_smoke.jsonl")]
+        assert len(recs) == 6 == int(row["comparisons"])
+        mass = np.array([r["label_mass"] for r in recs])
+        assert float(row["label_mass_median"]) == pytest.approx(np.median(mass), rel=1e-6)
+        assert float(row["p_a"]) == pytest.approx(np.mean([r["p"] > 0.5 for r in recs]))
+        p = {(r["a"], r["b"]): r["p"] for r in recs}
+        hits = [((p[a, b] + 1 - p[b, a]) / 2 > 0.5) == (human["A0", a] > human["A0", b])
+                for a, b in p if a < b and human["A0", a] != human["A0", b]]
+        assert float(row["accuracy_both_orders"]) == pytest.approx(np.mean(hits))
+    assert float(rows[0]["label_mass_median"]) < 0.5 < float(rows[1]["label_mass_median"])

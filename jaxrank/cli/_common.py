@@ -79,7 +79,7 @@ def make_judge(args, *, answer_prefix=None):
         return PromptJudge(lm, template, batch_size=args.batch_size, soft_prompt=soft, answer_prefix=prefix,
                            min_label_mass=getattr(args, "min_label_mass", 0.5), strict=getattr(args, "strict", False))
     except ValueError as e:
-        raise SystemExit(f"jaxrank: {e}")
+        raise SystemExit(f"jaxrank: {'--soft-prompt: ' if soft is not None else ''}{e}")
 
 
 def template_option(args):
