@@ -105,3 +105,13 @@ def test_bad_arguments():
         assess_comparisons(c, np.zeros((1, 2)), num_bootstrap=0)
     with pytest.raises(ValueError, match="labels must have shape"):
         assess_comparisons(c, np.zeros((1, 3)))
+
+
+def test_report_counts_read_as_words_and_the_scores_csv_has_no_float32_noise(tmp_path):
+    from jaxrank.assessment import report as rp
+    from jaxrank.cli.assess import _short
+
+    assert rp._span(np.array([16, 16])) == "16" and rp._span(np.array([12, 16])) == "12-16"
+    assert rp._count(1, "context") == "1 context" and rp._count(3, "context") == "3 contexts"
+    assert _short(np.float32(5 / 3)) == "1.6666666" and float(_short(np.float32(5 / 3))) == np.float32(5 / 3)
+    assert _short(3.0) == "3" and _short(np.float32(0.1)) == "0.1"

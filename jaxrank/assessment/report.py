@@ -218,9 +218,8 @@ class Assessment:
                  f"{self.bias_words()}{cons}. Pairwise accuracy against the humans: "
                  f"{self.overall_accuracy:.3f}{acc_ci} (0.5 = chance; comparisons of candidates with different "
                  f"human scores).", "",
-                 f"**Set-up.** {len(self.contexts)} contexts, {int(self.num_items.min())}-{int(self.num_items.max())} "
-                 f"candidates and {int(self.num_comparisons.min())}-{int(self.num_comparisons.max())} comparisons "
-                 f"per context; debias: {self.debias}. Spearman per context, mean over contexts, {pct} percentile "
+                 f"**Set-up.** {_count(len(self.contexts), 'context')}, {_span(self.num_items)} candidates and "
+                 f"{_span(self.num_comparisons)} comparisons per context; debias: {self.debias}. Spearman per context, mean over contexts, {pct} percentile "
                  "bootstrap interval over contexts.", "", self.table(), ""]
         if best is not None:
             lines += [f"**Verdict.** Best scorer: {best}, mean Spearman {self.mean[best]:+.3f}: "
@@ -230,6 +229,17 @@ class Assessment:
             lines += ["Notes:", *[f"- {n}" for n in notes], ""]
         lines += ["Per context:", "", self.context_table(extra), ""]
         return "\n".join(lines)
+
+
+def _span(values) -> str:
+    """``"16"`` when every value is 16, else ``"12-16"``."""
+    lo, hi = int(np.min(values)), int(np.max(values))
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 context"``, ``"5 contexts"``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def label_mass_lines(records, *, threshold: float = 0.5) -> list[str]:

@@ -211,6 +211,13 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     return cs, sel, judge
 
 
+def _short(x) -> str:
+    """A float32 value as the shortest decimal that reads back to it (``1.6666666`` not ``1.6666666269302368``)."""
+    import numpy as np
+
+    return np.format_float_positional(np.float32(x), unique=True, trim="-")
+
+
 def _reading_lines(args, judge, sel) -> list[str]:
     """The report's lines on how the judge read the model: its answer prefix and the label mass."""
     from jaxrank.assessment.report import label_mass_lines
@@ -289,6 +296,6 @@ def run_assess(args):
         for r, ctx in enumerate(sel.contexts):
             act = [int(run.num_comparisons[r]), run.stopped[r], float(run.confidence[r])] if run else []
             for n, cid in enumerate(sel.candidates[r]):
-                w.writerow([ctx, cid, float(labels[r, n])] + [float(rep.scores[m][r, n]) for m in methods] + act)
+                w.writerow([ctx, cid, _short(labels[r, n])] + [_short(rep.scores[m][r, n]) for m in methods] + act)
     print(f"\nwrote {out / (stem + '.md')} and {out / (stem + '-scores.csv')}")
 
