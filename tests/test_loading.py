@@ -449,3 +449,16 @@ def test_qwen_chat_answer():
     ids = np.array([tok(text, add_special_tokens=False).input_ids])
     out = llama.generate(lm.model, ids, max_new_tokens=8, eos_id=lm.eos_token_ids)
     assert tok.decode(np.asarray(out.tokens[0, :int(out.lengths[0])]), skip_special_tokens=True).strip() == "A"
+
+
+def test_a_local_folder_named_like_a_registered_model_never_takes_its_name(tmp_path, monkeypatch, minilm):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(registry.resolve("minilm-l6"), tmp_path / "minilm-l6")
+    with pytest.raises(ValueError, match=r"'minilm-l6' is a registered model and also a path here .*\./minilm-l6"):
+        load_model("minilm-l6")
+    local = load_model("./minilm-l6")
+    assert local.name == "minilm-l6-local" and local.path.resolve() == (tmp_path / "minilm-l6").resolve()
+    monkeypatch.chdir(tmp_path / "minilm-l6")
+    assert load_model("minilm-l6").name == "minilm-l6"         # nothing in the way: the registered model

@@ -251,7 +251,10 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
     """
     p = registry.resolve(path_or_name)
     key = registry.ALIASES.get(str(path_or_name).lower(), str(path_or_name).lower())
-    name = key if key in registry.MODELS else p.name
+    local = Path(path_or_name).expanduser().exists()
+    name = key if key in registry.MODELS and not local else p.name
+    if local and registry.ALIASES.get(name.lower(), name.lower()) in registry.MODELS:
+        name += "-local"          # a folder named like a registered model is not that model: never its name
     if p.is_dir():
         return _load_hf_dir(p, name, dtype, tokenizer)
     if p.suffix.lower() == ".gguf" or _is_gguf(p):

@@ -160,12 +160,18 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
         FileNotFoundError: neither an existing path nor a registered name, or
             the model's package is missing (the message gives the ``pip``
             command to run).
+        ValueError: a bare registered name that is also a path in the working
+            directory (``./name`` asks for the path).
     """
     p = Path(name_or_path).expanduser()
-    if p.exists():
-        return p
     key = str(name_or_path).lower()
     key = ALIASES.get(key, key)
+    bare = isinstance(name_or_path, str) and "/" not in name_or_path and os.sep not in name_or_path
+    if p.exists() and bare and key in MODELS:
+        raise ValueError(f"{name_or_path!r} is a registered model and also a path here ({p.resolve()}); "
+                         f"write ./{name_or_path} for the path, or move it, to say which one")
+    if p.exists():
+        return p
     if key not in MODELS:
         raise FileNotFoundError(f"{str(name_or_path)!r} is neither an existing path nor a registered "
                                 f"model; registered: {', '.join(MODELS)}")
