@@ -203,3 +203,22 @@ def test_every_method_on_padded_shapes_matches_the_api_unpadded(tmp_path, method
     kw = {"debias": True} if debias == "mean" else {}
     expect = np.asarray(jr.SCORERS[method](c, **kw))
     np.testing.assert_allclose([got[n] for n in names], expect, atol=2e-4)
+
+
+def test_rank_warns_when_an_item_never_lost_and_shows_gamma_only_when_fitted(tmp_path, capsys):
+    """Hard outcomes where x beats everyone: its ML score runs off (huge s.e.): a warning names the remedy;
+    with --score-prior the MAP scores are finite and no warning is given. gamma appears only with a bias term."""
+    f = tmp_path / "c.csv"
+    rows = [("x", "y", 1.0), ("x", "z", 1.0), ("y", "z", 1.0), ("z", "y", 1.0), ("y", "x", 0.0)]
+    _write_csv(f, rows, ["item_a", "item_b", "p"])
+    out = tmp_path / "s.csv"
+    main(["rank", str(f), "--method", "poe_bradley_terry", "--output", str(out)])
+    text = capsys.readouterr().out
+    assert "never lost or never won" in text and "--score-prior 1" in text and "gamma" not in text
+    stderr = {r["item"]: float(r["stderr"]) for r in csv.DictReader(out.open())}
+    assert stderr["x"] > 10                                                # the one that never lost
+    assert {r["games"] for r in csv.DictReader(out.open())} <= {"2", "3", "4", "5"}   # counts, not 3.0
+    main(["rank", str(f), "--method", "poe_bradley_terry", "--score-prior", "1"])
+    assert "never lost" not in capsys.readouterr().out
+    main(["rank", str(f), "--method", "poe_bradley_terry", "--debias", "learn"])
+    assert "gamma = " in capsys.readouterr().out

@@ -105,6 +105,11 @@ def _padded(c, num_items, num_comparisons):
                        item_mask=pad(c.item_mask, num_items, False), num_items=num_items)
 
 
+SEPARATED_STDERR = 10.0
+"""A standard error above this (in score units, where a 1-point gap is a 73% win chance) marks an item whose
+maximum-likelihood score runs off: it never lost or never won."""
+
+
 def _rank_scores(c, method, debias, score_prior):
     """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
     import jaxrank as jr
@@ -213,10 +218,18 @@ def run(args):
         order = np.argsort(-scores[k, :len(names)], kind="stable")
         head = f"context {ctx!r}: " if ctx else ""
         info = f"P(A) = {res['pa'][k]:.3f}"
-        if "gamma" in res:
-            info += (f", gamma = {res['gamma'][k]:+.3f} (negative: position A favoured), "
-                     f"converged = {bool(res['converged'][k])}")
+        if "gamma" in res and args.debias in ("mean", "learn"):     # gamma is shown only where it was fitted
+            info += f", gamma = {res['gamma'][k]:+.3f} (negative: position A favoured)"
+        if "converged" in res:
+            info += f", converged = {bool(res['converged'][k])}"
         print(f"\n{head}{len(names)} items, {info}")
+        if stderr is not None and not args.score_prior:
+            wild = np.asarray(stderr[k, :len(names)]) > SEPARATED_STDERR
+            if wild.any():
+                print(f"  warning: {int(wild.sum())} item(s) never lost or never won against the others, so their "
+                      f"scores run off without bound (s.e. up to {float(np.max(stderr[k, :len(names)])):.1f}); "
+                      "their ranks mean little: add --score-prior 1 (a Gaussian prior on the scores) to rank "
+                      "them by the evidence")
         if not res["connected"][k]:
             print("  warning: the comparison graph is disconnected; scores are centred per connected "
                   "component and only comparable within one")
@@ -226,7 +239,8 @@ def run(args):
             if rank <= args.top:
                 print(f"  {rank:>4}  {names[n][:32]:<32} {scores[k, n]:9.3f} {se:>8} {games[k, n]:7.0f}")
             rows.append({"context": ctx, "rank": rank, "item": names[n], "score": float(scores[k, n]),
-                         "stderr": None if stderr is None else float(stderr[k, n]), "games": float(games[k, n])})
+                         "stderr": None if stderr is None else float(stderr[k, n]),
+                         "games": float(games[k, n]) if games[k, n] % 1 else int(games[k, n])})
     if args.top and stderr is not None:
         print("\n  s.e. = standard error of the score (Laplace approximation); an item with few games has a "
               "large one,\n  so its rank is uncertain: scores within about 2 s.e. of each other are not "
