@@ -247,6 +247,9 @@ def run_assess(args):
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)
+    if Path(args.output).exists() and not Path(args.output).is_dir():     # before any judging
+        raise SystemExit(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
+                         "folder: give a folder name")
     num_processes, process_id, coordinator = common.processes(args, join=False)
     if num_processes > 1 and (args.active or not coordinator):
         raise SystemExit("jaxrank: assess with several processes needs --coordinator (each process judges its "

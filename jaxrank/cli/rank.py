@@ -75,6 +75,20 @@ def _check_rank_options(args):
         scorer_table.check_debias(args.method, args.debias, argument="--debias")
     except ValueError as e:
         raise SystemExit(f"jaxrank: {e}")
+    if args.output:
+        out = Path(args.output)
+        if out.suffix.lower() not in OUTPUT_SUFFIXES:
+            raise SystemExit(f"jaxrank: --output {out}: write scores to a {', '.join(OUTPUT_SUFFIXES)} file "
+                             f"(the suffix chooses the format), not {out.suffix or 'a name without a suffix'}")
+        if out.is_dir():
+            raise SystemExit(f"jaxrank: --output {out} is a directory; give a file name such as {out / 'scores.csv'}")
+        if args.input and out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
+            raise SystemExit(f"jaxrank: --output {out} is the input file; writing the scores there would destroy "
+                             "the comparisons: choose another name")
+
+
+OUTPUT_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
+"""The score files ``jaxrank rank --output`` writes, by suffix."""
 
 
 def _bucket(n, least):
