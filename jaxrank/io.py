@@ -3,7 +3,12 @@
 A source has one comparison per row, with columns for the item in position A,
 the item in position B, and either a probability ``P(A better)`` or a hard
 outcome, plus optional context and weight columns. Items are names (any
-string); they are numbered per context in order of first appearance.
+string or number); they are numbered per context in order of first appearance.
+An item id is its text with surrounding blanks dropped (``" x"`` and ``"x"`` are
+one item), a number written as Python writes it (the JSON number ``1`` and the
+string ``"1"`` are one item, ``1.0`` another); a JSON object or array is no id.
+A header naming a column twice, or two columns that differ only in case where
+a column is looked up by its usual name, is an error.
 
 The formats people already have are read without options:
 
@@ -121,6 +126,10 @@ def _csv_source(path: Path, text: str) -> _Source:
         raise ValueError(f"{path}, line 1: malformed header ({e})") from None
     if not columns:
         raise ValueError(f"{path}: empty file (no header row)")
+    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    if dupes:
+        raise ValueError(f"{path}, line 1: column(s) {dupes} appear more than once in the header; "
+                         "rename them so each column has one name")
 
     def rows():
         ln = 1
@@ -202,6 +211,10 @@ def _pick(source: _Source, given, role, required):
     lower = {c.lower(): c for c in reversed(source.columns)}
     for name in _DEFAULTS[role]:
         if name in lower:
+            same = [c for c in source.columns if c.lower() == name]
+            if len(same) > 1:
+                raise ValueError(f"{source.label}: columns {same} differ only in case; which is {role}? "
+                                 "pass it explicitly")
             return lower[name]
     if required:
         raise ValueError(f"{source.label}: no column for {role}: pass it explicitly (tried {_DEFAULTS[role]}); "
@@ -216,6 +229,12 @@ def _blank(v) -> bool:
     if isinstance(v, (float, np.floating)):
         return bool(np.isnan(v))
     return str(v).strip() == ""
+
+
+def _item_id(value) -> str:
+    """An item id as text: surrounding blanks dropped (``" x"`` is ``"x"``), a number as Python writes it
+    (the JSON number ``1`` and the string ``"1"`` name the same item; ``1.0`` is another)."""
+    return str(value).strip()
 
 
 def _number(where, field, value):
@@ -302,7 +321,11 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         for field, v in ((ca, name_a), (cb, name_b)):
             if _blank(v):
                 raise ValueError(f"{where}: field {field!r} is empty")
-        name_a, name_b = str(name_a), str(name_b)
+        for field, v in ((ca, name_a), (cb, name_b)):
+            if isinstance(v, (dict, list)):
+                raise ValueError(f"{where}: field {field!r} = {v!r} is a JSON {type(v).__name__}; an item id is "
+                                 "a string or a number")
+        name_a, name_b = _item_id(name_a), _item_id(name_b)
         if name_a == name_b:
             raise ValueError(f"{where}: item {name_a!r} is compared with itself")
         if score_a is not None:
@@ -323,7 +346,7 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         if cc is not None:
             if _blank(row.get(cc)):
                 raise ValueError(f"{where}: field {cc!r} is empty")
-            ctx = str(row.get(cc))
+            ctx = str(row.get(cc)).strip()
         d = per_ctx.setdefault(ctx, {"items": {}, "i": [], "j": [], "p": [], "w": []})
         idx = d["items"]
         d["i"].append(idx.setdefault(name_a, len(idx)))

@@ -200,3 +200,26 @@ def test_any_delimiter_bom_and_layout_read_the_same(tmp_path, seed):
     pos = {n: k for k, n in enumerate(items)}
     _check(read_comparisons(f), items, [pos[a] for a, _, _ in pairs], [pos[b] for _, b, _ in pairs],
            [{"left": 1.0, "right": 0.0, "tie": 0.5}[w] for _, _, w in pairs])
+
+
+def test_item_ids_blanks_numbers_objects_and_duplicate_columns(tmp_path):
+    from jaxrank.io import read_comparisons as _read
+
+    f = tmp_path / "c.csv"
+    f.write_text("item_a,item_b,p\nx,y,0.7\n x ,y ,0.6\n")
+    t = _read(f)
+    assert t.items == [["x", "y"]] and int(t.comparisons.num_items) == 2       # blanks dropped: one x, one y
+    j = tmp_path / "c.jsonl"
+    j.write_text('{"item_a": 1, "item_b": "2", "p": 0.7}\n{"item_a": "1", "item_b": 2, "p": 0.4}\n'
+                 '{"item_a": 1.0, "item_b": 2, "p": 0.4}\n')
+    assert _read(j).items == [["1", "2", "1.0"]]                              # 1 and "1" one item; 1.0 another
+    j.write_text('{"item_a": {"id": 1}, "item_b": "2", "p": 0.7}\n')
+    with pytest.raises(ValueError, match=r"line 1: field 'item_a' = \{'id': 1\} is a JSON dict"):
+        _read(j)
+    f.write_text("item_a,item_b,p,p\nx,y,0.7,0.2\n")
+    with pytest.raises(ValueError, match=r"line 1: column\(s\) \['p'\] appear more than once"):
+        _read(f)
+    f.write_text("item_a,item_b,p,P\nx,y,0.7,0.2\n")
+    with pytest.raises(ValueError, match=r"columns \['p', 'P'\] differ only in case; which is p\?"):
+        _read(f)
+    assert _read(f, p="P").comparisons.p[0, 0] == pytest.approx(0.2)          # named explicitly: fine
