@@ -25,8 +25,8 @@ equal is a tie).
 
 Files: UTF-8 text, a byte-order mark allowed; CSV with a comma, semicolon or
 tab delimiter (the one most frequent in the header line, outside quotes);
-``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, or
-one JSON array of objects). Every error names the file (or ``DataFrame``) and
+``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, one
+JSON array of objects, or one pretty-printed object: one comparison). Every error names the file (or ``DataFrame``) and
 the line (or row) it is about.
 """
 
@@ -141,6 +141,9 @@ def _csv_source(path: Path, text: str) -> _Source:
                                      f"more than the header's {len(columns)}")
                 if None in row.values():
                     given = sum(v is not None for v in row.values())
+                    if any("\n" in v for v in row.values() if isinstance(v, str)):
+                        raise ValueError(f"{path}, line {ln}: unterminated quote: a field opened with \" runs on "
+                                         "past the end of its line; close it or drop the stray quote")
                     raise ValueError(f"{path}, line {ln}: {given} field(s), fewer than the header's {len(columns)}")
                 yield f"{path}, line {ln}", row
         except csv.Error as e:
@@ -150,6 +153,15 @@ def _csv_source(path: Path, text: str) -> _Source:
 
 
 def _json_source(path: Path, text: str) -> _Source:
+    if not text.strip():
+        raise ValueError(f"{path}: empty file (no records)")
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("{") and "\n" in text.strip():
+        try:                                     # one pretty-printed object (not JSON Lines): one record
+            one = json.loads(text)
+        except json.JSONDecodeError:
+            one = None
+        if isinstance(one, dict):
+            text = "[" + text + "]"
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
         try:
             records = json.loads(text)
@@ -173,6 +185,10 @@ def _json_source(path: Path, text: str) -> _Source:
 
 
 def _file_source(path: Path) -> _Source:
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give the comparison file itself")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path} is not a regular file (a pipe or a device); save the comparisons to a file")
     if not path.is_file():
         raise FileNotFoundError(f"comparison file not found: {path}")
     text = _text(path)

@@ -223,3 +223,25 @@ def test_item_ids_blanks_numbers_objects_and_duplicate_columns(tmp_path):
     with pytest.raises(ValueError, match=r"columns \['p', 'P'\] differ only in case; which is p\?"):
         _read(f)
     assert _read(f, p="P").comparisons.p[0, 0] == pytest.approx(0.2)          # named explicitly: fine
+
+
+def test_non_regular_empty_pretty_and_unterminated_inputs(tmp_path):
+    import os as _os
+
+    from jaxrank.io import read_comparisons as _read
+
+    (tmp_path / "dir.csv").mkdir()
+    with pytest.raises(ValueError, match="dir.csv is a directory"):
+        _read(tmp_path / "dir.csv")
+    _os.mkfifo(tmp_path / "fifo.csv")
+    with pytest.raises(ValueError, match="fifo.csv is not a regular file"):      # never blocks on the pipe
+        _read(tmp_path / "fifo.csv")
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match="e.jsonl: empty file"):
+        _read(tmp_path / "e.jsonl")
+    (tmp_path / "one.json").write_text('{\n  "item_a": "x",\n  "item_b": "y",\n  "p": 0.25\n}\n')
+    t = _read(tmp_path / "one.json")
+    assert t.items == [["x", "y"]] and float(t.comparisons.p[0, 0]) == pytest.approx(0.25)
+    (tmp_path / "q.csv").write_text('item_a,item_b,p\n"x,y,0.5\nz,w,0.2\n')
+    with pytest.raises(ValueError, match=r"q.csv, line \d: unterminated quote"):
+        _read(tmp_path / "q.csv")
