@@ -43,6 +43,8 @@ def parse_args(argv):
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--out", default=str(HERE / "results"), help="output folder (default experiments/results)")
     ap.add_argument("--old", default=str(HERE / "results" / "stores"), help="folder of the old stores")
+    ap.add_argument("--no-judging", action="store_true",
+                    help="judge nothing: summarise the stores that hold every planned comparison, skip the others")
     ap.add_argument("--smoke", action="store_true", help="SummEval, 1 context x 3 candidates, SmolLM2, files *_smoke")
     return ap.parse_args(argv)
 
@@ -112,7 +114,7 @@ def summarise(records, cs, judge_name, reading, data, aspect, elapsed=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from jaxrank.assessment.run import contexts_of, judge_contexts, template_key
+    from jaxrank.assessment.run import contexts_of, judge_contexts, prepare_judge, template_key
     from jaxrank.assessment.store import JudgementStore
     from jaxrank.data import load_dataset
     from jaxrank.judges import PromptJudge, pairwise_template
@@ -147,9 +149,19 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    judge_contexts(judge, cs, store, progress=True)
+                    if args.no_judging:
+                        if not store.is_file():
+                            continue
+                        prepare_judge(judge, cs)
+                    else:
+                        judge_contexts(judge, cs, store, progress=True)
                 elapsed = time.perf_counter() - t0
                 recs = JudgementStore(store).records(judge=judge.name, template=template_key(judge))
+                planned = sum(len(c) * (len(c) - 1) for c in cs.candidates)
+                if args.no_judging and len({(r["context"], r["a"], r["b"]) for r in recs}) < planned:
+                    print(f"skipped {store.name}: {len(recs)} of {planned} comparisons judged", flush=True)
+                    continue
+                elapsed = None if args.no_judging else elapsed
                 label = "auto prefix " + repr(judge.template.answer_prefix) if reading == "auto" else "no prefix"
                 rows.append(summarise(recs, cs, lm.name, label, data, aspect, elapsed))
                 print(rows[-1], flush=True)
