@@ -77,6 +77,7 @@ def both_orders_accuracy(records, cs, *, draws: int = 2000, seed: int = 0):
 def summarise(records, cs, judge_name, reading, data, aspect, elapsed=None):
     """One row of the table from the records of one judge and reading on the contexts of ``cs``."""
     from jaxrank.assessment.report import assess_comparisons
+    from jaxrank.assessment.run import stored_labels
     from jaxrank.assessment.store import JudgementStore
 
     import tempfile
@@ -85,13 +86,7 @@ def summarise(records, cs, judge_name, reading, data, aspect, elapsed=None):
         st.append([{k: v for k, v in r.items()} for r in records])
         cand = {cs.ids[k]: cs.candidate_ids[k] for k in range(len(cs.ids))}
         sel = st.comparisons(candidates=cand)
-    pos = {c: k for k, c in enumerate(cs.ids)}
-    labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
-    for r, ctx in enumerate(sel.contexts):
-        k = pos[ctx]
-        index = {cid: n for n, cid in enumerate(cs.candidate_ids[k])}
-        for n, cid in enumerate(sel.candidates[r]):
-            labels[r, n] = cs.labels[k][index[cid]]
+    labels = stored_labels(cs, sel)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts,

@@ -23,6 +23,7 @@ from jaxrank.comparisons import Comparisons
 from jaxrank.selection import random_comparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
+           "stored_labels",
            "template_key"]
 
 
@@ -130,6 +131,19 @@ def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "r
     i, j = random_comparisons(key, num_items, budget, symmetric=selection == "symmetric",
                               no_repeat=selection == "no_repeat")
     return np.asarray(i, np.int32), np.asarray(j, np.int32)
+
+
+def stored_labels(cs: ContextSet, sel: StoredComparisons) -> np.ndarray:
+    """The human scores ``[C, N]`` of a store's padded selection (:meth:`JudgementStore.comparisons`), matched
+    to ``cs`` by context and candidate id; NaN at padded items."""
+    pos = {c: k for k, c in enumerate(cs.ids)}
+    labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
+    for r, ctx in enumerate(sel.contexts):
+        k = pos[ctx]
+        index = {cid: n for n, cid in enumerate(cs.candidate_ids[k])}
+        for n, cid in enumerate(sel.candidates[r]):
+            labels[r, n] = cs.labels[k][index[cid]]
+    return labels
 
 
 def judge_comparisons(judge, context: str, candidates: Sequence[str], i=None, j=None):

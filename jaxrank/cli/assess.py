@@ -241,9 +241,8 @@ def _reading_lines(args, judge, sel) -> list[str]:
 
 def run_assess(args):
     """Run ``jaxrank assess``."""
-    import numpy as np
-
     from jaxrank.assessment.report import assess_comparisons
+    from jaxrank.assessment.run import stored_labels
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)
@@ -267,13 +266,7 @@ def run_assess(args):
             return
     else:
         cs, sel, judge = run_judge(args)
-    pos = {c: k for k, c in enumerate(cs.ids)}
-    labels = np.full(np.asarray(sel.comparisons.item_mask).shape, np.nan, np.float32)
-    for r, ctx in enumerate(sel.contexts):
-        k = pos[ctx]
-        index = {cid: n for n, cid in enumerate(cs.candidate_ids[k])}
-        for n, cid in enumerate(sel.candidates[r]):
-            labels[r, n] = cs.labels[k][index[cid]]
+    labels = stored_labels(cs, sel)
     try:
         rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
                                  debias=args.debias)
