@@ -55,6 +55,7 @@ _LAZY: dict[str, str] = {
     "zepo_search": "jaxrank.assessment", "ZepoResult": "jaxrank.assessment",
     "diagnose_judge": "jaxrank.assessment", "Diagnosis": "jaxrank.assessment",
     "SoftPrompt": "jaxrank.judges", "train_soft_prompt": "jaxrank.judges",
+    "from_records": "jaxrank.data", "read_records": "jaxrank.data",
 }
 """Every public function and class, by the module it is loaded from on first use."""
 
@@ -84,7 +85,7 @@ __all__ = [
     "calibrate_judge", "simulate_judge", "JudgeParams", "SimulatedJudge", "judge_stats",
     "shard_contexts",
     "fairness", "zepo_search", "ZepoResult", "SoftPrompt", "train_soft_prompt", "diagnose_judge", "Diagnosis",
-    "enable_compilation_cache",
+    "enable_compilation_cache", "from_records", "read_records",
     "metrics", "data", "selection", "judges", "SCORERS",
 ]
 
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs) see; at run time __
                                    resample_comparisons)
     from jaxrank.comparisons import Comparisons, stack_contexts
     from jaxrank.compilation import enable_compilation_cache
+    from jaxrank.data import from_records, read_records
     from jaxrank.debias import debias_threshold, permutation_average, positional_bias, threshold_debias
     from jaxrank.scoring import (RESULTS, BradleyTerrySolution, BradleyTerrySolver, GaussianPosterior, MarginalPosterior,
                                  SoftBTSolution, SolverError, average_probability, bradley_terry, decisions,

@@ -19,17 +19,27 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   candidate the humans scored higher. 0.5 is chance.
 * **A verdict** in plain words from the interval: better than chance when the
   interval lies above 0, no better than chance when it covers 0, and too few
-  contexts to tell below :data:`MIN_CONTEXTS` contexts.
+  contexts to tell below :data:`MIN_CONTEXTS` contexts. It names a best scorer
+  only when the top scorer's lead over every other one is beyond chance: the
+  percentile bootstrap interval of the paired difference of mean Spearman (the
+  same contexts resampled for both) lies above 0. Scorers within that interval
+  of the top are reported as tied, never ranked.
+* **Without human scores** (every label NaN: one's own texts, ``jaxrank assess
+  --data FILE``), no agreement figure exists: the report says so in one line and
+  ranks the candidates of each context by the soft Bradley-Terry fit, with the
+  intervals of its Laplace posterior for every score and every rank.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from jaxrank import _validate, metrics, scorer_table
 from jaxrank.debias import positional_bias
+from jaxrank.uncertainty import laplace_bradley_terry, rank_intervals, score_intervals
 
 __all__ = ["label_mass_lines", "Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
@@ -102,6 +112,14 @@ class Assessment:
         constant_judge: ``[C]`` True where the judge gave the same ``p`` to every comparison.
         debias: the debiasing applied before scoring.
         level: the intervals' coverage (default 0.95).
+        num_bootstrap, seed: the bootstrap's resamples and seed (the paired
+            differences of :meth:`tied` draw the same resamples as the intervals).
+        has_humans: False when no item has a human score: every agreement figure
+            is NaN, and ``ranking`` holds the ranking with intervals instead.
+        candidates: per context, the candidate id of each item (or ``None``).
+        ranking: without human scores, ``{"score", "lower", "upper", "rank",
+            "rank_lower", "rank_upper"}`` ``[C, N]`` from the Laplace posterior of
+            soft Bradley-Terry (rank 1 = best); ``None`` otherwise.
     """
 
     methods: tuple[str, ...]
@@ -124,6 +142,11 @@ class Assessment:
     constant_judge: np.ndarray
     debias: str = "none"
     level: float = 0.95
+    num_bootstrap: int = 2000
+    seed: int = 0
+    has_humans: bool = True
+    candidates: list[list[str]] | None = None
+    ranking: dict[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------ plain words
     def verdict(self, method: str) -> str:
@@ -139,6 +162,48 @@ class Assessment:
         if hi < 0:
             return f"worse than chance: ranks against the humans ({pct} interval below 0)"
         return f"no better than chance at this size ({pct} interval covers 0)"
+
+    def tied(self) -> list[str]:
+        """The scorers not told apart from the top one (the highest mean Spearman), the top first.
+
+        A scorer is apart when the percentile bootstrap interval (``level``) of its paired difference from
+        the top, ``mean(rho_top - rho_m)`` over the contexts where both are defined with those contexts
+        resampled, lies above 0; with fewer than :data:`MIN_CONTEXTS` such contexts none is apart. One
+        name: a best scorer; several: a tie. Empty when no scorer has a defined mean.
+        """
+        ok = [m for m in self.methods if np.isfinite(self.mean[m])]
+        if not ok:
+            return []
+        top = max(ok, key=lambda m: self.mean[m])
+        out = [top]
+        for m in ok:
+            if m == top:
+                continue
+            a, b = np.asarray(self.spearman[top], np.float64), np.asarray(self.spearman[m], np.float64)
+            both = np.isfinite(a) & np.isfinite(b)
+            lo, _ = _bootstrap_mean(np.where(both, a - b, np.nan), level=self.level, num=self.num_bootstrap,
+                                    seed=self.seed)
+            if not (np.isfinite(lo) and lo > 0):
+                out.append(m)
+        return out
+
+    def verdict_line(self) -> str | None:
+        """The report's verdict: the best scorer, or the scorers tied at the top, with the top's verdict."""
+        tied = self.tied()
+        if not tied:
+            return None
+        top = tied[0]
+        pct = f"{self.level:.0%}"
+        if len(tied) == 1:
+            return (f"**Verdict.** Best scorer: {top}, mean Spearman {self.mean[top]:+.3f}: {self.verdict(top)}; "
+                    f"ahead of every other scorer ({pct} paired bootstrap interval of each difference above 0).")
+        ok = [m for m in self.methods if np.isfinite(self.mean[m])]
+        names = [f"{m} ({self.mean[m]:+.3f})" for m in tied]
+        who = (f"all {len(tied)} scorers" if len(tied) == len(ok) else
+               ", ".join(names[:-1]) + " and " + names[-1])
+        return (f"**Verdict.** No best scorer: {who} are tied within their intervals (the {pct} paired bootstrap "
+                f"interval of each one's difference from the top, {top} at {self.mean[top]:+.3f}, covers 0, or "
+                f"too few contexts to tell); the top: {self.verdict(top)}.")
 
     def bias_words(self) -> str:
         """The positional bias in words."""
@@ -206,28 +271,68 @@ class Assessment:
 
     def markdown(self, title: str, *, preamble: list[str] | tuple[str, ...] = (),
                  extra: dict[str, list[str]] | None = None) -> str:
-        """The whole report: the judge, the scorers with intervals and verdicts, notes, per-context table."""
+        """The whole report: the judge, the scorers with intervals and verdicts, notes, per-context table.
+
+        Without human scores: the judge, one line saying there are no agreement figures, and each
+        context's ranking with intervals (:attr:`ranking`)."""
+        if not self.has_humans:
+            return self._ranking_markdown(title, preamble, extra)
         pct = f"{self.level:.0%}"
-        best = max((m for m in self.methods if np.isfinite(self.mean[m])), key=lambda m: self.mean[m], default=None)
         lo, hi = self.accuracy_interval
         acc_ci = f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else ""
-        cons = (f"; order consistency {self.overall_consistency:.3f} (pairs judged in both orders whose two "
-                "decisions agree; 1 = consistent)" if np.isfinite(self.overall_consistency) else "")
         lines = [f"# {title}", "", *preamble,
-                 f"**Judge.** P(A) = {self.overall_positional_bias:.3f} (0.5 = no positional bias): "
-                 f"{self.bias_words()}{cons}. Pairwise accuracy against the humans: "
+                 f"**Judge.** {self._judge_words()} Pairwise accuracy against the humans: "
                  f"{self.overall_accuracy:.3f}{acc_ci} (0.5 = chance; comparisons of candidates with different "
                  f"human scores).", "",
-                 f"**Set-up.** {_count(len(self.contexts), 'context')}, {_span(self.num_items)} candidates and "
-                 f"{_span(self.num_comparisons)} comparisons per context; debias: {self.debias}. Spearman per context, mean over contexts, {pct} percentile "
+                 f"**Set-up.** {self._setup_words()} Spearman per context, mean over contexts, {pct} percentile "
                  "bootstrap interval over contexts.", "", self.table(), ""]
-        if best is not None:
-            lines += [f"**Verdict.** Best scorer: {best}, mean Spearman {self.mean[best]:+.3f}: "
-                      f"{self.verdict(best)}.", ""]
+        verdict = self.verdict_line()
+        if verdict is not None:
+            lines += [verdict, ""]
         notes = self.notes()
         if notes:
             lines += ["Notes:", *[f"- {n}" for n in notes], ""]
         lines += ["Per context:", "", self.context_table(extra), ""]
+        return "\n".join(lines)
+
+    def _judge_words(self) -> str:
+        cons = (f"; order consistency {self.overall_consistency:.3f} (pairs judged in both orders whose two "
+                "decisions agree; 1 = consistent)" if np.isfinite(self.overall_consistency) else "")
+        return (f"P(A) = {self.overall_positional_bias:.3f} (0.5 = no positional bias): "
+                f"{self.bias_words()}{cons}.")
+
+    def _setup_words(self) -> str:
+        return (f"{_count(len(self.contexts), 'context')}, {_span(self.num_items)} candidates and "
+                f"{_span(self.num_comparisons)} comparisons per context; debias: {self.debias}.")
+
+    def _ranking_markdown(self, title, preamble, extra) -> str:
+        pct = f"{self.level:.0%}"
+        extra = extra or {}
+        lines = [f"# {title}", "", *preamble, f"**Judge.** {self._judge_words()}", "",
+                 "**No human scores**, so no agreement figures (Spearman, pairwise accuracy, verdict): the "
+                 f"candidates are ranked with {pct} intervals.", "",
+                 f"**Set-up.** {self._setup_words()} Ranking by soft Bradley-Terry (the mean of its Laplace "
+                 f"posterior); {pct} intervals of each score and of each rank (posterior draws; rank 1 = best). "
+                 "Candidates whose intervals overlap are not clearly ordered.", ""]
+        cols = list(extra)
+        lines += ["| context | items | comparisons | P(A) | " + "".join(f"{c} | " for c in cols),
+                  "|---|---:|---:|---:|" + "---:|" * len(cols)]
+        for r, ctx in enumerate(self.contexts):
+            lines.append(f"| {ctx} | {int(self.num_items[r])} | {int(self.num_comparisons[r])} | "
+                         f"{self.positional_bias[r]:.2f} | " + "".join(f"{extra[c][r]} | " for c in cols))
+        lines.append("")
+        rk = self.ranking
+        for r, ctx in enumerate(self.contexts):
+            n = int(self.num_items[r])
+            names = self.candidates[r] if self.candidates is not None else [str(k) for k in range(n)]
+            lines += [f"## Context {ctx}", "", f"| rank | candidate | score | {pct} interval | rank {pct} interval |",
+                      "|---:|---|---:|---:|---:|"]
+            for k in np.argsort(-rk["score"][r, :n], kind="stable"):
+                lo_r, hi_r = int(rk["rank_lower"][r, k]), int(rk["rank_upper"][r, k])
+                lines.append(f"| {int(rk['rank'][r, k])} | {names[k]} | {rk['score'][r, k]:+.3f} | "
+                             f"[{rk['lower'][r, k]:+.3f}, {rk['upper'][r, k]:+.3f}] | "
+                             f"{lo_r if lo_r == hi_r else f'{lo_r}-{hi_r}'} |")
+            lines.append("")
         return "\n".join(lines)
 
 
@@ -268,7 +373,8 @@ def label_mass_lines(records, *, threshold: float = 0.5) -> list[str]:
 
 
 def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none",
-                       level: float = 0.95, num_bootstrap: int = 2000, seed: int = 0) -> Assessment:
+                       level: float = 0.95, num_bootstrap: int = 2000, seed: int = 0,
+                       candidates=None) -> Assessment:
     """Score ``comparisons`` ``[C, R]`` with each method and compare with ``labels`` ``[C, N]``.
 
     Args:
@@ -282,7 +388,13 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
             (average both orders) or ``"threshold"`` (LCA eq. 9-10).
         level: coverage of the bootstrap intervals, in (0, 1).
         num_bootstrap: bootstrap resamples of the contexts.
-        seed: seed of the bootstrap.
+        seed: seed of the bootstrap (and of the posterior draws of the rank intervals).
+        candidates: per context, the candidate id of each item, for the ranking of a report
+            without human scores (default: item positions).
+
+    Without any human score (``labels`` all NaN), the agreement figures are NaN,
+    ``has_humans`` is False and ``ranking`` holds each context's ranking with
+    intervals (see :class:`Assessment`).
 
     Raises:
         ValueError: an unknown method or debias, labels of the wrong shape, a bad level.
@@ -336,9 +448,27 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
         consistency = np.where(cons_den > 0, cons_num / np.where(cons_den > 0, cons_den, 1), np.nan)
     overall_cons = float(cons_num.sum() / cons_den.sum()) if cons_den.sum() > 0 else float("nan")
     ids = list(contexts) if contexts is not None else [str(k) for k in range(labels.shape[0])]
+    has_humans = bool(where.any())
+    ranking = None if has_humans else _ranking(c, level=level, seed=seed)
     return Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
                       consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
-                      np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level)
+                      np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level, num_bootstrap, seed,
+                      has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking)
+
+
+RANK_DRAWS = 2000
+"""Posterior draws behind the rank intervals of a report without human scores."""
+
+
+def _ranking(c, *, level: float, seed: int) -> dict[str, np.ndarray]:
+    """Soft Bradley-Terry scores of ``c`` with the intervals of their Laplace posterior, for every score and
+    every rank (:func:`jaxrank.uncertainty.score_intervals`, :func:`jaxrank.uncertainty.rank_intervals`)."""
+    post = laplace_bradley_terry(c)
+    lower, upper = score_intervals(post, level=level)
+    ranks = rank_intervals(post, key=jax.random.key(seed), num_samples=RANK_DRAWS, level=level, where=c.item_mask)
+    return {"score": np.asarray(post.mean), "lower": np.asarray(lower), "upper": np.asarray(upper),
+            "rank": np.asarray(ranks.rank), "rank_lower": np.asarray(ranks.lower),
+            "rank_upper": np.asarray(ranks.upper)}
 
 
 def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +24,7 @@ def add_parsers(sub):
                            ("assess", "judge + aggregate + report agreement with human scores")):
         j = sub.add_parser(name, help=helptext, description=helptext)
         common.cache_option(j)
-        j.add_argument("--data", default="summeval", help="data set name (default summeval)")
+        data_option(j)
         j.add_argument("--aspect", default=DEFAULT_ASPECT,
                        help=f"human aspect / prompt attribute (default {DEFAULT_ASPECT})")
         j.add_argument("--judge", default=DEFAULT_JUDGE,
@@ -68,6 +70,97 @@ def add_parsers(sub):
                                 "or mean P(correct order) of adjacent items")
 
 
+DATA_HELP = ("a data set name (default summeval), read from the folder $JAXRANK_DATA (default: ../shared/data "
+             "beside the jaxrank repository; export JAXRANK_DATA=/path/to/data to point elsewhere), or your own "
+             "texts: a .csv, .jsonl, .json or .parquet FILE with the columns context_id, context, candidate_id, "
+             "candidate and optional human scores (a column 'score', or one named as --aspect); without human "
+             "scores the report ranks the candidates with intervals, without agreement figures")
+
+
+def data_option(p, default="summeval"):
+    """``--data NAME|FILE``: a registered data set or a file of one's own texts (:func:`resolve_data`)."""
+    p.add_argument("--data", default=default, metavar="NAME|FILE", help=DATA_HELP)
+
+
+def _fail(message: str):
+    """A one-line error on stderr and exit status 2 (a bad --data FILE, as argparse's own errors)."""
+    print(f"jaxrank: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def resolve_data(args):
+    """``--data FILE``: read the file once (:func:`jaxrank.data.read_records`) and name its data set by the
+    file's stem and a hash of its bytes (:func:`jaxrank.data.dataset_name`), the name the store path, the
+    report and the output files carry; ``--template poe`` (which has prompts for the built-in data sets
+    only) becomes ZEPO's generic seed prompt. A registered name is left as it is. Idempotent."""
+    if getattr(args, "data_file", None) is not None:
+        return
+    from jaxrank.data.records import FILE_SUFFIXES   # JAX-free: the names and suffixes only
+
+    spec = str(args.data)
+    path = Path(spec)
+    if path.suffix.lower() not in FILE_SUFFIXES and os.sep not in spec and not path.is_file():
+        return                                          # a data set name: loaded by common.contexts
+    from jaxrank.data import DATASETS, dataset_name, read_records
+
+    if path.is_dir():
+        _fail(f"--data {spec} is a directory; give a data file ({', '.join(FILE_SUFFIXES)}) or a data set name")
+    if not path.is_file():
+        _fail(f"--data {spec}: no such file (and not a data set name: {', '.join(DATASETS)})")
+    if path.suffix.lower() not in FILE_SUFFIXES:
+        _fail(f"--data {spec}: unknown kind of file {path.suffix or '(no suffix)'}; give a "
+              f"{', '.join(FILE_SUFFIXES)} file")
+    try:
+        ds = read_records(path)
+    except (ValueError, OSError) as e:
+        _fail(str(e))
+    args.data_file, args.data_set, args.data = path, ds, dataset_name(path)
+    if getattr(args, "template", None) == "poe":
+        args.template = "zepo"
+        if args.judge != DEFAULT_JUDGE:
+            print(f"jaxrank: --data {spec}: the 'poe' prompts are written for the built-in data sets; the judge "
+                  f"asks ZEPO's generic seed prompt for {args.aspect!r} (--template FILE gives your own: a text "
+                  "file with {context}, {a} and {b})", file=sys.stderr)
+
+
+def data_contexts(args, *, labels: bool = True):
+    """The contexts of ``--data`` (:func:`jaxrank.assessment.contexts_of`): a data set name through
+    ``common.contexts``; a file's own texts with their human scores (the column named as ``--aspect``,
+    else ``score``) or, where the file has none, NaN scores (the report then ranks without agreement)."""
+    import dataclasses
+
+    import numpy as np
+
+    resolve_data(args)
+    ds = getattr(args, "data_set", None)
+    if ds is None:
+        return common.contexts(args)
+    from jaxrank.assessment.run import contexts_of
+
+    if args.budget is not None and args.budget < 1:
+        raise SystemExit("jaxrank: --budget must be >= 1")
+    text = ("context_id", "context", "candidate_id", "candidate", "reference")
+    scores = [c for c in ds.column_names if c not in text]
+    column = args.aspect if args.aspect in scores else "score" if "score" in scores else None
+    if labels and column is None and scores:
+        _fail(f"--data {args.data_file}: no human score column {args.aspect!r} (--aspect); its score columns: "
+              f"{', '.join(scores)}: pass --aspect with one of them")
+    try:
+        cs = contexts_of(ds, aspect=column, contexts=args.contexts, max_candidates=args.candidates)
+    except ValueError as e:
+        _fail(f"--data {args.data_file}: {e}")
+    if column is None or not any(np.isfinite(x).any() for x in cs.labels):
+        cs = dataclasses.replace(cs, labels=[np.full(len(c), np.nan, np.float32) for c in cs.candidates])
+        column = None
+    if labels:
+        print(f"--data {args.data_file}: {len(cs.ids)} context{'s' * (len(cs.ids) != 1)}, "
+              f"{sum(map(len, cs.candidates))} candidates, " +
+              (f"human scores from column {column!r}" if column else
+               "no human scores: the report ranks the candidates with intervals, without agreement figures") +
+              f"; data set name {args.data}", file=sys.stderr)
+    return cs
+
+
 def _confidence(text):
     if text.strip().lower() in ("none", "off"):
         return "none"
@@ -106,7 +199,7 @@ def _active_options(args):
 def _judge_active(args):
     from jaxrank.assessment.active import active_judge_contexts, check_active
 
-    cs = common.contexts(args)
+    cs = data_contexts(args)
     settings = dict(budget=args.budget, batch_size=args.active_batch, rank_confidence=args.rank_confidence,
                     stop_rule=args.stop_rule)
     try:
@@ -129,7 +222,7 @@ def run_diagnose(args):
 
     if args.diagnose < 1:
         raise SystemExit(f"jaxrank: --diagnose must be >= 1 pair, got {args.diagnose}")
-    cs = common.contexts(args)
+    cs = data_contexts(args)
     judge = common.make_judge(args)
     if not hasattr(judge, "reading"):
         raise SystemExit(f"jaxrank: --diagnose needs an LLM judge; {args.judge} is a similarity judge")
@@ -156,7 +249,7 @@ def run_judge(args, judge=None):
     from jaxrank.distributed import process_share, shard_store_path
 
     num_processes, process_id, coordinator = common.processes(args)
-    cs = common.contexts(args)
+    cs = data_contexts(args)
     judge = common.make_judge(args) if judge is None else judge
     store = common.store_path(args, judge)
     positions = None
@@ -246,6 +339,7 @@ def run_assess(args):
 
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     _active_options(args)
+    resolve_data(args)
     if Path(args.output).exists() and not Path(args.output).is_dir():     # before any judging
         raise SystemExit(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
                          "folder: give a folder name")
@@ -269,7 +363,7 @@ def run_assess(args):
     labels = stored_labels(cs, sel)
     try:
         rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
-                                 debias=args.debias)
+                                 debias=args.debias, candidates=sel.candidates)
     except ValueError as e:
         raise SystemExit(f"jaxrank: {e}")
     extra = {}
@@ -277,7 +371,8 @@ def run_assess(args):
         extra = {"used / all": [f"{run.num_comparisons[r]} / {run.full[r]}" for r in range(len(rep.contexts))],
                  "stopped": [str(run.stopped[r]) for r in range(len(rep.contexts))],
                  "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
-    title = f"{args.data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} contexts"
+    data = f"{args.data_file.name} ({args.data})" if getattr(args, "data_file", None) else args.data
+    title = f"{data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}"
     text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, sel),
                         extra=extra)
     print("\n" + text)
@@ -292,6 +387,6 @@ def run_assess(args):
         for r, ctx in enumerate(sel.contexts):
             act = [int(run.num_comparisons[r]), run.stopped[r], float(run.confidence[r])] if run else []
             for n, cid in enumerate(sel.candidates[r]):
-                w.writerow([ctx, cid, _short(labels[r, n])] + [_short(rep.scores[m][r, n]) for m in methods] + act)
+                w.writerow([ctx, cid, _short(labels[r, n]) if labels[r, n] == labels[r, n] else ""] + [_short(rep.scores[m][r, n]) for m in methods] + act)
     print(f"\nwrote {out / (stem + '.md')} and {out / (stem + '-scores.csv')}")
 

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from jaxrank.cli import _common as common
+from jaxrank.cli.assess import data_contexts, data_option
 
 
 def add_parser(sub):
@@ -16,7 +17,7 @@ def add_parser(sub):
                                    "the fairest survives. Resumable (judgement store + search log). Writes the "
                                    "optimised template for 'jaxrank judge/assess --template FILE'.")
     common.cache_option(z)
-    z.add_argument("--data", default="summeval", help="data set name (default summeval)")
+    data_option(z)
     z.add_argument("--aspect", default="coherence", help="the aspect keyword (default coherence)")
     z.add_argument("--judge", default="smollm2-135m", help="the LLM judge (registry name, checkpoint or .gguf)")
     z.add_argument("--paraphraser", default=None, help="the LLM optimiser (default: the judge's model)")
@@ -52,7 +53,7 @@ def run(args):
     for name in ("epochs", "temperature"):
         if getattr(args, name) < 0:
             raise SystemExit(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
-    cs = common.contexts(args)
+    cs = data_contexts(args, labels=False)      # a file of one's own texts needs no human scores here
     judge = common.make_judge(args)
     if not hasattr(judge, "compare_templates"):
         raise SystemExit(f"jaxrank: --judge {args.judge} is not a prompt judge; ZEPO needs an LLM judge")

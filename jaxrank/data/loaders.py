@@ -123,27 +123,40 @@ def data_dir() -> Path:
     folder above the ``jaxrank`` package) and ``<cwd>/../shared/data``.
 
     Raises:
-        FileNotFoundError: if the chosen folder does not exist.
+        FileNotFoundError: if the chosen folder does not exist; the message names the
+            folders tried and how to point at the data (``export JAXRANK_DATA=...``, or
+            your own file).
     """
-    env = os.environ.get(ENV_VAR)
-    if env:
-        tried = [Path(env)]
-    else:
-        repo_root = Path(__file__).resolve().parents[2]       # jaxrank/data/loaders.py -> the repository
-        tried = [repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    tried = _candidate_dirs()
     for folder in tried:
         if folder.is_dir():
             return folder
-    raise FileNotFoundError(
-        f"no data folder found (tried {', '.join(str(p) for p in tried)}); "
-        f"set {ENV_VAR} to the folder holding the data sets"
-    )
+    raise FileNotFoundError(f"no data folder found: looked in {_where(tried)}. {_HOW}")
+
+
+_HOW = (f"Point at the folder holding the data sets (summeval/, hanna/, ...) with `export {ENV_VAR}=/path/to/data`, "
+        "or judge your own texts from a file: `--data FILE` (.csv, .jsonl, .json or .parquet with context_id, "
+        "context, candidate_id, candidate and an optional score), jaxrank.data.read_records(FILE) in Python.")
+
+
+def _candidate_dirs() -> list[Path]:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return [Path(env).expanduser()]
+    repo_root = Path(__file__).resolve().parents[2]       # jaxrank/data/loaders.py -> the repository
+    return [repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+
+
+def _where(tried: list[Path]) -> str:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return f"{tried[0].resolve()} (from ${ENV_VAR}={env})"
+    return (f"{' and '.join(str(p.resolve()) for p in tried)} (${ENV_VAR} is not set; these are its defaults: "
+            "../shared/data beside the jaxrank repository, then beside the current folder)")
 
 
 def _missing(path: Path) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"data file {path} not found; set {ENV_VAR} (or pass path=) to the folder holding it"
-    )
+    return FileNotFoundError(f"data file {path} not found. {_HOW}")
 
 
 def _read_jsonl(path: Path) -> Iterator[Located]:
@@ -276,8 +289,16 @@ def load_dataset(name: str, *, path: str | os.PathLike | None = None) -> dataset
     import datasets
 
     if name not in _PARSERS:
-        raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
-    file = (Path(path) if path is not None else data_dir()) / _FILES[name]
+        raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}; or give your own texts "
+                         "as a file (--data FILE, jaxrank.data.read_records) or records (jaxrank.data.from_records)")
+    folder = Path(path) if path is not None else data_dir()
+    file = folder / _FILES[name]
+    if not file.is_file():
+        env = os.environ.get(ENV_VAR)
+        origin = ("given as path=" if path is not None else f"from ${ENV_VAR}={env}" if env else
+                  f"the default: ${ENV_VAR} is not set")
+        raise FileNotFoundError(f"data set {name!r}: no file {file}; looked in the data folder {folder.resolve()} "
+                                f"({origin}). {_HOW}")
     read, parse = _PARSERS[name]
     groups: dict[str, list[Record]] = {}
     for where, rec in read(file):
