@@ -217,16 +217,20 @@ def test_a_record_comparing_a_candidate_with_itself_or_of_another_schema_is_repo
 
     path = tmp_path / "s.jsonl"
     good = {"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.3}
-    lines = [good, dict(good, a="y", b="y"), dict(good, b="z", schema=2), dict(good, b="w", schema=1)]
+    lines = [good, dict(good, a="y", b="y"), dict(good, b="z", schema=3), dict(good, b="w", schema=1),
+             dict(good, b="v", schema=2), dict(good, b="u", schema=2, fingerprint="f", context_sha="c",
+                                               a_sha="x", b_sha="u")]
     path.write_text("".join(_json.dumps(r) + "\n" for r in lines))
     scan = check_store(path)
     reasons = sorted(d.reason for d in scan.damaged)
-    assert len(reasons) == 2 and "compares candidate 'y' with itself" in reasons[0]
-    assert "declares schema version 2; this jaxrank reads version 1" in reasons[1]
+    assert len(reasons) == 3 and "compares candidate 'y' with itself" in reasons[0]
+    assert "declares schema version 3; this jaxrank reads versions 1, 2" in reasons[1]
+    assert "schema 2 record without fingerprint, context_sha, a_sha, b_sha" in reasons[2]
     with _warnings.catch_warnings(record=True):
         _warnings.simplefilter("always")
         store = _Store(path)
-    assert len(store) == 2 and ("j", "t", "c", "y", "y") not in store
+    assert len(store) == 3 and ("j", "t", "c", "y", "y") not in store
+    assert ("j", "t", "c", "x", "u", "f", "c", "x", "u") in store and ("j", "t", "c", "x", "u") not in store
     with pytest.raises(ValueError, match="with itself"):
         store.append([dict(good, a="q", b="q")])
 

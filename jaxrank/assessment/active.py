@@ -25,7 +25,8 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxrank.assessment.run import ContextSet, judge_chunk, template_key
+from jaxrank.assessment.run import (ContextSet, judge_chunk, judge_fingerprint, judgement_key, template_key,
+                                    text_hashes)
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
 from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.selection import active_assess
@@ -53,15 +54,17 @@ class StoreJudgeFn:
         self.judge, self.store = judge, store
         if getattr(judge, "prepare", None) is not None:     # an "auto" answer prefix is chosen on this context
             judge.prepare(text, list(candidates))
-        self.name, self.tkey = judge.name, template_key(judge)
+        self.name, self.tkey, self.fingerprint = judge.name, template_key(judge), judge_fingerprint(judge)
         self.context_id, self.text = str(context_id), text
         self.candidates, self.candidate_ids = list(candidates), [str(c) for c in candidate_ids]
+        self.hashes = text_hashes(text, self.candidates, self.candidate_ids)
         self.chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
         self.judged = self.replayed = 0
         self.progress = progress
 
     def _key(self, a: int, b: int):
-        return (self.name, self.tkey, self.context_id, self.candidate_ids[a], self.candidate_ids[b])
+        return judgement_key(self.name, self.tkey, self.fingerprint, self.context_id, self.hashes,
+                             self.candidate_ids[a], self.candidate_ids[b])
 
     def __call__(self, i, j) -> np.ndarray:
         pairs = [(int(a), int(b)) for a, b in zip(np.asarray(i).tolist(), np.asarray(j).tolist())]
@@ -72,7 +75,8 @@ class StoreJudgeFn:
         for start in range(0, len(todo), self.chunk):
             part = np.array(todo[start:start + self.chunk], np.int32)
             judge_chunk(self.judge, self.store, self.name, self.tkey, self.context_id, self.text,
-                        self.candidates, self.candidate_ids, part, progress=self.progress)
+                        self.candidates, self.candidate_ids, part, progress=self.progress,
+                        fingerprint=self.fingerprint, hashes=self.hashes)
             self.judged += len(part)
         return np.array([float(self.store.get(self._key(*pr))["p"]) for pr in pairs], np.float64)
 

@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import warnings
 from typing import Sequence
 
 import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from jaxrank.assessment.store import JudgementStore, StoredComparisons
+from jaxrank.assessment.store import JudgementStore, Key, StoredComparisons, TextHashes, text_sha
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import random_comparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
-           "stored_labels",
-           "template_key"]
+           "stored_labels", "template_key", "judge_fingerprint", "text_hashes", "judgement_key",
+           "StoreMismatchWarning"]
+
+
+class StoreMismatchWarning(UserWarning):
+    """A store holds judgements under this run's ids that were made by another judge checkpoint, from other
+    texts, or before fingerprints: they are not reused, and the run judges those comparisons itself."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +169,45 @@ def judge_comparisons(judge, context: str, candidates: Sequence[str], i=None, j=
     return Comparisons.from_pairs(np.asarray(i), np.asarray(j), np.asarray(res.p, np.float32), num_items=n)
 
 
+def judge_fingerprint(judge) -> str:
+    """The judge part of a judgement's key: ``judge.fingerprint`` (weights and tokenizer of a model judge,
+    :attr:`~jaxrank.judges.PromptJudge.fingerprint`), or ``""`` for a judge that has none."""
+    return str(getattr(judge, "fingerprint", "") or "")
+
+
+def text_hashes(context: str, candidates: Sequence[str], candidate_ids: Sequence[str]) -> TextHashes:
+    """The hashes of one context's texts (:func:`~jaxrank.assessment.store.text_sha`), by candidate id."""
+    return TextHashes(text_sha(context), {str(c): text_sha(t) for c, t in zip(candidate_ids, candidates)})
+
+
+def judgement_key(name: str, tkey: str, fingerprint: str, context_id: str, hashes: TextHashes, a: str,
+                  b: str) -> Key:
+    """The store key of judging candidate ``a`` against ``b`` of one context: names, fingerprint, text hashes."""
+    return Key(name, tkey, str(context_id), str(a), str(b), fingerprint, hashes.context, hashes.candidates[str(a)],
+               hashes.candidates[str(b)])
+
+
+def _mismatch_note(store: JudgementStore, keys: Sequence[Key]) -> str | None:
+    """What the store holds under these keys' ids that is not these judgements, in one sentence (or None)."""
+    legacy = judge = texts = 0
+    for key in keys:
+        for other in store.variants(key):
+            if other.legacy:
+                legacy += 1
+            elif other.fingerprint != key.fingerprint:
+                judge += 1
+            else:
+                texts += 1
+    if not legacy + judge + texts:
+        return None
+    parts = [f"{judge} by another checkpoint or setting of judge {keys[0].judge!r}" if judge else "",
+             f"{texts} of other texts (another data set or edited texts under the same ids)" if texts else "",
+             f"{legacy} written before judgements carried fingerprints (`jaxrank store adopt` reuses them once "
+             "you know they are this judge's judgements of these texts)" if legacy else ""]
+    return (f"{store.path} holds {legacy + judge + texts} judgement(s) under this run's ids that are not this "
+            f"run's: {'; '.join(x for x in parts if x)}. They are not reused; this run judges its own.")
+
+
 def template_key(judge) -> str:
     """The template part of a judgement's store key: the judge's ``template_key``, its template's key, or "none"."""
     key = getattr(judge, "template_key", None)
@@ -191,12 +236,18 @@ def _accepts_progress(judge) -> bool:
 
 def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: str, text: str,
                 candidates: Sequence[str], candidate_ids: Sequence[str], pairs: np.ndarray,
-                progress=None) -> list[dict]:
+                progress=None, *, fingerprint: str | None = None, hashes: TextHashes | None = None) -> list[dict]:
     """Judge ``pairs`` ``[K, 2]`` of one context in one ``compare`` call and append them to ``store``.
+
+    Each record carries the judge's ``fingerprint`` (default :func:`judge_fingerprint`)
+    and the hashes of the texts judged (default :func:`text_hashes` of ``text`` and
+    ``candidates``), so it is keyed by everything that made it.
 
     ``progress`` (a callable taking a count) is told of every finished batch when
     the judge's ``compare`` takes ``progress=``, else of the whole chunk at the end.
     """
+    fingerprint = judge_fingerprint(judge) if fingerprint is None else str(fingerprint)
+    hashes = text_hashes(text, candidates, candidate_ids) if hashes is None else hashes
     if progress is not None and _accepts_progress(judge):
         res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1], progress=progress)
         progress = None
@@ -206,8 +257,10 @@ def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: 
     mass = getattr(res, "label_mass", None)
     recs = []
     for r, (a, b) in enumerate(pairs.tolist()):
-        rec = {"judge": name, "template": tkey, "context": context_id, "a": candidate_ids[a],
-               "b": candidate_ids[b], "i": a, "j": b, "p": float(res.p[r]), "truncated": bool(res.truncated)}
+        ca, cb = str(candidate_ids[a]), str(candidate_ids[b])
+        rec = {"judge": name, "template": tkey, "context": context_id, "a": ca, "b": cb, "i": a, "j": b,
+               "p": float(res.p[r]), "truncated": bool(res.truncated), "fingerprint": fingerprint,
+               "context_sha": hashes.context, "a_sha": hashes.candidates[ca], "b_sha": hashes.candidates[cb]}
         if logits.ndim == 2 and logits.shape[0] == len(pairs):
             rec["logits"] = [float(x) for x in logits[r]]
         if mass is not None:
@@ -249,7 +302,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
     prepare_judge(judge, cs, positions)
-    name, tkey = judge.name, template_key(judge)
+    name, tkey, fp = judge.name, template_key(judge), judge_fingerprint(judge)
     chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
     if positions is None:
         positions = range(len(cs.ids))
@@ -257,15 +310,23 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     bad = [k for k in positions if not 0 <= k < len(cs.ids)]
     if bad:
         raise ValueError(f"positions {bad} outside [0, {len(cs.ids)}) (the contexts of cs)")
-    todo = []
+    todo, hashes, absent = [], {}, []
     for k in positions:
         ctx = cs.ids[k]
         i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_index=k)
         ca = cs.candidate_ids[k]
-        keep = [(a, b) for a, b in zip(i.tolist(), j.tolist())
-                if (name, tkey, ctx, ca[a], ca[b]) not in store]
+        hashes[ctx] = h = text_hashes(cs.texts[k], cs.candidates[k], ca)
+        keep = []
+        for a, b in zip(i.tolist(), j.tolist()):
+            key = judgement_key(name, tkey, fp, ctx, h, ca[a], ca[b])
+            if key not in store:
+                keep.append((a, b))
+                absent.append(key)
         if keep:
             todo.append((k, np.array(keep, np.int32)))
+    note = _mismatch_note(store, absent)
+    if note:
+        warnings.warn(note, StoreMismatchWarning, stacklevel=2)
     total = sum(len(t) for _, t in todo)
     bar = None
     if progress and total:
@@ -276,12 +337,12 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             for start in range(0, len(pairs), chunk):
                 part = pairs[start:start + chunk]
                 judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part,
-                            progress=None if bar is None else bar.update)
+                            progress=None if bar is None else bar.update, fingerprint=fp, hashes=hashes[cs.ids[k]])
     finally:
         if bar is not None:
             bar.close()
     cand = {cs.ids[k]: cs.candidate_ids[k] for k in positions}
-    sel = store.comparisons(judge=name, template=tkey, candidates=cand)
+    sel = store.comparisons(judge=name, template=tkey, fingerprint=fp, candidates=cand, hashes=hashes)
     keep_rows = [r for r, c in enumerate(sel.contexts) if c in cand]
     if len(keep_rows) != len(sel.contexts):       # the store may hold other contexts too
         comps = jax.tree.map(lambda x: x[np.array(keep_rows)], sel.comparisons)

@@ -1,9 +1,19 @@
 """An append-only, crash-safe store of judgements (one JSON object per line).
 
-Every judgement is written as soon as it exists, keyed by
-``(judge, template, context, a, b)`` (``a``/``b``: the candidate ids in
-positions A and B, so the two orders are two keys). Lines are flushed and
-``fsync``-ed per batch; a resumed run asks only for the keys that are missing.
+Every judgement is written as soon as it exists, keyed by what made it
+(:class:`Key`): the judge's name and **fingerprint** (its weights and tokenizer,
+:attr:`jaxrank.models.LoadedModel.fingerprint`), the template key, the context id
+and the candidate ids in positions A and B (so the two orders are two keys),
+and a **hash of the context text and of both candidate texts** (:func:`text_sha`).
+A store holding judgements of other texts, or of another checkpoint, under the
+same ids is therefore never read as this run's (``judge_contexts`` says what it
+found and judges what is missing). Lines are flushed and ``fsync``-ed per batch;
+a resumed run asks only for the keys that are missing.
+
+Records written before fingerprints (schema 1: no ``fingerprint``, no text hashes)
+are read as they are (their hash fields are empty, so they match no new run's
+key); :func:`adopt_store` (``jaxrank store adopt``) stamps them with a judge's
+fingerprint and a data set's text hashes when you know they belong together.
 
     >>> store = JudgementStore("runs/summeval-coherence.jsonl")
     >>> todo = [k for k in keys if k not in store]
@@ -37,6 +47,7 @@ keeps the first and moves the later ones aside). :func:`check_store`
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -51,23 +62,68 @@ import numpy as np
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
-           "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store"]
+           "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store", "text_sha", "TextHashes",
+           "adopt_store", "Adopted"]
 
 _FIELDS = ("judge", "template", "context", "a", "b")
-SCHEMA_VERSION = 1
-"""The record layout this jaxrank reads and writes; a record may say so in ``"schema"`` (absent: 1). A line
-declaring another version is not read as a judgement: it is reported (``jaxrank store check``) and moved
-aside like any damaged line, never silently taken."""
+_STAMP = ("fingerprint", "context_sha", "a_sha", "b_sha")
+SCHEMA_VERSION = 2
+"""The record layout this jaxrank writes: version 2 carries the judge's ``fingerprint`` and the texts'
+hashes (``context_sha``, ``a_sha``, ``b_sha``) and says ``"schema": 2``; version 1 (no ``schema`` field,
+none of those) is still read. A line declaring another version is not read as a judgement: it is reported
+(``jaxrank store check``) and moved aside like any damaged line, never silently taken."""
+READABLE_SCHEMAS = (1, 2)
+TEXT_SHA_LENGTH = 16
+"""Hex digits of a text's SHA-256 kept in a key (64 bits: a collision between two texts of one id is
+out of reach)."""
+
+
+def text_sha(text: str) -> str:
+    """The hash of a text in a judgement's key: the first :data:`TEXT_SHA_LENGTH` hex digits of the
+    SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:TEXT_SHA_LENGTH]
+
+
+class TextHashes(NamedTuple):
+    """The hashes of one context's texts (:func:`text_sha`): the context's and each candidate id's."""
+
+    context: str
+    candidates: Mapping[str, str]
 
 
 class Key(NamedTuple):
-    """The identity of one judgement."""
+    """The identity of one judgement: what made it.
+
+    The first five fields name it (judge name, template key, context id, the
+    candidate ids in positions A and B); the last four say what it was made
+    from: the judge's ``fingerprint`` and the hashes of the context text and of
+    the two candidate texts (:func:`text_sha`). They default to ``""``, the
+    value of records written before fingerprints (schema 1).
+    """
 
     judge: str
     template: str
     context: str
     a: str
     b: str
+    fingerprint: str = ""
+    context_sha: str = ""
+    a_sha: str = ""
+    b_sha: str = ""
+
+    @property
+    def ids(self) -> tuple[str, str, str, str, str]:
+        """The naming part ``(judge, template, context, a, b)``."""
+        return tuple(self[:5])
+
+    @property
+    def legacy(self) -> bool:
+        """Written before fingerprints: no judge fingerprint and no text hashes."""
+        return not any(self[5:])
+
+
+def _key_of(rec: Mapping) -> Key:
+    return Key(*(str(rec[f]) for f in _FIELDS), *(str(rec.get(f) or "") for f in _STAMP))
 
 
 class StoredComparisons(NamedTuple):
@@ -149,11 +205,15 @@ def _parse(raw: bytes) -> tuple[Key, dict]:
         raise ValueError(f"field p={p!r} must be a probability in [0, 1]")
     if str(rec["a"]) == str(rec["b"]):
         raise ValueError(f"compares candidate {rec['a']!r} with itself")
-    version = rec.get("schema", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"declares schema version {version!r}; this jaxrank reads version {SCHEMA_VERSION} "
-                         "(a newer jaxrank wrote it: upgrade to read it)")
-    return Key(*(str(rec[f]) for f in _FIELDS)), rec
+    version = rec.get("schema", 1)
+    if isinstance(version, bool) or version not in READABLE_SCHEMAS:
+        raise ValueError(f"declares schema version {version!r}; this jaxrank reads versions "
+                         f"{', '.join(map(str, READABLE_SCHEMAS))} (a newer jaxrank wrote it: upgrade to read it)")
+    if version >= 2:
+        missing = [f for f in _STAMP if not isinstance(rec.get(f), str)]
+        if missing:
+            raise ValueError(f"schema 2 record without {', '.join(missing)} (a string each)")
+    return _key_of(rec), rec
 
 
 def _scan_bytes(data: bytes, first_line: int = 1, known: dict | None = None) -> StoreScan:
@@ -336,6 +396,7 @@ class JudgementStore:
         self.lock_timeout = float(lock_timeout)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: dict[Key, dict] = {}
+        self._index: dict | None = None
         self._offset, self._lines, self._inode = 0, 0, None
         with _Lock(self.path, self.lock_timeout):
             self._reload()
@@ -360,6 +421,7 @@ class JudgementStore:
                               f"{_damaged_path(self.path)}: line {where}{more}; every valid record is kept",
                               StoreDamageWarning, stacklevel=3)
         self._records = {k: rec for k, (_, rec) in scan.records.items()}
+        self._index = None
         self._offset, self._lines = len(data), data.count(b"\n")
         self._inode = os.stat(self.path).st_ino if self.path.exists() else None
 
@@ -367,6 +429,7 @@ class JudgementStore:
         """Under the lock: take in what other processes appended since we last looked."""
         if not self.path.exists():
             self._records, self._offset, self._lines, self._inode = {}, 0, 0, None
+            self._index = None
             return
         st = os.stat(self.path)
         if st.st_ino != self._inode or st.st_size < self._offset:      # rewritten (a repair): read it all
@@ -383,6 +446,7 @@ class JudgementStore:
         known = {k: (0, r) for k, r in self._records.items()}
         scan = _scan_bytes(new, first_line=self._lines + 1, known=known)
         self._records = {k: rec for k, (_, rec) in scan.records.items()}
+        self._index = None
         self._offset += len(new)
         self._lines += new.count(b"\n")
 
@@ -409,6 +473,17 @@ class JudgementStore:
         """The keys of ``keys`` not yet in the store, in order."""
         return [Key(*k) for k in keys if Key(*k) not in self._records]
 
+    def variants(self, key) -> list[Key]:
+        """The stored keys with the same names as ``key`` (judge, template, context, a, b) but another
+        judge fingerprint or other texts: judgements of something else under the same ids."""
+        if self._index is None:
+            index: dict[tuple, list[Key]] = {}
+            for k in self._records:
+                index.setdefault(k.ids, []).append(k)
+            self._index = index
+        key = Key(*key)
+        return [k for k in self._index.get(key.ids, ()) if k != key]
+
     def append(self, records: Sequence[Mapping]) -> None:
         """Write records (each with the key fields and ``p``) and make them durable.
 
@@ -429,12 +504,15 @@ class JudgementStore:
                 raise ValueError(f"record {dict(rec)!r}: p must be a probability in [0, 1]")
             if str(rec["a"]) == str(rec["b"]):
                 raise ValueError(f"record {dict(rec)!r}: compares candidate {rec['a']!r} with itself")
-            clean.append({k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()})
+            rec = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()}
+            if any(rec.get(f) for f in _STAMP):            # stamped: schema 2, every stamp field a string
+                rec = {**rec, **{f: str(rec.get(f) or "") for f in _STAMP}, "schema": SCHEMA_VERSION}
+            clean.append(rec)
         with _Lock(self.path, self.lock_timeout):
             self._refresh()
             lines, seen = [], {}
             for rec in clean:
-                key = Key(*(str(rec[f]) for f in _FIELDS))
+                key = _key_of(rec)
                 if key in self._records or key in seen:
                     continue
                 seen[key] = rec
@@ -447,39 +525,56 @@ class JudgementStore:
                 f.flush()
                 os.fsync(f.fileno())
             self._records.update(seen)
+            self._index = None
             self._offset += len(blob)
             self._lines += len(lines)
             if self._inode is None:
                 self._inode = os.stat(self.path).st_ino
 
-    def records(self, *, judge: str | None = None, template: str | None = None) -> list[dict]:
-        """Stored records, optionally only those of one judge and/or template."""
+    def records(self, *, judge: str | None = None, template: str | None = None,
+                fingerprint: str | None = None, hashes: Mapping[str, TextHashes] | None = None) -> list[dict]:
+        """Stored records, optionally only those of one judge, template and/or judge fingerprint, and only
+        those of the texts ``hashes`` (per context id: :class:`TextHashes`; other contexts are left out)."""
+        def texts_match(k: Key) -> bool:
+            h = hashes.get(k.context)
+            return h is not None and k.context_sha == h.context and k.a_sha == h.candidates.get(k.a) \
+                and k.b_sha == h.candidates.get(k.b)
+
         return [r for k, r in self._records.items()
-                if (judge is None or k.judge == judge) and (template is None or k.template == template)]
+                if (judge is None or k.judge == judge) and (template is None or k.template == template)
+                and (fingerprint is None or k.fingerprint == fingerprint) and (hashes is None or texts_match(k))]
 
     def comparisons(self, *, judge: str | None = None, template: str | None = None,
-                    candidates: Mapping[str, Sequence[str]] | None = None) -> StoredComparisons:
+                    candidates: Mapping[str, Sequence[str]] | None = None, fingerprint: str | None = None,
+                    hashes: Mapping[str, TextHashes] | None = None) -> StoredComparisons:
         """The stored judgements as a padded :class:`~jaxrank.Comparisons` batch, one row per context.
 
         Args:
-            judge, template: select one judge / template (required when the
-                store holds several: mixing them in one set is refused).
+            judge, template, fingerprint: select one judge / template / judge
+                fingerprint (required when the store holds several: mixing them
+                in one set is refused; ``fingerprint=""`` selects records written
+                before fingerprints).
             candidates: per context id, the candidate ids in item order (e.g. all
                 candidates of the data set, so items never judged are kept); by
                 default the candidates that appear, in order of first appearance.
+            hashes: per context id, the hashes of its texts (:class:`TextHashes`):
+                only judgements of exactly these texts are taken, only of these
+                contexts.
 
         Raises:
-            ValueError: no matching records, or several judges/templates mixed.
+            ValueError: no matching records, or several judges/templates/fingerprints mixed.
         """
         self.refresh()
-        recs = self.records(judge=judge, template=template)
+        recs = self.records(judge=judge, template=template, fingerprint=fingerprint, hashes=hashes)
         if not recs:
-            raise ValueError(f"{self.path}: no judgements for judge={judge!r}, template={template!r}")
-        for field, chosen in (("judge", judge), ("template", template)):
-            seen = {r[field] for r in recs}
+            raise ValueError(f"{self.path}: no judgements for judge={judge!r}, template={template!r}"
+                             + ("" if fingerprint is None else f", fingerprint={fingerprint!r}")
+                             + ("" if hashes is None else " of these texts"))
+        for field, chosen in (("judge", judge), ("template", template), ("fingerprint", fingerprint)):
+            seen = {str(r.get(field) or "") for r in recs}
             if chosen is None and len(seen) > 1:
-                raise ValueError(f"{self.path} holds several {field}s ({', '.join(sorted(seen))}); choose one "
-                                 f"with {field}=")
+                shown = ", ".join(sorted(x or "'' (written before fingerprints)" for x in seen))
+                raise ValueError(f"{self.path} holds several {field}s ({shown}); choose one with {field}=")
         by_ctx: dict[str, list[dict]] = {}
         for r in recs:
             by_ctx.setdefault(str(r["context"]), []).append(r)
@@ -506,8 +601,11 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
                  lock_timeout: float = 60.0) -> int:
     """Append to the store ``path`` every judgement of the stores ``shards`` it lacks (e.g. per-process shards).
 
-    The shards are only read. Rerunning the merge (or merging a shard that grew
-    since) appends only what is new, so a merge is safe to repeat.
+    The shards are only read (under their locks), never changed: a damaged line
+    in a shard (a torn last line of a killed writer included) is not merged and
+    a :class:`StoreDamageWarning` names it; ``jaxrank store repair SHARD`` moves
+    it aside. Rerunning the merge (or merging a shard that grew since) appends
+    only what is new, so a merge is safe to repeat.
 
     Args:
         path: the merged store (created if absent).
@@ -518,8 +616,9 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
         How many records were appended.
 
     Raises:
-        ValueError: no shards, a shard that does not exist, or one key with
-            different ``p`` in two stores (names both).
+        ValueError: no shards, a shard that does not exist, one key with
+            different ``p`` in two stores (names both), or one key stored twice
+            with different records within a shard.
     """
     if not shards:
         raise ValueError("shards is empty: give the store shards to merge")
@@ -530,12 +629,83 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
     source = {k: str(out.path) for k in out._records}
     before = len(out)
     for shard in shards:
-        recs = JudgementStore(shard, lock_timeout=lock_timeout).records()
+        scan = check_store(shard, lock_timeout=lock_timeout)
+        if scan.different:
+            c = scan.different[0]
+            raise ValueError(f"{shard}: key {tuple(c.key)} is stored on lines {c.first_line} and {c.line} with "
+                             f"different records; `jaxrank store repair {shard}` keeps the first")
+        if scan.damaged:
+            where = ", ".join(f"{d.line} ({d.reason})" for d in scan.damaged[:3])
+            warnings.warn(f"{shard}: {len(scan.damaged)} damaged line(s) not merged: line {where}; the shard is "
+                          f"left as it is (`jaxrank store repair {shard}` moves them aside)",
+                          StoreDamageWarning, stacklevel=2)
+        recs = [rec for _, rec in scan.records.values()]
         for rec in recs:
-            key = Key(*(str(rec[f]) for f in _FIELDS))
+            key = _key_of(rec)
             old = out.get(key)
             if old is not None and float(old["p"]) != float(rec["p"]):
                 raise ValueError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in {shard}")
             source.setdefault(key, str(shard))
         out.append(recs)
     return len(out) - before
+
+
+class Adopted(NamedTuple):
+    """What :func:`adopt_store` did: records stamped, and legacy records of the judge left as they were
+    because their context or a candidate id is not in the given texts (or a stamped copy already exists)."""
+
+    stamped: int
+    unknown_ids: int
+    already: int
+
+
+def adopt_store(path: str | os.PathLike, *, judge: str, fingerprint: str, hashes: Mapping[str, TextHashes],
+                template: str | None = None, lock_timeout: float = 60.0) -> Adopted:
+    """Stamp the records a store holds from before fingerprints (schema 1) with a judge's fingerprint and the
+    hashes of the texts they judged, so that runs of that judge on those texts reuse them.
+
+    Only you know that the old records were made by this checkpoint from these
+    texts: this is the explicit step that says so (``jaxrank store adopt``). The
+    store is rewritten atomically under its lock; records of other judges, and
+    stamped records, are left as they are.
+
+    Args:
+        path: the store.
+        judge: the judge name of the records to stamp.
+        fingerprint: the judge's fingerprint (``judge.fingerprint``).
+        hashes: per context id, the hashes of its texts (:class:`TextHashes`).
+        template: only records of this template key (default: all of the judge's).
+        lock_timeout: as for :class:`JudgementStore`.
+
+    Raises:
+        FileNotFoundError: no store at ``path``.
+        ValueError: an empty ``fingerprint``, or a key stored twice with different records.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such store")
+    if not fingerprint:
+        raise ValueError("fingerprint is empty: give the judge's fingerprint (judge.fingerprint)")
+    store = JudgementStore(path, lock_timeout=lock_timeout)       # moves damage aside, refuses conflicts
+    stamped = unknown = already = 0
+    with _Lock(path, lock_timeout):
+        store._refresh()
+        out = []
+        for key, rec in store._records.items():
+            if key.legacy and key.judge == judge and (template is None or key.template == template):
+                h = hashes.get(key.context)
+                a, b = (h.candidates.get(key.a), h.candidates.get(key.b)) if h is not None else (None, None)
+                if a is None or b is None:
+                    unknown += 1
+                else:
+                    new = {**rec, "fingerprint": fingerprint, "context_sha": h.context, "a_sha": a, "b_sha": b,
+                           "schema": SCHEMA_VERSION}
+                    if _key_of(new) in store._records:
+                        already += 1
+                    else:
+                        rec = new
+                        stamped += 1
+            out.append(json.dumps(rec, ensure_ascii=False) + "\n")
+        if stamped:
+            _fsync_write(path, "".join(out).encode("utf-8"))
+    return Adopted(stamped, unknown, already)

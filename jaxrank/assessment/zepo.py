@@ -35,6 +35,7 @@ import jax
 import numpy as np
 
 from jaxrank import fairness as fair
+from jaxrank.assessment.run import judge_fingerprint, judgement_key, text_hashes
 from jaxrank.assessment.store import JudgementStore
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.textgen import as_loaded, generate_texts
@@ -196,17 +197,22 @@ def stored_key(judge, template: PairwiseTemplate) -> str:
 def _judge_missing(judge, store: JudgementStore, templates: Sequence[PairwiseTemplate], ctx_id: str, text: str,
                    cand_ids: Sequence[str], cands: Sequence[str], pairs: np.ndarray, progress=None) -> int:
     """Judge the pairs of one context not yet stored for any of ``templates``, in one batched call."""
-    name = judge.name
+    name, fp = judge.name, judge_fingerprint(judge)
+    h = text_hashes(text, cands, cand_ids)
     keys = [stored_key(judge, t) for t in templates]
     todo = [(t, key) for t, key in zip(templates, keys)
-            if store.missing((name, key, ctx_id, cand_ids[a], cand_ids[b]) for a, b in pairs.tolist())]
+            if store.missing(judgement_key(name, key, fp, ctx_id, h, cand_ids[a], cand_ids[b])
+                             for a, b in pairs.tolist())]
     if not todo:
         return 0
     res = judge.compare_templates([t for t, _ in todo], text, cands, pairs[:, 0], pairs[:, 1], progress=progress)
     recs = []
     for (t, key), r in zip(todo, res):
         for n, (a, b) in enumerate(pairs.tolist()):
-            recs.append({"judge": name, "template": key, "context": ctx_id, "a": cand_ids[a], "b": cand_ids[b],
+            ca, cb = str(cand_ids[a]), str(cand_ids[b])
+            recs.append({"judge": name, "template": key, "context": ctx_id, "a": ca, "b": cb,
+                         "fingerprint": fp, "context_sha": h.context, "a_sha": h.candidates[ca],
+                         "b_sha": h.candidates[cb],
                          "i": a, "j": b, "p": float(r.p[n]), "truncated": bool(r.truncated),
                          "logits": [float(x) for x in r.logits[n]],
                          **({} if r.label_mass is None else {"label_mass": float(r.label_mass[n])})})
@@ -231,9 +237,14 @@ def score_templates(judge, templates: Sequence[PairwiseTemplate], sample: Search
                    [CONTENT_FREE, CONTENT_FREE], cf_pairs)
 
     keys = {id(t): stored_key(judge, t) for t in templates}
+    fp = judge_fingerprint(judge)
+    hashes = {**{c: text_hashes(sample.texts[n], sample.candidates[n], sample.candidate_ids[n])
+                 for n, c in enumerate(sample.ids)},
+              CONTENT_FREE: text_hashes(CONTENT_FREE, [CONTENT_FREE, CONTENT_FREE], ["na-0", "na-1"])}
 
     def read(t, ctx_id, cids, pairs):
-        return [store.get((judge.name, keys[id(t)], ctx_id, cids[a], cids[b]))["p"] for a, b in pairs.tolist()]
+        return [store.get(judgement_key(judge.name, keys[id(t)], fp, ctx_id, hashes[ctx_id], cids[a], cids[b]))["p"]
+                for a, b in pairs.tolist()]
 
     p = np.array([[x for c in range(len(sample.ids))
                    for x in read(t, sample.ids[c], sample.candidate_ids[c], sample.pairs[c])] for t in templates],

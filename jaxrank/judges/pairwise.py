@@ -239,6 +239,13 @@ class PromptJudge:
         return name if self.soft_prompt is None else f"{name}+{self.soft_prompt.key}"
 
     @property
+    def fingerprint(self) -> str:
+        """What the judge is, for the store's keys: the model's fingerprint (its checkpoint's weights and
+        tokenizer, and the parameters' dtype; :attr:`~jaxrank.models.LoadedModel.fingerprint`) and the
+        context window it cuts prompts to (``"...-float32-L8192"``)."""
+        return f"{self.lm.fingerprint}-L{self.max_length}"
+
+    @property
     def template_key(self) -> str:
         """The store's template key: the template's key and a hash of how the answer is read.
 

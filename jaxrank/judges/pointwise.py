@@ -162,6 +162,11 @@ class _PointwiseBase:
         """Judge id: the model name (plus ``-nochat`` when a chat model is used raw)."""
         return self.lm.name + ("" if self.chat or not self.lm.chat_template else "-nochat")
 
+    @property
+    def fingerprint(self) -> str:
+        """What the judge is, for stored scores: the model's fingerprint and the context window."""
+        return f"{self.lm.fingerprint}-L{self.max_length}"
+
     def _wrap(self, message: str, answer_prefix: str = "") -> str:
         """The user message in the chat template (or raw, followed by a blank line), then ``answer_prefix``."""
         if self.chat:

@@ -155,6 +155,11 @@ class SamplingJudge:
         """Judge id: the model name, ``-sampled``, ``K`` and the temperature."""
         return f"{self.prompt.name}-sampled-k{self.num_samples}-t{self.temperature:g}"
 
+    @property
+    def fingerprint(self) -> str:
+        """The model's fingerprint (:attr:`PromptJudge.fingerprint`); sampling settings are in :attr:`name`."""
+        return f"{self.prompt.fingerprint}-n{self.max_new_tokens}-s{self.seed}-p{self.top_p:g}"
+
     def token_rows(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[int]], bool]:
         """One prompt (the whole text's token ids, up to the answer and its prefix, if any) per comparison,
         and whether the context had to be cut to leave room for the answer."""
@@ -221,6 +226,9 @@ class CallableJudge:
         fn: ``list[str] -> list[float]`` or ``-> list[str] | list[list[str]]``.
         template: the comparative prompt (default :data:`GENERIC_TEMPLATE`).
         name: the judge id (stored with the judgements).
+        fingerprint: what the function is, for the store's keys (e.g. the model
+            and version it calls): judgements stored under another fingerprint are
+            not reused. Default ``""``: the function is identified by ``name`` only.
         kind: ``"probability"`` or ``"text"``.
         parser: text parser (default :func:`label_parser` of the template's labels).
         num_samples: calls per comparison set when ``fn`` returns one text per prompt.
@@ -233,7 +241,7 @@ class CallableJudge:
     """
 
     def __init__(self, fn: Callable, template: PairwiseTemplate | None = None, *, name: str,
-                 kind: str = "probability", parser: Callable[[str], float | None] | None = None,
+                 fingerprint: str = "", kind: str = "probability", parser: Callable[[str], float | None] | None = None,
                  num_samples: int = 1, batch_size: int | None = None):
         if kind not in ("probability", "text"):
             raise ValueError(f"kind must be 'probability' or 'text', got {kind!r}")
@@ -243,7 +251,7 @@ class CallableJudge:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.fn, self.kind, self.name = fn, kind, str(name)
+        self.fn, self.kind, self.name, self.fingerprint = fn, kind, str(name), str(fingerprint)
         self.template = template or GENERIC_TEMPLATE
         self.parser = parser or label_parser(self.template.labels)
         self.num_samples, self.batch_size = int(num_samples), batch_size

@@ -80,6 +80,12 @@ class SimilarityJudge:
         """Judge id: the encoder name and ``k``."""
         return f"{self.lm.name}-cos-k{self.k:g}"
 
+    @property
+    def fingerprint(self) -> str:
+        """What the judge is, for the store's keys: the encoder's fingerprint
+        (:attr:`~jaxrank.models.LoadedModel.fingerprint`), the token limit and the pooling."""
+        return f"{self.lm.fingerprint}-L{self.max_length}-{self.pooling}"
+
     def _tokens(self, text: str) -> tuple[list[int], bool]:
         ids = list(self.lm.tokenizer(text, add_special_tokens=True, truncation=True,
                                      max_length=self.max_length + 1)["input_ids"])

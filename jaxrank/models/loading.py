@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxrank.models import gguf
 from jaxrank.models import registry
+from jaxrank.models.fingerprint import checkpoint_fingerprint, parameters_dtype, parameters_fingerprint
 
 __all__ = ["LoadedModel", "load_model", "read_safetensors", "read_checkpoint", "build_model",
            "ARCHITECTURES"]
@@ -77,6 +78,23 @@ class LoadedModel:
     path: Path
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
+
+    @property
+    def fingerprint(self) -> str:
+        """What the model is, for the keys of stored judgements: the content hash of the checkpoint it was
+        read from (:func:`~jaxrank.models.fingerprint.checkpoint_fingerprint`: weights and tokenizer, cached
+        by path, size and mtime), or of its parameters and tokenizer when no file is behind it; then the
+        parameters' dtype (``"3f2a...-float32"``). Computed once per object: parameters changed in memory
+        after loading are not seen (build a new ``LoadedModel``)."""
+        fp = self.__dict__.get("_fingerprint")
+        if fp is None:
+            try:
+                content = checkpoint_fingerprint(self.path)
+            except (FileNotFoundError, TypeError):
+                content = parameters_fingerprint(self.model, self.tokenizer)
+            fp = f"{content}-{parameters_dtype(self.model)}"
+            self.__dict__["_fingerprint"] = fp
+        return fp
 
 
 def _bf16():
