@@ -314,14 +314,14 @@ def _short(x) -> str:
 def _reading_lines(args, judge, sel) -> list[str]:
     """The report's lines on how the judge read the model: its answer prefix and the label mass."""
     from jaxrank.assessment.report import label_mass_lines
-    from jaxrank.assessment.run import template_key
+    from jaxrank.assessment.run import judge_fingerprint, template_key
     from jaxrank.assessment.store import JudgementStore
 
     if not hasattr(judge, "reading"):
         return [common.DEFAULT_JUDGE_WHY, ""] if args.judge == DEFAULT_JUDGE else []
     keep = set(sel.contexts)
-    recs = [r for r in JudgementStore(common.store_path(args, judge)).records(judge=judge.name,
-                                                                             template=template_key(judge))
+    recs = [r for r in JudgementStore(common.store_path(args, judge)).records(
+                judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge))
             if r["context"] in keep]
     choice = getattr(judge, "answer_prefix_choice", None)
     how = (f"answer prefix {judge.template.answer_prefix!r} ("
