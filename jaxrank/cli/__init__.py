@@ -39,6 +39,7 @@ import sys
 
 from jaxrank.cli import _common as common
 from jaxrank.cli import assess, rank, store, zepo
+from jaxrank.cli._notices import quiet_torch_notice
 
 __all__ = ["build_parser", "main"]
 
@@ -83,12 +84,13 @@ def _main(argv=None):
     if mass is not None and not 0.0 <= mass <= 1.0:
         raise SystemExit(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")
     common.enable_cache(args)
-    if args.command == "judge" and args.diagnose is not None:
-        assess.run_diagnose(args)
-    elif args.command == "judge":
-        assess.run_judge(args)
-    elif args.command == "assess":
-        assess.run_assess(args)
-    elif args.command == "zepo":
-        zepo.run(args)
+    with quiet_torch_notice():       # transformers' "PyTorch was not found" says nothing of jaxrank's own models
+        if args.command == "judge" and args.diagnose is not None:
+            assess.run_diagnose(args)
+        elif args.command == "judge":
+            assess.run_judge(args)
+        elif args.command == "assess":
+            assess.run_assess(args)
+        elif args.command == "zepo":
+            zepo.run(args)
 

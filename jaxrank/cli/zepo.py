@@ -43,9 +43,8 @@ def add_parser(sub):
 
 def run(args):
     """Run ``jaxrank zepo``."""
-    from tqdm.auto import tqdm
-
     from jaxrank.assessment import zepo
+    from jaxrank.assessment.progress import progress_bar
 
     for name in ("sample_contexts", "budget", "population", "batch_size"):
         if getattr(args, name) < 1:
@@ -65,8 +64,8 @@ def run(args):
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
     stem = Path("results/zepo") / f"{args.data}-{args.aspect}-{judge.name}"
-    bar = None if args.no_progress else tqdm(total=(1 + args.epochs * args.population) * sample.size,
-                                             desc="judging candidates", unit="cmp", smoothing=0.1)
+    bar = None if args.no_progress else progress_bar((1 + args.epochs * args.population) * sample.size,
+                                                     "judging candidates")
     rows = []
 
     def show(ep):
