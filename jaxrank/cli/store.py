@@ -1,4 +1,5 @@
-"""``jaxrank store check|repair PATH``: damaged lines and keys stored twice in a judgement store."""
+"""``jaxrank store check|repair|merge|adopt PATH``: damaged lines and keys stored twice in a judgement store,
+merging per-process shards, and stamping judgements written before fingerprints."""
 
 from __future__ import annotations
 
@@ -11,11 +12,20 @@ def add_parser(sub):
                         description="check: report damaged lines and keys stored twice, change nothing (exit "
                                     "status 1 if any); repair: move them, with their line numbers, to "
                                     "PATH.damaged, keeping the first record of every key.")
-    st.add_argument("action", choices=("check", "repair", "merge"),
+    st.add_argument("action", choices=("check", "repair", "merge", "adopt"),
                     help="merge: append to PATH every judgement of the SHARDS it lacks (the per-process "
-                         "stores of `jaxrank judge --num-processes`); safe to repeat")
+                         "stores of `jaxrank judge --num-processes`); safe to repeat. adopt: stamp the "
+                         "judgements of --judge written before fingerprints (older jaxrank) with that judge's "
+                         "fingerprint and the hashes of --data's texts, so runs reuse them; only when you know "
+                         "they were made by this checkpoint from these texts")
     st.add_argument("path", help="the judgement store (.jsonl)")
     st.add_argument("shards", nargs="*", help="merge: the stores to merge into PATH")
+    st.add_argument("--judge", help="adopt: the judge that made the old judgements (registered name or path)")
+    st.add_argument("--data", help="adopt: the data set whose texts they judged (name)")
+    st.add_argument("--template-key", dest="template_key", default=None,
+                    help="adopt: only the judgements of this stored template key (default: all of the judge's)")
+    st.set_defaults(template="poe", aspect=None, batch_size=8, soft_prompt=None, answer_prefix="none",
+                    min_label_mass=0.5, strict=False)
 
 
 def run(args):
@@ -31,6 +41,8 @@ def run(args):
         return
     if args.shards:
         raise SystemExit(f"jaxrank: store {args.action} takes one PATH, not shards")
+    if args.action == "adopt":
+        return _adopt(args)
     if not Path(args.path).is_file():
         raise SystemExit(f"jaxrank: {args.path}: no such file")
     try:
@@ -53,3 +65,35 @@ def run(args):
               f"damaged lines itself, but refuses a key stored with different records)")
         raise SystemExit(1)
 
+
+
+def _adopt(args):
+    """``jaxrank store adopt PATH --judge J --data D``."""
+    if not args.judge or not args.data:
+        raise SystemExit("jaxrank: store adopt needs --judge (the judge that made the judgements) and --data "
+                         "(the data set whose texts they judged)")
+    if not Path(args.path).is_file():
+        raise SystemExit(f"jaxrank: {args.path}: no such file")
+    from jaxrank.assessment.run import contexts_of, judge_fingerprint, text_hashes
+    from jaxrank.assessment.store import adopt_store
+    from jaxrank.cli._common import make_judge
+    from jaxrank.data import load_dataset
+
+    try:
+        ds = load_dataset(args.data)
+        cs = contexts_of(ds)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: --data: {e}")
+    texts = ("context_id", "context", "candidate_id", "candidate", "reference")
+    args.aspect = next((c for c in ds.column_names if c not in texts), None)   # any: only the model matters
+    judge = make_judge(args)
+    hashes = {c: text_hashes(t, cands, ids) for c, t, cands, ids in zip(cs.ids, cs.texts, cs.candidates,
+                                                                          cs.candidate_ids)}
+    try:
+        done = adopt_store(args.path, judge=judge.name, fingerprint=judge_fingerprint(judge), hashes=hashes,
+                           template=args.template_key)
+    except (ValueError, OSError, TimeoutError) as e:
+        raise SystemExit(f"jaxrank: store adopt: {e}")
+    print(f"{args.path}: {done.stamped} judgement(s) of {judge.name} stamped with its fingerprint "
+          f"{judge_fingerprint(judge)} and the texts of {args.data}; {done.unknown_ids} left as they were (a "
+          f"context or candidate id not in {args.data}); {done.already} already stored stamped")
