@@ -86,6 +86,7 @@ def _source_digest() -> str:
 
 
 _SOURCE_DIGEST: str | None = None
+_MAGIC = b"jaxrank-export-v2"
 
 
 class ExportedProgram:
@@ -102,8 +103,11 @@ class ExportedProgram:
     The key of an artifact is ``name``, the shapes and dtypes of the
     arguments, the jax and jaxlib versions, the default backend and a digest
     of jaxrank's source files, so an edited jaxrank or another JAX never reads
-    a stale program. An artifact that fails to deserialize (a truncated file)
-    is traced and written again. Arguments are arrays only (a flat tuple; pass
+    a stale program. The file starts with a digest of that key and of the
+    serialized program, checked before it is read: an artifact replaced by
+    another one (another scorer's program copied over it, a file edited or
+    truncated) or reached through a symbolic link is never run; it is traced and
+    written again, as is one that fails to deserialize. Arguments are arrays only (a flat tuple; pass
     static settings in ``name`` and close over them in ``fn``); the result is a
     pytree of arrays (dicts, lists, tuples; no ``None`` leaves).
 
@@ -122,15 +126,38 @@ class ExportedProgram:
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir().parent / "exported"
         self._calls: dict[str, Callable] = {}
 
-    def path(self, *args) -> Path:
-        """The artifact file of a call with ``args``."""
+    def _key(self, *args) -> str:
         import jax  # deliberately lazy: see the module docstring
         import jaxlib
 
         sig = ";".join(f"{tuple(getattr(a, 'shape', ()))}:{getattr(a, 'dtype', type(a).__name__)}" for a in args)
-        key = "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(), _source_digest()])
+        return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(),
+                         _source_digest()])
+
+    def path(self, *args) -> Path:
+        """The artifact file of a call with ``args``."""
         stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in self.name)[:60]
-        return self.directory / f"{stem}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.jaxexport"
+        return self.directory / f"{stem}-{hashlib.sha256(self._key(*args).encode()).hexdigest()[:32]}.jaxexport"
+
+    @staticmethod
+    def _digest(key: str, payload: bytes) -> bytes:
+        return hashlib.sha256(key.encode() + b"\0" + payload).hexdigest().encode()
+
+    def _read(self, path: Path, key: str):
+        """The program in ``path`` if its header's digest matches ``key`` and its content, else ``None``."""
+        import jax
+
+        if path.is_symlink() or not path.is_file():
+            return None
+        data = path.read_bytes()
+        head, _, payload = data.partition(b"\n")
+        magic, _, digest = head.partition(b" ")
+        if magic != _MAGIC or digest != self._digest(key, payload):
+            return None                       # another program, an edited or truncated file: never run it
+        try:
+            return jax.export.deserialize(bytearray(payload))
+        except Exception:                     # a damaged artifact: trace again and overwrite it
+            return None
 
     def __call__(self, *args):
         import jax
@@ -138,15 +165,12 @@ class ExportedProgram:
         path = self.path(*args)
         call = self._calls.get(str(path))
         if call is None:
-            exported = None
-            if path.is_file():
-                try:
-                    exported = jax.export.deserialize(bytearray(path.read_bytes()))
-                except Exception:             # a damaged artifact: trace again and overwrite it
-                    exported = None
+            key = self._key(*args)
+            exported = self._read(path, key)
             if exported is None:
                 exported = jax.export.export(jax.jit(self.fn))(*args)
-                self._write(path, exported.serialize())
+                payload = bytes(exported.serialize())
+                self._write(path, _MAGIC + b" " + self._digest(key, payload) + b"\n" + payload)
             call = self._calls[str(path)] = jax.jit(exported.call)
         return call(*args)
 

@@ -160,6 +160,35 @@ def test_damaged_artifact_is_traced_again(tmp_path):
     assert len(path.read_bytes()) > 100               # written again whole
 
 
+def test_an_artifact_replaced_by_another_programs_is_never_run(tmp_path):
+    import os
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxrank.compilation import ExportedProgram
+
+    x = np.arange(3, dtype=np.float32)
+    def plus_one(v):
+        return v + 1
+
+    def times_two(v):
+        return v * jnp.float32(2)
+
+    a = ExportedProgram(plus_one, name="scorer-a", directory=tmp_path)
+    b = ExportedProgram(times_two, name="scorer-b", directory=tmp_path)
+    a(x), b(x)
+    b_path = b.path(x)
+    b_path.write_bytes(a.path(x).read_bytes())         # scorer a's artifact copied over scorer b's
+    out = ExportedProgram(times_two, name="scorer-b", directory=tmp_path)(x)
+    np.testing.assert_allclose(out, x * 2)              # b's program, exported again: not a's
+    assert b_path.read_bytes() != a.path(x).read_bytes()
+    b_path.unlink()
+    os.symlink(a.path(x), b_path)                       # a link to another artifact is not read either
+    np.testing.assert_allclose(ExportedProgram(times_two, name="scorer-b", directory=tmp_path)(x), x * 2)
+    assert not b_path.is_symlink() and b_path.read_bytes() != a.path(x).read_bytes()
+
+
 def test_exported_program_rejects_an_empty_name():
     from jaxrank.compilation import ExportedProgram
 
