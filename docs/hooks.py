@@ -89,6 +89,20 @@ def _cells(line: str) -> list[str]:
     return out
 
 
+def _row(line: str, align: str) -> list[str]:
+    """The cells of a table row; a cell holding a bare ``|`` (``max |score diff|``) is kept whole when the plain
+    split disagrees with the alignment row's count."""
+    cells, n = _cells(line), len(_cells(align))
+    if len(cells) != n:
+        body = line.strip()
+        body = body[1:] if body.startswith("|") else body
+        body = body[:-1] if body.endswith("|") else body
+        alt = [c.strip() for c in re.split(r"(?<=\s)\|(?=\s)", " " + body + " ")]
+        if len(alt) == n:
+            return alt
+    return cells
+
+
 def _key(text: str) -> str:
     return re.sub(r"[*`]", "", text).strip()
 
@@ -136,14 +150,14 @@ def table(path: str, n: int = 1, columns: list[str] | None = None, fmt: dict | N
     t = tables[n - 1]
     if columns is None and rows is None:
         return "\n".join(t)
-    header = _cells(t[0])
+    header = _row(t[0], t[1])
     keys = [_key(h) for h in header]
     idx = list(range(len(header))) if columns is None else []
     for c in columns or []:
         if c not in keys:
             raise DirectiveError(f"{path}: table {n} has no column {c!r} (columns: {', '.join(keys)})")
         idx.append(keys.index(c))
-    body = [_cells(line) for line in t[2:]]
+    body = [_row(line, t[1]) for line in t[2:]]
     if rows is not None:
         found = {_key(r[0]) for r in body}
         absent = [r for r in rows if r not in found]
@@ -172,11 +186,11 @@ def cell(path: str, row: str, col: str, table: int = 1, fmt: str | None = None) 
     if not 1 <= table <= len(tables):
         raise DirectiveError(f"{path}: no table {table} (it has {len(tables)})")
     t = tables[table - 1]
-    keys = [_key(h) for h in _cells(t[0])]
+    keys = [_key(h) for h in _row(t[0], t[1])]
     if col not in keys:
         raise DirectiveError(f"{path}: table {table} has no column {col!r} (columns: {', '.join(keys)})")
     for line in t[2:]:
-        cells = _cells(line)
+        cells = _row(line, t[1])
         if _key(cells[0]) == row:
             return _fmt(cells[keys.index(col)], fmt)
     raise DirectiveError(f"{path}: table {table} has no row {row!r}")
@@ -192,7 +206,7 @@ def grep(path: str, pattern: str, group: int = 1, fmt: str | None = None) -> str
 
 def excerpt(path: str, start: str, stop: str | None = None, lang: str | None = None, lines: int | None = None) -> str:
     """The lines from the first that starts with ``start`` up to (not including) the first after it that starts
-    with ``stop`` (or ``lines`` lines), verbatim; in a code fence of ``lang`` if given."""
+    with ``stop`` (or ``lines`` lines, or to the end), verbatim; in a code fence of ``lang`` if given."""
     text = _path(path).read_text(encoding="utf-8").splitlines()
     first = next((k for k, line in enumerate(text) if line.startswith(start)), None)
     if first is None:
@@ -202,7 +216,7 @@ def excerpt(path: str, start: str, stop: str | None = None, lang: str | None = N
         if last is None:
             raise DirectiveError(f"{path}: no line after {start!r} starts with {stop!r}")
     else:
-        last = first + (lines or 1)
+        last = first + lines if lines else len(text)
     body = "\n".join(text[first:last]).rstrip()
     return f"```{lang}\n{body}\n```" if lang else body
 

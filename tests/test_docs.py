@@ -6,8 +6,8 @@ Blocks. Every fenced ``python``, ``bash`` and ``sh`` block of ``README.md`` and 
   working directory, with ``JAXRANK_DATA`` pointing at the data (``$JAXRANK_DATA``, else ``../shared/data``
   next to the checkout, as ``.ci/run`` sets it) and this interpreter's ``bin`` first on ``PATH`` (so
   ``jaxrank`` and ``python`` are this environment's);
-* ``<!-- continues -->`` on the line before a block makes it continue the block before it (same language,
-  same process or shell, same directory);
+* ``<!-- continues -->`` on the line before a block makes it continue the previous executed block of its page
+  in the same language (same process or shell, same directory; a block of another language may sit between);
 * ``<!-- no-run: REASON -->`` on the line before a block skips it; the reason is required and the skipped
   blocks are counted (``test_block_count`` prints the counts and keeps the skipped ones few).
 
@@ -95,18 +95,19 @@ def all_blocks() -> list[Block]:
 
 def sessions() -> tuple[list[Session], list[Block]]:
     """The executed sessions (a block and the blocks that continue it) and the skipped blocks."""
-    runs, skipped, last = [], [], None
+    runs, skipped, last = [], [], {}
     for b in all_blocks():
+        key = (b.path, b.lang)  # a block continues the previous executed block of its page in its language
         if b.marker == "no-run":
             skipped.append(b)
-            last = None
+            last.pop(key, None)
         elif b.marker == "continues":
-            if last is None or last.blocks[-1].path != b.path or last.blocks[-1].lang != b.lang:
+            if key not in last:
                 raise AssertionError(f"{b.where}: continues no executed {b.lang} block of the same page")
-            last.blocks.append(b)
+            last[key].blocks.append(b)
         else:
-            last = Session([b])
-            runs.append(last)
+            last[key] = Session([b])
+            runs.append(last[key])
     return runs, skipped
 
 
@@ -202,6 +203,7 @@ def hand_typed_figures(markdown: str) -> list[str]:
         text = re.sub(r"<!--.*?-->", " ", text, flags=re.S)
         text = re.sub(r"(`+)(?:(?!\1).)+?\1", " ", text, flags=re.S)  # inline code spans
         text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets
+        text = re.sub(r"§\s?\d+(?:\.\d+)*", " ", text)  # section numbers of the papers (PoE §3.2)
         text = re.sub(r"^:::.*$(\n^ {4}.*$)*", " ", text, flags=re.M)  # mkdocstrings blocks and options
         found += NUMBER.findall(text)
     return found
