@@ -210,7 +210,8 @@ def _judge_active(args):
     store = common.store_path(args, judge)
     t0 = time.perf_counter()
     run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
-    print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} contexts ({run.judged} judged now, "
+    print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} context{'s' * (len(cs.ids) != 1)} "
+          f"({run.judged} judged now, "
           f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
     return cs, run.selection, run, judge
 
@@ -267,7 +268,8 @@ def run_judge(args, judge=None):
                          seed=args.seed, progress=not args.no_progress, positions=positions)
     n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
     share = "" if positions is None else f" (process {process_id} of {num_processes}: {len(positions)} of them)"
-    print(f"{n} judgements of {len(sel.contexts)} contexts{share} in {store} ({time.perf_counter() - t0:.1f} s)")
+    print(f"{n} judgements of {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}{share} in {store} "
+          f"({time.perf_counter() - t0:.1f} s)")
     if num_processes > 1:
         if coordinator:
             from jaxrank.distributed import barrier
