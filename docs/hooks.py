@@ -355,3 +355,31 @@ def on_page_markdown(markdown, page, config, files):
         return render(markdown, page.file.src_uri)
     except DirectiveError as e:
         raise PluginError(str(e)) from e
+
+
+def on_config(config):
+    """List every notebook of ``notebooks/`` under *Notebooks* in the navigation, those not named there by their
+    first heading, so a new notebook is rendered without editing ``mkdocs.yml``."""
+    import json
+
+    nav = config.get("nav") or []
+    section = next((item for item in nav if isinstance(item, dict) and "Notebooks" in item), None)
+    if section is None:
+        return config
+    entries = section["Notebooks"]
+    listed = {next(iter(e.values())) if isinstance(e, dict) else e for e in entries}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        uri = f"notebooks/{nb.name}"
+        if uri in listed:
+            continue
+        title = nb.stem.replace("_", " ").capitalize()
+        try:
+            for c in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+                src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                if c["cell_type"] == "markdown" and src.lstrip().startswith("# "):
+                    title = src.lstrip()[2:].splitlines()[0].strip()
+                    break
+        except (ValueError, KeyError):
+            pass
+        entries.append({title: uri})
+    return config
