@@ -190,3 +190,24 @@ def test_store_selects_by_fingerprint_and_texts(tmp_path):
     sel = s.comparisons(fingerprint="f1", hashes={"c": TextHashes("h", {"x": "ax", "y": "by"})})
     np.testing.assert_allclose(np.asarray(sel.comparisons.p)[0, :1], [0.2])
     assert len(s.variants(("j", "t", "c", "x", "y", "f1", "h", "ax", "by"))) == 2
+
+
+def test_a_full_disk_while_judging_is_one_line_and_loses_nothing(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from jaxrank.assessment import store as store_module
+
+    store = tmp_path / "s.jsonl"
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(store_module.os, "fsync", full)
+        with pytest.raises(SystemExit) as e:
+            _judge("summeval", "relevance", store, "--candidates", "3")
+    assert e.value.code != 0 and "No space left on device" in str(e.value.code) and str(store) in str(e.value.code)
+    assert "Traceback" not in capsys.readouterr().err
+    _judge("summeval", "relevance", store, "--candidates", "3")              # the disk has room again
+    recs = _records(store)
+    assert len(recs) == 6 and len({(r["a"], r["b"]) for r in recs}) == 6      # each judgement once

@@ -295,11 +295,15 @@ class _Lock:
 def _fsync_write(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically (temporary file, fsync, rename, fsync of the folder)."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:                # a full disk: the store is left as it was, the partial copy removed
+        tmp.unlink(missing_ok=True)
+        raise OSError(e.errno, f"{path}: cannot rewrite the store ({e.strerror}); it is left as it was") from e
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -520,10 +524,15 @@ class JudgementStore:
             if not lines:
                 return
             blob = "".join(lines).encode("utf-8")
-            with open(self.path, "ab") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(blob)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:       # a full disk: every judgement written before is kept
+                raise OSError(e.errno, f"{self.path}: cannot write {len(lines)} judgement(s) ({e.strerror}); "
+                                       f"the {len(self._records)} stored before are kept, and a rerun "
+                                       "judges only what is missing") from e
             self._records.update(seen)
             self._index = None
             self._offset += len(blob)

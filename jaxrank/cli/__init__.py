@@ -39,6 +39,7 @@ import sys
 
 from jaxrank.cli import _common as common
 from jaxrank.cli import assess, rank, store, zepo
+from jaxrank.cli._errors import UsageError
 from jaxrank.cli._notices import quiet_torch_notice
 
 __all__ = ["build_parser", "main"]
@@ -59,11 +60,17 @@ def main(argv=None):
     """Run the ``jaxrank`` command; output cut short by its reader (``jaxrank rank | head``) ends it quietly."""
     try:
         _main(argv)
+    except UsageError as e:
+        e.report()
+        raise
     except BrokenPipeError:
         # the reader closed the pipe: stop writing, without a traceback (Python's documented recipe)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1)
+    except OSError as e:           # a full disk, a folder that cannot be made: one line, not a traceback
+        where = f" ({e.filename})" if getattr(e, "filename", None) and str(e.filename) not in str(e) else ""
+        raise SystemExit(f"jaxrank: {e}{where}") from None
 
 
 def _main(argv=None):
@@ -77,12 +84,12 @@ def _main(argv=None):
     for flag in ("batch_size", "candidates", "budget"):      # judge and assess: before loading a model
         value = getattr(args, flag, None)
         if value is not None and value < 1:
-            raise SystemExit(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
+            raise UsageError(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
     if getattr(args, "candidates", None) == 1:
-        raise SystemExit("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")
+        raise UsageError("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")
     mass = getattr(args, "min_label_mass", None)
     if mass is not None and not 0.0 <= mass <= 1.0:
-        raise SystemExit(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")
+        raise UsageError(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")
     common.enable_cache(args)
     with quiet_torch_notice():       # transformers' "PyTorch was not found" says nothing of jaxrank's own models
         if args.command == "judge" and args.diagnose is not None:
