@@ -19,8 +19,9 @@ from jaxrank.assessment.run import ContextSet, judge_contexts
 from jaxrank.assessment.store import JudgementStore
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import TEMPLATES, pairwise_template
+from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (LabelMassError, LabelMassWarning, answer_prefix_of, cut_text,
-                                    label_continuations, shared_split)
+                                    label_continuations, naming_word, shared_split)
 from jaxrank.judges.sampling import SamplingJudge
 from jaxrank.models.llama import LlamaConfig, LlamaModel
 
@@ -70,6 +71,15 @@ def test_answer_prefix_of_reads_the_words_before_the_label():
     assert answer_prefix_of(["**Summary A**", "**Summary B** is"], labels) == "**Summary"
     # a label inside a word is no label; a prefix of more than max_words words is not taken
     assert answer_prefix_of(["Also Bob", "Both are good and I think that the better one is A"], labels) is None
+
+
+def test_naming_word_is_the_word_the_prompt_puts_before_both_labels():
+    assert naming_word(pairwise_template("summeval", "coherence").text, ("A", "B")) == "Summary"
+    assert naming_word(pairwise_template("topicalchat", "coherence").text, ("A", "B")) == "Response"
+    assert naming_word(pairwise_template("hanna", "coherence").text, ("A", "B")) == "Story"
+    assert naming_word("First: {a}\nSecond: {b}\nA or B?", ("A", "B")) is None          # no word before a label
+    assert naming_word("Text A: {a}\nEssay B: {b}\nA or B?", ("A", "B")) is None        # none before both
+    assert naming_word("Option 1: {a}\n\nOption 2: {b}\n\nOption 1 or Option 2?", ("1", "2")) == "Option"
 
 
 def test_cut_text_keeps_the_first_tokens(smollm2):
@@ -186,6 +196,21 @@ def test_auto_answer_prefix_finds_what_the_model_writes(summary_a):
     v, e = summary_a.config.vocab_size, np.exp(_logit(summary_a))
     np.testing.assert_allclose(res.label_mass, (e + 1) / (e + v - 1), rtol=1e-4)   # " A" and " B" after "Summary"
     np.testing.assert_allclose(res.p, e / (e + 1), rtol=1e-5)                     # it answers " A", always
+
+
+def test_auto_prefix_falls_back_to_the_prompts_naming_word_when_no_answer_names_a_label(summary_a):
+    """The built model answers "Summary A is", which names no label of a prompt labelled 1 / 2: the judge
+    then begins the answer as the prompt names the candidates ("Option"), and says so."""
+    (ctx, cands), = _summeval(1, 3, words=40)
+    t = PairwiseTemplate("Article: {context}\n\nOption 1: {a}\n\nOption 2: {b}\n\nWhich is more coherent, "
+                         "Option 1 or Option 2?", labels=("1", "2"))
+    auto = PromptJudge(summary_a, t, answer_prefix="auto")
+    with pytest.warns(UserWarning, match="chose answer prefix 'Option' \\(no answer named a label"):
+        choice = auto.prepare(ctx, cands)
+    assert not choice.found and choice.from_prompt and choice.prefix == "Option"
+    assert choice.answers[0].startswith("Summary A is")
+    assert auto.prompt_text(ctx, "x", "y").endswith("<|im_start|>assistant\nOption")
+    assert auto.reading.texts == (" 1", " 2")
 
 
 def test_labels_scored_as_whole_continuations_against_the_built_model(summary_a):

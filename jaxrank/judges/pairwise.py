@@ -47,7 +47,8 @@ from jaxrank.judges._forward import read_decoder, read_t5
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, answer_prefix_of, check_label_mass,
-                                    cut_text, format_top_tokens, label_continuations, shared_split, whole_text_ids)
+                                    cut_text, format_top_tokens, label_continuations, naming_word, shared_split,
+                                    whole_text_ids)
 from jaxrank.judges.textgen import generate_texts, sample_key
 from jaxrank.models.loading import load_model
 
@@ -112,14 +113,20 @@ class AnswerPrefixChoice:
 
     Attributes:
         prefix: the answer prefix now in the judge's template ("" when the
-            model answers with the label at once or names no label).
+            model answers with the label at once, or when neither its answers
+            nor the prompt give one).
         answers: the model's greedy answers it was chosen from.
-        found: whether any answer named a label (``False``: the prefix stays "").
+        found: whether any answer named a label.
+        from_prompt: no answer named a label, so the prefix is the word the
+            prompt names the candidates with (:func:`~jaxrank.judges.reading.naming_word`:
+            "Summary" for "Summary A ... Summary B"), so that the answer can begin
+            as the prompt's own words do.
     """
 
     prefix: str
     answers: tuple[str, ...]
     found: bool
+    from_prompt: bool = False
 
 
 def _empty(k: int = TOP_K) -> Judgement:
@@ -396,6 +403,9 @@ class PromptJudge:
         before the first stand-alone label word is taken
         (:func:`~jaxrank.judges.reading.answer_prefix_of`: ``"Summary A is
         more coherent"`` gives ``"Summary"``), the most common one winning.
+        When no answer names a label (a model that begins "To determine..."),
+        the prefix is the word the prompt names the candidates with
+        (:func:`~jaxrank.judges.reading.naming_word`), if any.
 
         Raises:
             ValueError: fewer than two candidates, or ``pairs < 1``.
@@ -414,7 +424,10 @@ class PromptJudge:
                                  max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
                                  key=sample_key(0, context))
         prefix = answer_prefix_of(answers, self.template.labels)
-        return AnswerPrefixChoice(prefix or "", tuple(answers), prefix is not None)
+        if prefix is None:                       # no answer names a label: name them as the prompt does
+            word = naming_word(self.template.text, self.template.labels)
+            return AnswerPrefixChoice(word or "", tuple(answers), False, word is not None)
+        return AnswerPrefixChoice(prefix, tuple(answers), True)
 
     def prepare(self, context: str, candidates: Sequence[str]) -> AnswerPrefixChoice | None:
         """Resolve ``answer_prefix="auto"`` on one context (the first one judged); a no-op otherwise.
@@ -429,7 +442,10 @@ class PromptJudge:
         self.answer_prefix_choice = choice
         seen = "; ".join(repr(a[:40]) for a in choice.answers[:3])
         what = (f"answer prefix {choice.prefix!r}, labels read as {self.reading.texts!r}" if choice.found else
-                "no answer prefix (no answer named a label)")
+                f"answer prefix {choice.prefix!r} (no answer named a label; the prompt names the candidates so), "
+                f"labels read as {self.reading.texts!r}" if choice.from_prompt else
+                "no answer prefix (no answer named a label, and the prompt names the candidates by the labels "
+                "alone)")
         warnings.warn(f"{self.name}: chose {what} from the model's greedy answers ({seen})", UserWarning,
                       stacklevel=2)
         return choice

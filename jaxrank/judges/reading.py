@@ -42,7 +42,7 @@ import numpy as np
 
 __all__ = ["MIN_LABEL_MASS", "TOP_K", "LabelMassWarning", "LabelMassError", "LabelContinuations",
            "label_continuations", "whole_text_ids", "shared_split", "cut_text", "read_continuations", "read_tokens",
-           "answer_prefix_of", "check_label_mass", "format_top_tokens"]
+           "answer_prefix_of", "naming_word", "check_label_mass", "format_top_tokens"]
 
 MIN_LABEL_MASS = 0.5
 """Default threshold on the labels' share of the model's answer below which a judge warns (or, strict, refuses)."""
@@ -306,6 +306,25 @@ def check_label_mass(mass: np.ndarray, *, threshold: float, strict: bool, warn: 
 def _label_pattern(labels: Sequence[str]) -> re.Pattern:
     words = "|".join(re.escape(w.strip()) for w in sorted(labels, key=len, reverse=True))
     return re.compile(rf"(?<![0-9A-Za-z])(?:{words})(?![0-9A-Za-z])")
+
+
+def naming_word(text: str, labels: Sequence[str]) -> str | None:
+    """The word a prompt puts before its labels to name the candidates (``"Summary"`` in ``"Summary A:
+    ... Summary B: ..."``): the most common word right before a stand-alone label, among the words found
+    before both labels; ``None`` when there is none."""
+    pat = _label_pattern(labels)
+    before: dict[str, collections.Counter] = {}
+    for m in pat.finditer(text):
+        w = re.search(r"([A-Za-z][\w-]*)[ \t]+$", text[:m.start()])
+        if w is not None:
+            before.setdefault(m.group(0), collections.Counter())[w.group(1)] += 1
+    if len(before) < 2:
+        return None
+    common = set.intersection(*(set(c) for c in before.values()))
+    if not common:
+        return None
+    total = sum(before.values(), collections.Counter())
+    return max(common, key=lambda w: (total[w], -text.find(w)))
 
 
 def answer_prefix_of(answers: Sequence[str], labels: Sequence[str], *, max_words: int = 8) -> str | None:
