@@ -199,7 +199,8 @@ class Assessment:
                     f"ahead of every other scorer ({pct} paired bootstrap interval of each difference above 0).")
         ok = [m for m in self.methods if np.isfinite(self.mean[m])]
         names = [f"{m} ({self.mean[m]:+.3f})" for m in tied]
-        who = (f"all {len(tied)} scorers" if len(tied) == len(ok) else
+        every = "" if len(ok) == len(self.methods) else " with a defined mean Spearman"
+        who = (f"all {len(tied)} scorers{every}" if len(tied) == len(ok) else
                ", ".join(names[:-1]) + " and " + names[-1])
         return (f"**Verdict.** No best scorer: {who} are tied within their intervals (the {pct} paired bootstrap "
                 f"interval of each one's difference from the top, {top} at {self.mean[top]:+.3f}, covers 0, or "
