@@ -46,84 +46,24 @@ keeps the first and moves the later ones aside). :func:`check_store`
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import math
 import os
-import socket
-import time
 import warnings
 from pathlib import Path
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from jaxrank.assessment._store_file import (READABLE_SCHEMAS, SCHEMA_VERSION, TEXT_SHA_LENGTH, Conflict,
+                                            DamagedLine, Key, StoreDamageWarning, StoreLockedError, StoreScan,
+                                            TextHashes, _damaged_path, _FIELDS, _fsync_write, _key_of, _Lock,
+                                            _move_aside, _parse, _scan_bytes, _STAMP, text_sha)
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store", "text_sha", "TextHashes",
-           "adopt_store", "Adopted"]
-
-_FIELDS = ("judge", "template", "context", "a", "b")
-_STAMP = ("fingerprint", "context_sha", "a_sha", "b_sha")
-SCHEMA_VERSION = 2
-"""The record layout this jaxrank writes: version 2 carries the judge's ``fingerprint`` and the texts'
-hashes (``context_sha``, ``a_sha``, ``b_sha``) and says ``"schema": 2``; version 1 (no ``schema`` field,
-none of those) is still read. A line declaring another version is not read as a judgement: it is reported
-(``jaxrank store check``) and moved aside like any damaged line, never silently taken."""
-READABLE_SCHEMAS = (1, 2)
-TEXT_SHA_LENGTH = 16
-"""Hex digits of a text's SHA-256 kept in a key (64 bits: a collision between two texts of one id is
-out of reach)."""
-
-
-def text_sha(text: str) -> str:
-    """The hash of a text in a judgement's key: the first :data:`TEXT_SHA_LENGTH` hex digits of the
-    SHA-256 of its UTF-8 bytes."""
-    return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()[:TEXT_SHA_LENGTH]
-
-
-class TextHashes(NamedTuple):
-    """The hashes of one context's texts (:func:`text_sha`): the context's and each candidate id's."""
-
-    context: str
-    candidates: Mapping[str, str]
-
-
-class Key(NamedTuple):
-    """The identity of one judgement: what made it.
-
-    The first five fields name it (judge name, template key, context id, the
-    candidate ids in positions A and B); the last four say what it was made
-    from: the judge's ``fingerprint`` and the hashes of the context text and of
-    the two candidate texts (:func:`text_sha`). They default to ``""``, the
-    value of records written before fingerprints (schema 1).
-    """
-
-    judge: str
-    template: str
-    context: str
-    a: str
-    b: str
-    fingerprint: str = ""
-    context_sha: str = ""
-    a_sha: str = ""
-    b_sha: str = ""
-
-    @property
-    def ids(self) -> tuple[str, str, str, str, str]:
-        """The naming part ``(judge, template, context, a, b)``."""
-        return tuple(self[:5])
-
-    @property
-    def legacy(self) -> bool:
-        """Written before fingerprints: no judge fingerprint and no text hashes."""
-        return not any(self[5:])
-
-
-def _key_of(rec: Mapping) -> Key:
-    return Key(*(str(rec[f]) for f in _FIELDS), *(str(rec.get(f) or "") for f in _STAMP))
+           "adopt_store", "Adopted", "SCHEMA_VERSION", "READABLE_SCHEMAS", "TEXT_SHA_LENGTH"]
 
 
 class StoredComparisons(NamedTuple):
@@ -140,193 +80,6 @@ class StoredComparisons(NamedTuple):
     candidates: list[list[str]]
 
 
-class StoreLockedError(TimeoutError):
-    """Another process held the store's lock for longer than ``lock_timeout``; the message names it."""
-
-
-class StoreDamageWarning(UserWarning):
-    """Damaged lines were moved out of a store into its ``.damaged`` side file."""
-
-
-class DamagedLine(NamedTuple):
-    """A line of a store that is not a valid record: its 1-based number, bytes and why."""
-
-    line: int
-    raw: bytes
-    reason: str
-
-
-class Conflict(NamedTuple):
-    """A key written on two lines: identical records (``same``) or different ones."""
-
-    key: Key
-    first_line: int
-    line: int
-    same: bool
-
-
-class StoreScan(NamedTuple):
-    """What a store file holds, line by line (:func:`check_store`).
-
-    Attributes:
-        records: the valid records, first occurrence of each key, as ``key -> (line, record)``.
-        damaged: lines that are not valid records (a torn last line included).
-        conflicts: later occurrences of a stored key (identical or different).
-        unterminated: the last line is a valid record without its newline.
-    """
-
-    records: dict
-    damaged: list
-    conflicts: list
-    unterminated: bool
-
-    @property
-    def different(self) -> list:
-        """The conflicts with a different record: an error on opening."""
-        return [c for c in self.conflicts if not c.same]
-
-
-def _parse(raw: bytes) -> tuple[Key, dict]:
-    """One line to ``(key, record)``; raises ValueError saying what is wrong with it."""
-    try:
-        rec = json.loads(raw)
-    except ValueError as e:                      # JSONDecodeError and UnicodeDecodeError
-        raise ValueError(f"not JSON ({e})") from None
-    if not isinstance(rec, dict):
-        raise ValueError(f"not a JSON object but {type(rec).__name__}")
-    missing = [f for f in (*_FIELDS, "p") if f not in rec]
-    if missing:
-        raise ValueError(f"missing field(s) {', '.join(missing)}")
-    try:
-        p = float(rec["p"])
-    except (TypeError, ValueError):
-        raise ValueError(f"field p={rec['p']!r} is not a number") from None
-    if not math.isfinite(p) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"field p={p!r} must be a probability in [0, 1]")
-    if str(rec["a"]) == str(rec["b"]):
-        raise ValueError(f"compares candidate {rec['a']!r} with itself")
-    version = rec.get("schema", 1)
-    if isinstance(version, bool) or version not in READABLE_SCHEMAS:
-        raise ValueError(f"declares schema version {version!r}; this jaxrank reads versions "
-                         f"{', '.join(map(str, READABLE_SCHEMAS))} (a newer jaxrank wrote it: upgrade to read it)")
-    if version >= 2:
-        missing = [f for f in _STAMP if not isinstance(rec.get(f), str)]
-        if missing:
-            raise ValueError(f"schema 2 record without {', '.join(missing)} (a string each)")
-    return _key_of(rec), rec
-
-
-def _scan_bytes(data: bytes, first_line: int = 1, known: dict | None = None) -> StoreScan:
-    """Scan ``data`` (whole lines of a store, numbered from ``first_line``) against ``known`` records."""
-    records = {} if known is None else known
-    damaged, conflicts = [], []
-    parts = data.split(b"\n")
-    tail = parts.pop()                           # b"" when the data ends with a newline
-    unterminated = False
-    for n, raw in enumerate(parts + ([tail] if tail else []), start=first_line):
-        if not raw.strip():
-            continue
-        is_tail = bool(tail) and n == first_line + len(parts)
-        try:
-            key, rec = _parse(raw)
-        except ValueError as e:
-            damaged.append(DamagedLine(n, raw, ("torn last line (no newline): " if is_tail else "") + str(e)))
-            continue
-        unterminated = unterminated or is_tail
-        if key in records:
-            conflicts.append(Conflict(key, records[key][0], n, records[key][1] == rec))
-        else:
-            records[key] = (n, rec)
-    return StoreScan(records, damaged, conflicts, unterminated)
-
-
-def _damaged_path(path: Path) -> Path:
-    return path.with_name(path.name + ".damaged")
-
-
-def _open_own(path: Path, mode: str, **kw):
-    """Open a side file the store writes (``.lock``, ``.damaged``) for appending, never through a symlink.
-
-    Raises:
-        OSError: ``path`` is a symbolic link (``O_NOFOLLOW``), naming it.
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        if path.is_symlink():
-            raise OSError(e.errno, f"{path} is a symbolic link; the store writes its own side files and never "
-                                   "follows a link (remove it)") from None
-        raise
-    return os.fdopen(fd, mode, **kw)
-
-
-class _Lock:
-    """An exclusive ``flock`` on ``<store>.lock``, naming its holder in the file; a context manager."""
-
-    def __init__(self, path: Path, timeout: float):
-        self.path, self.timeout, self.fh = path.with_name(path.name + ".lock"), timeout, None
-
-    def __enter__(self):
-        self.fh = _open_own(self.path, "a+")
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    self.fh.seek(0)
-                    holder = self.fh.read().strip() or "an unknown process"
-                    self.fh.close()
-                    raise StoreLockedError(f"{self.path}: the store is locked by {holder} (waited "
-                                           f"{self.timeout:g} s); if that process is gone the lock is free")
-                time.sleep(0.005)
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        self.fh.flush()
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fh.fileno(), fcntl.LOCK_UN)
-        self.fh.close()
-
-
-def _fsync_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically (temporary file, fsync, rename, fsync of the folder)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:                # a full disk: the store is left as it was, the partial copy removed
-        tmp.unlink(missing_ok=True)
-        raise OSError(e.errno, f"{path}: cannot rewrite the store ({e.strerror}); it is left as it was") from e
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _move_aside(path: Path, data: bytes, lines: list[tuple[int, bytes, str]]) -> bytes:
-    """Append ``lines`` ``(number, raw, reason)`` to ``<path>.damaged``, rewrite ``path`` without them."""
-    drop = {n for n, _, _ in lines}
-    if lines:
-        with _open_own(_damaged_path(path), "a", encoding="utf-8") as f:
-            for n, raw, reason in lines:
-                f.write(json.dumps({"line": n, "reason": reason, "text": raw.decode("utf-8", "replace")},
-                                   ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-    parts = data.split(b"\n")
-    if parts[-1] == b"":
-        parts.pop()
-    kept = b"".join(raw + b"\n" for n, raw in enumerate(parts, start=1) if n not in drop)
-    _fsync_write(path, kept)
-    return kept
 
 
 def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
