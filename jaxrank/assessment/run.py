@@ -3,7 +3,9 @@
 For every selected context the comparisons to make are listed (all ``N(N-1)``
 ordered pairs, or a random/symmetric subset of a budget, drawn per context
 from a seed so a rerun lists the same ones); those already in the
-:class:`~jaxrank.judges.store.JudgementStore` are skipped; the rest are judged
+:class:`~jaxrank.assessment.store.JudgementStore` under their full key (the
+judge's name and fingerprint, the template key, the ids and the hashes of the
+texts: :func:`judgement_key`) are skipped; the rest are judged
 in chunks, each chunk appended to the store as soon as it is done. A run that
 is killed resumes where it stopped without redoing or losing a comparison.
 """
@@ -294,10 +296,18 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
 
     Returns:
         The judged comparisons of these contexts (:meth:`JudgementStore.comparisons`),
-        with every candidate of each context as an item.
+        with every candidate of each context as an item: only judgements by this
+        judge (its :func:`judge_fingerprint`) of exactly these texts (their
+        :func:`text_hashes`); a store may hold more candidates, contexts or budgets.
 
     Raises:
         ValueError: a position outside ``cs``.
+
+    Warns:
+        StoreMismatchWarning: the store holds judgements under this run's ids
+            (judge name, template, context and candidate ids) made by another
+            checkpoint, from other texts, or before fingerprints; they are not
+            reused, and the warning says how many of each.
     """
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
