@@ -90,6 +90,8 @@ def test_tables_and_files_give_the_same_data_set(tmp_path):
     want = from_records(records()).to_list()
     assert from_records(pd.DataFrame(records())).to_list() == want
     assert from_records(pa.Table.from_pylist(records())).to_list() == want
+    assert from_records({k: [r[k] for r in records()] for k in records()[0]}).to_list() == want   # columns
+    assert from_records(iter(records())).to_list() == want
     for suffix in (".csv", ".jsonl", ".parquet"):
         assert read_records(write(tmp_path / f"t{suffix}", records())).to_list() == want, suffix
 
@@ -274,6 +276,7 @@ def test_a_missing_file_and_a_directory_are_one_line_errors(tmp_path, monkeypatc
     assert "nothing.csv: no such file" in err and "summeval" in err
     (tmp_path / "d.csv").mkdir()
     assert "is a directory" in _one_line_error(capsys, ["judge", "--data", "d.csv"])
+    assert "nothing.jsonl: no such file" in _one_line_error(capsys, ["zepo", "--data", "nothing.jsonl"])
 
 
 def test_data_set_not_found_says_where_it_looked_and_how_to_point_at_it(tmp_path, monkeypatch, capsys):

@@ -99,7 +99,7 @@ def resolve_data(args):
 
     spec = str(args.data)
     path = Path(spec)
-    if path.suffix.lower() not in FILE_SUFFIXES and os.sep not in spec and not path.is_file():
+    if path.suffix.lower() not in FILE_SUFFIXES and os.sep not in spec:
         return                                          # a data set name: loaded by common.contexts
     from jaxrank.data import DATASETS, dataset_name, read_records
 
