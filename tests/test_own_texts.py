@@ -262,6 +262,15 @@ def test_missing_column_is_one_line_naming_file_and_column(tmp_path, monkeypatch
     assert not (tmp_path / "results").exists()
 
 
+def test_score_columns_named_as_aspects_are_chosen_by_aspect(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    recs = [{**{k: v for k, v in r.items() if k != "score"}, "fluency": r["score"], "coherence": 1}
+            for r in records()]
+    data = write(tmp_path / "aspects.csv", recs)
+    err = _one_line_error(capsys, ["assess", "--data", str(data), "--no-progress"])    # --aspect relevance
+    assert "no human score column 'relevance'" in err and "fluency, coherence" in err and "--aspect" in err
+
+
 def test_non_utf8_file_names_the_file_and_the_encoding(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "latin.csv"
