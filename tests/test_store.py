@@ -58,6 +58,7 @@ def test_several_processes_append_to_one_store_without_loss_or_duplicates(tmp_pa
         assert all(stored[k] == v for k, v in told.items())    # each process was told the stored value
         assert all(stored[f"own{me}|o{k}"] == (me + 1) / 10 for k in range(n_own))
     assert not check_store(path).damaged and not check_store(path).conflicts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.jsonl"]     # no .lock left behind
 
 
 def test_a_second_writer_waiting_too_long_is_told_who_holds_the_lock(tmp_path):

@@ -196,33 +196,59 @@ def _open_own(path: Path, mode: str, **kw):
 
 
 class _Lock:
-    """An exclusive ``flock`` on ``<store>.lock``, naming its holder in the file; a context manager."""
+    """An exclusive ``flock`` on ``<store>.lock``, naming its holder in the file; a context manager.
+
+    The lock file exists only while a process holds it or waits for it: the holder
+    removes it before unlocking, and a process that obtains the lock checks that
+    the file it locked is still the one at the path (else its last holder removed
+    it, and it locks the new one), so no ``.lock`` is left behind and two
+    processes never hold the lock at once.
+    """
 
     def __init__(self, path: Path, timeout: float):
         self.path, self.timeout, self.fh = path.with_name(path.name + ".lock"), timeout, None
 
+    def _current(self, fh) -> bool:
+        try:
+            return os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            return False
+
     def __enter__(self):
-        self.fh = _open_own(self.path, "a+")
         deadline = time.monotonic() + self.timeout
         while True:
+            fh = _open_own(self.path, "a+")
             try:
-                fcntl.flock(self.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                while True:
+                    try:
+                        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() >= deadline:
+                            fh.seek(0)
+                            holder = fh.read().strip() or "an unknown process"
+                            raise StoreLockedError(f"{self.path}: the store is locked by {holder} (waited "
+                                                   f"{self.timeout:g} s); if that process is gone the lock is "
+                                                   "free") from None
+                        time.sleep(0.005)
+            except BaseException:
+                fh.close()
+                raise
+            if self._current(fh):
                 break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    self.fh.seek(0)
-                    holder = self.fh.read().strip() or "an unknown process"
-                    self.fh.close()
-                    raise StoreLockedError(f"{self.path}: the store is locked by {holder} (waited "
-                                           f"{self.timeout:g} s); if that process is gone the lock is free")
-                time.sleep(0.005)
-        self.fh.seek(0)
-        self.fh.truncate()
-        self.fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        self.fh.flush()
+            fh.close()                             # its holder removed it: lock the file now at the path
+        self.fh = fh
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        fh.flush()
         return self
 
     def __exit__(self, *exc):
+        try:
+            os.unlink(self.path)                   # still held: a waiter on this file sees it gone and retries
+        except OSError:
+            pass
         fcntl.flock(self.fh.fileno(), fcntl.LOCK_UN)
         self.fh.close()
 
