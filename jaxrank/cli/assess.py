@@ -16,6 +16,7 @@ from pathlib import Path
 from jaxrank import scorer_table   # JAX-free: the scorer names and debias choices for --help
 from jaxrank.cli import _common as common
 from jaxrank.cli._common import DEFAULT_ASPECT, DEFAULT_JUDGE
+from jaxrank.cli._errors import UsageError
 
 
 def add_parsers(sub):
@@ -83,9 +84,9 @@ def data_option(p, default="summeval"):
 
 
 def _fail(message: str):
-    """A one-line error on stderr and exit status 2 (a bad --data FILE, as argparse's own errors)."""
-    print(f"jaxrank: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    """A bad ``--data FILE`` (unreadable, a missing column, not UTF-8, ...): a usage error, one line on stderr and
+    exit status 2 (:class:`jaxrank.cli._errors.UsageError`)."""
+    raise UsageError(message)
 
 
 def resolve_data(args):
