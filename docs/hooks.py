@@ -383,3 +383,20 @@ def on_config(config):
             pass
         entries.append({title: uri})
     return config
+
+
+_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|exc|obj|const):(<code>)~?(?:[\w.]*\.)?")
+
+
+def on_page_content(html, page, config, files):
+    """Docstrings cite names in Sphinx roles (``:func:`~jaxrank.win_ratio```), which Markdown leaves as text:
+    show them as the code they name (``win_ratio``)."""
+    if page.file.src_uri.startswith("reference/"):
+        html = _ROLE.sub(lambda m: m.group(1) + _short(m.group(0)), html)
+    return html
+
+
+def _short(role: str) -> str:
+    # ":func:<code>~jaxrank.scoring.win_ratio" -> "" (the name follows in the same code element); a name without
+    # "~" keeps its full dotted path, as Sphinx shows it
+    return "" if "~" in role else role.split("<code>", 1)[1]
