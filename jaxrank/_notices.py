@@ -1,4 +1,4 @@
-"""Notices of other libraries that say nothing true of jaxrank, silenced while a command runs.
+"""Notices of other libraries that say nothing true of jaxrank, silenced while jaxrank uses them.
 
 transformers, imported for its tokenizers by :mod:`jaxrank.models.loading`, logs on import
 "PyTorch was not found. Models won't be available and only tokenizers, configuration and
@@ -6,7 +6,10 @@ file/data utilities can be used." where PyTorch is not installed: jaxrank's mode
 (Flax), so the line misleads on every model command. :func:`quiet_torch_notice` drops exactly
 that record (a :class:`logging.Filter` on the ``transformers`` logger, matched by the start of the
 message) for the duration of a ``with`` block and removes the filter on exit; every other
-transformers message, and its verbosity, environment and handlers, are left as they are.
+transformers message, and its verbosity, environment and handlers, are left as they are. The
+command line wraps every model command in it, and :mod:`jaxrank.models` wraps its own imports of
+transformers, so ``load_model`` in a notebook does not print it either. JAX-free (the command line's
+start-up imports it).
 """
 
 from __future__ import annotations

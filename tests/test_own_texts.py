@@ -342,7 +342,7 @@ def test_no_pytorch_notice_on_a_model_command(tmp_path, minilm):
 def test_the_torch_notice_filter_is_scoped():
     import logging
 
-    from jaxrank.cli._notices import quiet_torch_notice
+    from jaxrank._notices import quiet_torch_notice
 
     logger = logging.getLogger("transformers")
     before = list(logger.filters)

@@ -23,8 +23,8 @@ from typing import Sequence
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
+from jaxrank.assessment.progress import progress_bar
 from jaxrank.assessment.run import (ContextSet, judge_chunk, judge_fingerprint, judgement_key, template_key,
                                     text_hashes)
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
@@ -205,7 +205,7 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
                    for c in cs.candidates]
     bar = None
     if progress and cs.ids:
-        bar = tqdm(total=sum(budgets_all), desc=f"active assessment ({judge.name})", unit="cmp", smoothing=0.1)
+        bar = progress_bar(sum(budgets_all), f"active assessment ({judge.name})")
     results, rows, budgets, full, judged, replayed = [], [], [], [], 0, 0
     try:
         for k, ctx in enumerate(cs.ids):

@@ -19,8 +19,8 @@ from typing import Sequence
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
+from jaxrank.assessment.progress import progress_bar
 from jaxrank.assessment.store import JudgementStore, Key, StoredComparisons, TextHashes, text_sha
 from jaxrank.comparisons import Comparisons
 from jaxrank.selection import random_comparisons
@@ -340,7 +340,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     total = sum(len(t) for _, t in todo)
     bar = None
     if progress and total:
-        bar = tqdm(total=total, desc=f"judging ({name})", unit="cmp", smoothing=0.1)
+        bar = progress_bar(total, f"judging ({name})")
     try:
         for k, pairs in todo:
             ca = cs.candidate_ids[k]

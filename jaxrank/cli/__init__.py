@@ -40,7 +40,7 @@ import sys
 from jaxrank.cli import _common as common
 from jaxrank.cli import assess, rank, store, zepo
 from jaxrank.cli._errors import UsageError
-from jaxrank.cli._notices import quiet_torch_notice
+from jaxrank._notices import quiet_torch_notice
 
 __all__ = ["build_parser", "main"]
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxrank._notices import quiet_torch_notice
+
 from ._weights import release_pages
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFTensor", "read_gguf", "gguf_config", "gguf_tensors", "special_tokens",
@@ -342,7 +344,8 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], path: str | os.PathLike | None 
     """
     # deliberately lazy (also below): transformers takes seconds to import; only a tokenizer needs it
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    with quiet_torch_notice():          # its "PyTorch was not found" says nothing of jaxrank's models
+        from transformers import PreTrainedTokenizerFast
 
     kind = meta.get("tokenizer.ggml.model")
     pre = meta.get("tokenizer.ggml.pre") or ""
@@ -378,7 +381,8 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], path: str | os.PathLike | None 
 
 
 def _transformers_tokenizer(path, meta):
-    from transformers import AutoTokenizer
+    with quiet_torch_notice():          # its "PyTorch was not found" says nothing of jaxrank's models
+        from transformers import AutoTokenizer
 
     path = Path(path)
     try:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from jaxrank._notices import quiet_torch_notice
 from jaxrank.models import gguf
 from jaxrank.models import registry
 from jaxrank.models.fingerprint import checkpoint_fingerprint, parameters_dtype, parameters_fingerprint
@@ -217,7 +218,8 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
     tok = None
     tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
     if want_tokenizer and any((d / f).is_file() for f in tok_files):
-        from transformers import AutoTokenizer  # deliberately lazy: seconds to import, only for a tokenizer
+        with quiet_torch_notice():               # its "PyTorch was not found" says nothing of jaxrank's models
+            from transformers import AutoTokenizer  # deliberately lazy: seconds to import, only for a tokenizer
 
         try:
             tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, trust_remote_code=False)
