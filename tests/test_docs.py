@@ -239,3 +239,9 @@ def test_directive_errors_name_the_problem():
         hooks.render("{{ cell('benchmarks/results/poe_protocol.csv', 'nope', 'spearman_jaxrank') }}")
     with pytest.raises(hooks.DirectiveError, match="only"):
         hooks.render("{{ table('README.md') }}")
+
+
+def test_readme_is_short():
+    """The README is read in ten minutes: under 12 KB; everything else is in the documentation pages."""
+    size = (ROOT / "README.md").stat().st_size
+    assert size < 12 * 1024, f"README.md is {size} bytes; move sections to docs/"
