@@ -21,11 +21,14 @@ DATA = Path(os.environ.get("JAXRANK_DATA", Path(__file__).resolve().parents[2] /
     (["--aspect", "clarity"], "aspect 'clarity' is unknown"),
     (["--min-label-mass", "1.5"], r"--min-label-mass must lie in \[0, 1\]"),
 ])
-def test_bad_options_are_one_line_errors(argv, message, monkeypatch, tmp_path):
+def test_bad_options_are_one_line_errors(argv, message, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("JAXRANK_DATA", str(DATA))
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(SystemExit, match=message) as e:
         cli.main(["judge", "--no-progress", "--no-compilation-cache", "--store", str(tmp_path / "s.jsonl"), *argv])
+    assert e.value.code == 2                                   # a usage error, as argparse's own
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("jaxrank: ") and "Traceback" not in "\n".join(err)
     assert not (tmp_path / "s.jsonl").exists()
 
 
@@ -39,9 +42,20 @@ def test_rank_output_faults(name, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "c.csv").write_text("item_a,item_b,p\nx,y,0.7\n")
     (tmp_path / "folder.csv").mkdir()
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(SystemExit, match=message) as e:
         cli.main(["rank", "c.csv", "--output", name])
+    assert e.value.code == 2
     assert (tmp_path / "c.csv").read_text() == "item_a,item_b,p\nx,y,0.7\n"
+
+
+def test_a_store_that_cannot_be_used_is_a_failure_not_a_usage_error(tmp_path, monkeypatch, capsys):
+    """Exit status 1: the command was right but could not be carried out (a store with conflicting records)."""
+    store = tmp_path / "s.jsonl"
+    rec = '{"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": %s}\n'
+    store.write_text(rec % 0.2 + rec % 0.7)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["store", "merge", str(tmp_path / "m.jsonl"), str(store)])
+    assert e.value.code not in (0, 2) and "different records" in str(e.value.code)
 
 
 def test_assess_output_that_is_a_file_is_refused_before_judging(tmp_path, monkeypatch):

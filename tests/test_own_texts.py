@@ -293,13 +293,13 @@ def test_data_set_not_found_says_where_it_looked_and_how_to_point_at_it(tmp_path
     monkeypatch.setenv("JAXRANK_DATA", str(tmp_path))          # a folder without the data sets
     with pytest.raises(SystemExit) as e:
         cli.main(["assess", "--data", "summeval", "--no-progress"])
-    msg = str(e.value.code)
+    msg = str(e.value)
     assert str(tmp_path / "summeval" / "summeval.jsonl") in msg and f"$JAXRANK_DATA={tmp_path}" in msg
     assert "export JAXRANK_DATA=" in msg and "--data FILE" in msg
     monkeypatch.setenv("JAXRANK_DATA", str(tmp_path / "absent"))
     with pytest.raises(SystemExit) as e:
         cli.main(["judge", "--data", "hanna", "--no-progress"])
-    msg = str(e.value.code)
+    msg = str(e.value)
     assert f"looked in {tmp_path / 'absent'}" in msg and "export JAXRANK_DATA=" in msg and "--data FILE" in msg
 
 

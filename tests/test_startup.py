@@ -55,7 +55,7 @@ def test_rank_error_messages_reach_the_user(tmp_path):
     bad.write_text("item_a,item_b,p\nx,y,0.5\nx,y,lots\n")
     proc = subprocess.run([sys.executable, "-m", "jaxrank.cli", "rank", str(bad)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 2                     # a usage error: the input named on the command line
     assert f"jaxrank: {bad}, line 3: field 'p' = 'lots' is not a number" in proc.stderr
 
 

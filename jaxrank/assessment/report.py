@@ -106,6 +106,7 @@ class Assessment:
             comparison of candidates with different human scores).
         overall_accuracy: pairwise accuracy over all such comparisons.
         accuracy_interval: bootstrap interval of ``overall_accuracy`` over contexts.
+            The accuracy is of the comparisons as judged, before any debiasing.
         contexts: context ids (row order).
         num_comparisons: ``[C]`` comparisons per context.
         num_items: ``[C]`` candidates per context.
@@ -120,6 +121,9 @@ class Assessment:
         ranking: without human scores, ``{"score", "lower", "upper", "rank",
             "rank_lower", "rank_upper"}`` ``[C, N]`` from the Laplace posterior of
             soft Bradley-Terry (rank 1 = best); ``None`` otherwise.
+        debiased_accuracy, debiased_accuracy_interval: with a ``debias``
+            transform, the pairwise accuracy of the transformed comparisons (what
+            the scorers read) and its interval; NaN without one.
     """
 
     methods: tuple[str, ...]
@@ -147,6 +151,8 @@ class Assessment:
     has_humans: bool = True
     candidates: list[list[str]] | None = None
     ranking: dict[str, np.ndarray] | None = None
+    debiased_accuracy: float = float("nan")
+    debiased_accuracy_interval: tuple[float, float] = (float("nan"), float("nan"))
 
     # ------------------------------------------------------------ plain words
     def verdict(self, method: str) -> str:
@@ -281,10 +287,15 @@ class Assessment:
         pct = f"{self.level:.0%}"
         lo, hi = self.accuracy_interval
         acc_ci = f" [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) else ""
+        after = ""
+        if self.debias != "none" and np.isfinite(self.debiased_accuracy):
+            dlo, dhi = self.debiased_accuracy_interval
+            after = (f"; after debiasing ({self.debias}), as the scorers read them: {self.debiased_accuracy:.3f}"
+                     + (f" [{dlo:.3f}, {dhi:.3f}]" if np.isfinite(dlo) else ""))
         lines = [f"# {title}", "", *preamble,
-                 f"**Judge.** {self._judge_words()} Pairwise accuracy against the humans: "
-                 f"{self.overall_accuracy:.3f}{acc_ci} (0.5 = chance; comparisons of candidates with different "
-                 f"human scores).", "",
+                 f"**Judge.** {self._judge_words()} Pairwise accuracy against the humans, of the comparisons "
+                 f"as judged (before any debiasing): {self.overall_accuracy:.3f}{acc_ci}{after} (0.5 = chance; "
+                 "comparisons of candidates with different human scores).", "",
                  f"**Set-up.** {self._setup_words()} Spearman per context, mean over contexts, {pct} percentile "
                  "bootstrap interval over contexts.", "", self.table(), ""]
         verdict = self.verdict_line()
@@ -437,9 +448,19 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     hj_ = np.take_along_axis(gold, j, -1)
     valid = np.take_along_axis(where, i, -1) & np.take_along_axis(where, j, -1)
     decided = active & valid & (hi_ != hj_)
-    correct = np.where(hi_ > hj_, won, 1.0 - won)
-    acc_num = (w * correct * decided).sum(-1)
-    acc_den = (w * decided).sum(-1)
+
+    def agreement(p_):
+        won_ = (p_ > 0.5) + 0.5 * (p_ == 0.5)
+        correct = np.where(hi_ > hj_, won_, 1.0 - won_)
+        return (w * correct * decided).sum(-1), (w * decided).sum(-1)
+
+    acc_num, acc_den = agreement(p)
+    deb_acc, deb_ci = float("nan"), (float("nan"), float("nan"))
+    if debias != "none":                       # the transformed comparisons keep their slots and weights
+        d_num, d_den = agreement(np.asarray(c.p, np.float64))
+        if d_den.sum() > 0:
+            deb_acc = float(d_num.sum() / d_den.sum())
+            deb_ci = _ratio_interval(d_num, d_den, level=level, draws=num_bootstrap, seed=seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.where(acc_den > 0, acc_num / np.where(acc_den > 0, acc_den, 1.0), np.nan)
     overall_acc = float(acc_num.sum() / acc_den.sum()) if acc_den.sum() > 0 else float("nan")
@@ -454,7 +475,8 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     return Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
                       consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
                       np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level, num_bootstrap, seed,
-                      has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking)
+                      has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking,
+                      deb_acc, deb_ci)
 
 
 RANK_DRAWS = 2000

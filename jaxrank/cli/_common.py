@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from jaxrank.cli._errors import UsageError
+
 DEFAULT_JUDGE, DEFAULT_ASPECT = "minilm-l6", "relevance"
 """The embedded default of ``judge``/``assess``, chosen by measurement (README, "The main job"): on
 SummEval the MiniLM similarity judge agrees with the humans, while no LLM judge that runs here is above
@@ -67,7 +69,7 @@ def make_judge(args, *, answer_prefix=None):
         raise SystemExit(f"jaxrank: {e}")
     if lm.architecture == "bert":
         if soft is not None:
-            raise SystemExit("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
+            raise UsageError("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
         return SimilarityJudge(lm, batch_size=args.batch_size)
     prefix = answer_prefix or getattr(args, "answer_prefix", "none")
@@ -108,9 +110,9 @@ def contexts(args):
         ds = load_dataset(args.data)
         cs = contexts_of(ds, aspect=args.aspect, contexts=args.contexts, max_candidates=args.candidates)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"jaxrank: {e}")
+        raise UsageError(f"jaxrank: {e}")
     if args.budget is not None and args.budget < 1:
-        raise SystemExit("jaxrank: --budget must be >= 1")
+        raise UsageError("jaxrank: --budget must be >= 1")
     return cs
 
 
@@ -152,7 +154,7 @@ def processes(args, *, join: bool = True):
         try:
             return int(text)
         except ValueError:
-            raise SystemExit(f"jaxrank: ${name}={text!r} is not an integer (it stands for {option})") from None
+            raise UsageError(f"jaxrank: ${name}={text!r} is not an integer (it stands for {option})") from None
 
     n = args.num_processes if args.num_processes is not None else env_int("JAX_NUM_PROCESSES", "--num-processes")
     k = args.process_id if args.process_id is not None else env_int("JAX_PROCESS_ID", "--process-id")
@@ -160,12 +162,12 @@ def processes(args, *, join: bool = True):
     k = 0 if k is None else k
     coordinator = args.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
     if n < 1:
-        raise SystemExit(f"jaxrank: --num-processes must be >= 1, got {n}")
+        raise UsageError(f"jaxrank: --num-processes must be >= 1, got {n}")
     if not 0 <= k < n:
-        raise SystemExit(f"jaxrank: --process-id must lie in 0..{n - 1} (--num-processes {n}), got {k}")
+        raise UsageError(f"jaxrank: --process-id must lie in 0..{n - 1} (--num-processes {n}), got {k}")
     for option in ("join_timeout", "heartbeat_timeout"):
         if getattr(args, option) < 1:
-            raise SystemExit(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
+            raise UsageError(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
     if coordinator and n > 1 and join and not _JOINED:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,

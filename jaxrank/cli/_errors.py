@@ -1,10 +1,14 @@
 """How the command line ends on a fault: one line on stderr, exit status 2 for usage, 1 for the rest.
 
-``raise UsageError("jaxrank: --contexts ...")`` for an option or argument that is wrong (exit 2, as
-argparse's own usage errors); ``raise SystemExit("jaxrank: ...")`` for a file that cannot be read or
-written, a data set that is not found, a model that fails to load (exit 1). An ``OSError`` that escapes a
-command (a full disk, a folder that cannot be created) is caught in :func:`jaxrank.cli.main` and printed as
-one line (exit 1), never as a traceback.
+**Usage (2)**: what the user wrote on the command line is wrong: an option's value, a combination of
+options, or an input it names that does not exist or cannot be read as what it should be (a missing
+``--data FILE`` or ``INPUT``, a missing column, a file that is not UTF-8), as argparse's own errors
+and its ``FileType`` do. Raised as :class:`UsageError`.
+
+**Failure (1)**: the command was right but could not be carried out: a model or data set that fails to
+load, a store locked by another process or stored twice with different records, a full disk, a
+folder that cannot be made. Raised as ``SystemExit("jaxrank: ...")``; an ``OSError`` that escapes a
+command is caught in :func:`jaxrank.cli.main` and printed as one line, never as a traceback.
 """
 
 from __future__ import annotations

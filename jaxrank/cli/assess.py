@@ -139,7 +139,7 @@ def data_contexts(args, *, labels: bool = True):
     from jaxrank.assessment.run import contexts_of
 
     if args.budget is not None and args.budget < 1:
-        raise SystemExit("jaxrank: --budget must be >= 1")
+        raise UsageError("jaxrank: --budget must be >= 1")
     text = ("context_id", "context", "candidate_id", "candidate", "reference")
     scores = [c for c in ds.column_names if c not in text]
     column = args.aspect if args.aspect in scores else "score" if "score" in scores else None
@@ -181,18 +181,18 @@ def _active_options(args):
              if getattr(args, n) is not None]
     if not args.active:
         if given:
-            raise SystemExit(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --active only")
+            raise UsageError(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --active only")
         return
     if args.selection is not None:
-        raise SystemExit(f"jaxrank: --selection {args.selection} cannot be combined with --active, which "
+        raise UsageError(f"jaxrank: --selection {args.selection} cannot be combined with --active, which "
                          "chooses the comparisons itself")
     args.active_batch = 4 if args.active_batch is None else args.active_batch
     if args.active_batch < 1:
-        raise SystemExit(f"jaxrank: --active-batch must be >= 1, got {args.active_batch}")
+        raise UsageError(f"jaxrank: --active-batch must be >= 1, got {args.active_batch}")
     conf = 0.9 if args.rank_confidence is None else args.rank_confidence
     args.rank_confidence = None if conf == "none" else conf
     if args.rank_confidence is not None and not -1 < args.rank_confidence < 1:
-        raise SystemExit(f"jaxrank: --rank-confidence must lie in (-1, 1) (or be 'none' to run to the budget), "
+        raise UsageError(f"jaxrank: --rank-confidence must lie in (-1, 1) (or be 'none' to run to the budget), "
                          f"got {args.rank_confidence:g}")
     args.stop_rule = args.stop_rule or "spearman"
 
@@ -223,11 +223,11 @@ def run_diagnose(args):
     from jaxrank.assessment.diagnose import diagnose_judge
 
     if args.diagnose < 1:
-        raise SystemExit(f"jaxrank: --diagnose must be >= 1 pair, got {args.diagnose}")
+        raise UsageError(f"jaxrank: --diagnose must be >= 1 pair, got {args.diagnose}")
     cs = data_contexts(args)
     judge = common.make_judge(args)
     if not hasattr(judge, "reading"):
-        raise SystemExit(f"jaxrank: --diagnose needs an LLM judge; {args.judge} is a similarity judge")
+        raise UsageError(f"jaxrank: --diagnose needs an LLM judge; {args.judge} is a similarity judge")
     judges = [("without an answer prefix", common.make_judge(args, answer_prefix="none"))]
     if args.answer_prefix != "none":
         judges.append((f"with --answer-prefix {args.answer_prefix}", judge))
@@ -335,6 +335,23 @@ def _reading_lines(args, judge, sel) -> list[str]:
             *label_mass_lines(recs, threshold=judge.min_label_mass)]
 
 
+def _truncation_lines(args, judge, sel) -> list[str]:
+    """The report's line on texts cut to fit the judge's window (from the store's ``truncated`` flags), if any."""
+    from jaxrank.assessment.run import judge_fingerprint, template_key
+    from jaxrank.assessment.store import JudgementStore
+
+    keep = set(sel.contexts)
+    recs = JudgementStore(common.store_path(args, judge)).records(
+        judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge))
+    cut = {r["context"] for r in recs if r["context"] in keep and r.get("truncated")}
+    if not cut:
+        return []
+    limit = getattr(judge, "max_length", None)
+    window = f" ({limit} tokens)" if limit else ""
+    return [f"**Truncation.** In {len(cut)} of {len(keep)} contexts a text was longer than the judge's "
+            f"window{window} and was cut: the judge read only its beginning.", ""]
+
+
 def run_assess(args):
     """Run ``jaxrank assess``."""
     from jaxrank.assessment.report import assess_comparisons
@@ -344,11 +361,11 @@ def run_assess(args):
     _active_options(args)
     resolve_data(args)
     if Path(args.output).exists() and not Path(args.output).is_dir():     # before any judging
-        raise SystemExit(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
+        raise UsageError(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
                          "folder: give a folder name")
     num_processes, process_id, coordinator = common.processes(args, join=False)
     if num_processes > 1 and (args.active or not coordinator):
-        raise SystemExit("jaxrank: assess with several processes needs --coordinator (each process judges its "
+        raise UsageError("jaxrank: assess with several processes needs --coordinator (each process judges its "
                          "share, then process 0 merges the shards and reports)" +
                          (" and no --active (the active loop chooses comparisons from all contexts at once)"
                           if args.active else "") +
@@ -376,8 +393,8 @@ def run_assess(args):
                  "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
     data = f"{args.data_file.name} ({args.data})" if getattr(args, "data_file", None) else args.data
     title = f"{data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}"
-    text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, sel),
-                        extra=extra)
+    text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, sel)
+                        + _truncation_lines(args, judge, sel), extra=extra)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from jaxrank import scorer_table   # JAX-free: the scorer names and debias choices for --help
 from jaxrank.cli import _common as common
+from jaxrank.cli._errors import UsageError
 
 METHODS = tuple(scorer_table.SCORERS)
 DEBIAS = scorer_table.DEBIAS
@@ -66,24 +67,24 @@ def _default_football(args):
 def _check_rank_options(args):
     """Refuse option combinations that do not apply, before reading the file or importing JAX."""
     if args.top < 0:
-        raise SystemExit("jaxrank: --top must be >= 0")
+        raise UsageError("jaxrank: --top must be >= 0")
     if args.score_prior is not None and args.method != "poe_bradley_terry":
-        raise SystemExit("jaxrank: --score-prior applies to poe_bradley_terry only")
+        raise UsageError("jaxrank: --score-prior applies to poe_bradley_terry only")
     if args.score_prior is not None and not 0 <= args.score_prior < float("inf"):
-        raise SystemExit(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
+        raise UsageError(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
     try:
         scorer_table.check_debias(args.method, args.debias, argument="--debias")
     except ValueError as e:
-        raise SystemExit(f"jaxrank: {e}")
+        raise UsageError(f"jaxrank: {e}")
     if args.output:
         out = Path(args.output)
         if out.suffix.lower() not in OUTPUT_SUFFIXES:
-            raise SystemExit(f"jaxrank: --output {out}: write scores to a {', '.join(OUTPUT_SUFFIXES)} file "
+            raise UsageError(f"jaxrank: --output {out}: write scores to a {', '.join(OUTPUT_SUFFIXES)} file "
                              f"(the suffix chooses the format), not {out.suffix or 'a name without a suffix'}")
         if out.is_dir():
-            raise SystemExit(f"jaxrank: --output {out} is a directory; give a file name such as {out / 'scores.csv'}")
+            raise UsageError(f"jaxrank: --output {out} is a directory; give a file name such as {out / 'scores.csv'}")
         if args.input and out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
-            raise SystemExit(f"jaxrank: --output {out} is the input file; writing the scores there would destroy "
+            raise UsageError(f"jaxrank: --output {out} is the input file; writing the scores there would destroy "
                              "the comparisons: choose another name")
 
 
@@ -216,7 +217,7 @@ def run(args):
                                  outcome=args.outcome, score_a=args.score_a, score_b=args.score_b,
                                  context=args.context, weight=args.weight)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"jaxrank: {e}")
+        raise UsageError(f"jaxrank: {e}")
     c = table.comparisons
     t1 = time.perf_counter()
     cached = common.enable_cache(args)

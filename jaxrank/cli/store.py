@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxrank.cli._errors import UsageError
+
 
 def add_parser(sub):
     """Add the ``store`` subcommand to the subparsers ``sub``."""
@@ -40,7 +42,7 @@ def run(args):
         print(f"{args.path}: {added} judgement(s) added from {len(args.shards)} shard(s)")
         return
     if args.shards:
-        raise SystemExit(f"jaxrank: store {args.action} takes one PATH, not shards")
+        raise UsageError(f"jaxrank: store {args.action} takes one PATH, not shards")
     if args.action == "adopt":
         return _adopt(args)
     if not Path(args.path).is_file():
@@ -70,7 +72,7 @@ def run(args):
 def _adopt(args):
     """``jaxrank store adopt PATH --judge J --data D``."""
     if not args.judge or not args.data:
-        raise SystemExit("jaxrank: store adopt needs --judge (the judge that made the judgements) and --data "
+        raise UsageError("jaxrank: store adopt needs --judge (the judge that made the judgements) and --data "
                          "(the data set whose texts they judged)")
     if not Path(args.path).is_file():
         raise SystemExit(f"jaxrank: {args.path}: no such file")

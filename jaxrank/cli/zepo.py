@@ -7,6 +7,7 @@ from pathlib import Path
 
 from jaxrank.cli import _common as common
 from jaxrank.cli.assess import data_contexts, data_option
+from jaxrank.cli._errors import UsageError
 
 
 def add_parser(sub):
@@ -48,14 +49,14 @@ def run(args):
 
     for name in ("sample_contexts", "budget", "population", "batch_size"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"jaxrank: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise UsageError(f"jaxrank: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("epochs", "temperature"):
         if getattr(args, name) < 0:
-            raise SystemExit(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
+            raise UsageError(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
     cs = data_contexts(args, labels=False)      # a file of one's own texts needs no human scores here
     judge = common.make_judge(args)
     if not hasattr(judge, "compare_templates"):
-        raise SystemExit(f"jaxrank: --judge {args.judge} is not a prompt judge; ZEPO needs an LLM judge")
+        raise UsageError(f"jaxrank: --judge {args.judge} is not a prompt judge; ZEPO needs an LLM judge")
     try:
         para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
                                 seed=args.seed)
