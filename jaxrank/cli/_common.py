@@ -12,13 +12,14 @@ from pathlib import Path
 from jaxrank.cli._errors import UsageError
 
 DEFAULT_JUDGE, DEFAULT_ASPECT = "minilm-l6", "relevance"
-"""The embedded default of ``judge``/``assess``, chosen by measurement (README, "The main job"): on
+"""The embedded default of ``judge``/``assess``, chosen by measurement (docs/getting-started.md, "The main job"): on
 SummEval the MiniLM similarity judge agrees with the humans, while no LLM judge that runs here is above
 chance on SummEval once it reads the model's answer, nor judges the slice within minutes
 (``experiments/results/label_reading.md``)."""
 
 DEFAULT_JUDGE_WHY = ("Judge: the MiniLM similarity judge, the default: read as the model answers, no LLM judge that "
-                     "runs here is above chance on SummEval, and none judges this slice within minutes on 2 cores "
+                     "runs here is above chance on SummEval (where the default was chosen), and none judges its "
+                     "slice within minutes on 2 cores "
                      "(experiments/results/label_reading.md in the jaxrank repository); --judge smollm2-135m runs "
                      "one.")
 """The line the ``assess`` report gives when it ran the default judge."""

