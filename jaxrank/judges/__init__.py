@@ -4,7 +4,8 @@ A judge takes a context and its candidate texts and answers which of two
 candidates is better: :class:`PromptJudge` (the probability of the label words
 of a pairwise prompt), :class:`SamplingJudge` (the fraction of sampled answers),
 :class:`CallableJudge` (any Python function), :class:`SimilarityJudge`
-(embedding similarity to a reference) and the pointwise judges
+(embedding similarity to a reference), :class:`ServerJudge` (the label
+log-probabilities returned by an OpenAI-compatible server) and the pointwise judges
 (:class:`GEvalJudge`, :class:`PromptScoringJudge`, whose scores become
 comparisons through :func:`pointwise_comparisons`). The language models they
 run are in :mod:`jaxrank.models`; judging a whole data set into a resumable
@@ -33,11 +34,14 @@ __all__ = [
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template", "SoftPrompt", "train_soft_prompt",
-    "replay_comparisons", "replay_probabilities", "replay_scores",
+    "replay_comparisons", "replay_probabilities", "replay_scores", "ServerJudge", "ServerGEvalJudge",
 ]
 
 _SOFT_PROMPT = ("SoftPrompt", "train_soft_prompt")
 """Loaded from :mod:`jaxrank.judges.soft_prompt` on first use (it imports optax and safetensors)."""
+
+_SERVER = ("ServerJudge", "ServerGEvalJudge")
+"""Loaded from :mod:`jaxrank.judges.server` on first use (it imports httpx)."""
 
 MOVED_MODULES = {
     "jaxrank.judges.models": "jaxrank.models",
@@ -67,4 +71,7 @@ def __getattr__(name):
     if name in _SOFT_PROMPT:
         from jaxrank.judges import soft_prompt
         return getattr(soft_prompt, name)
+    if name in _SERVER:
+        from jaxrank.judges import server
+        return getattr(server, name)
     return _deprecation.forward_name(__name__, name, MOVED_NAMES, MOVED_MODULES)

@@ -1,0 +1,776 @@
+"""Judges behind an OpenAI-compatible server: ``p(A)`` from the returned log-probabilities (METHODS.md §1).
+
+:class:`ServerJudge` (pairwise) and :class:`ServerGEvalJudge` (pointwise,
+G-Eval) send the same prompts as the local judges
+(:meth:`~jaxrank.judges.prompts.PairwiseTemplate.render`, the answer prefix)
+to any server that speaks the OpenAI HTTP API (vLLM, llama.cpp's server, TGI,
+SGLang, hosted APIs) and read the answer from the log-probabilities it returns.
+
+**Reading ``p``.** Each comparison is one request for one answer token
+(``max_tokens=1``, ``temperature=0``) with its ``top_logprobs`` alternatives.
+The label ``L_k`` counts every returned alternative whose text, stripped of
+whitespace, is the label word (``"A"`` and ``" A"`` alike), so
+``P(L_k) = sum of their probabilities`` and ``p = P(L_A) / (P(L_A) + P(L_B))``
+(llm-comparative-assessment eq. 3). The **label mass** ``P(L_A) + P(L_B)`` is
+their share of the answer *among the returned alternatives*: a lower bound
+of the mass over the whole vocabulary when ``top_logprobs`` is truncated (a
+spelling of a label outside the top alternatives is not seen). A label that is
+not among the alternatives at all is given the smallest returned probability,
+an upper bound of its own, so ``p`` leans towards 1/2 rather than to 0 or 1;
+with neither label returned ``p = 1/2``. Below ``min_label_mass`` the judge
+warns once with the alternatives it saw
+(:class:`~jaxrank.judges.reading.LabelMassWarning`; ``strict=True`` raises
+:class:`~jaxrank.judges.reading.LabelMassError`), as the local judges do.
+Labels are read on the first answer token: labels of several words (``"Summary
+A"``) need their shared words in the answer prefix (``answer_prefix="Summary"``,
+labels ``"A"``/``"B"``).
+
+**Without log-probabilities.** A server that returns none (``logprobs="auto"``
+finds out on the first request, :meth:`ServerJudge.prepare`; ``logprobs=False``
+asks for none) is read as a sampling judge: ``p`` is the share of ``n`` sampled
+answers that name A (llm-comparative-assessment eq. 4-5: ``p = (1/K) sum_k
+f(text_k)``, ``f = 1`` for A, ``0`` for B, ``1/2`` for neither), and the judge
+says so in :attr:`ServerJudge.reading` (a :class:`ServerReading`: its ``kind``
+is ``"logprobs"`` or ``"sampled"``, its ``note`` one sentence a report can print).
+
+**Endpoints and the answer prefix.** The OpenAI chat API cannot prefill the
+assistant turn (a trailing assistant message is answered, not continued, by
+most servers, llama.cpp's included), so:
+
+* ``endpoint="chat"`` (``/chat/completions``): the server applies its own chat
+  template to ``[system, user]``; the answer prefix must be empty.
+* ``endpoint="completions"`` (``/completions``): the client renders the whole
+  text, prefix included: the model's chat template when ``chat_template=`` is
+  given (a Jinja string, rendered here as Hugging Face renders it, so the text
+  is the one :class:`~jaxrank.judges.PromptJudge` reads), else the raw prompt
+  (``system``, the message, a blank line, the prefix) as a local judge with
+  ``chat=False`` writes it.
+* ``endpoint="auto"`` (default): ``"completions"`` when the template has an
+  answer prefix, else ``"chat"``.
+
+**Production behaviour.** Requests run concurrently (asyncio, at most
+``max_concurrency`` in flight, one :mod:`httpx` client per call); a 408, 409,
+429 or 5xx answer, a timeout or a dropped or refused connection is retried up
+to ``max_retries`` times with exponential backoff and jitter (``Retry-After``
+honoured); every request has a ``timeout``. The API key is read from the
+environment variable ``api_key_env`` (default ``OPENAI_API_KEY``) at each
+call and is never kept on the judge, so never in its ``repr``, a store, a log or
+a report. Every answer is kept in memory by its request, so a ``compare``
+repeated after a failure (or after the probe of :meth:`~ServerJudge.prepare`)
+pays nothing twice; :func:`~jaxrank.assessment.judge_contexts` writes each
+chunk to the store as it is done. Tokens (and the cost, given
+``price_per_token``) are counted in :attr:`~ServerJudge.usage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import warnings
+from typing import Sequence
+
+import httpx
+import numpy as np
+
+from jaxrank.judges.pairwise import Judgement, check_pairs
+from jaxrank.judges.pointwise import PointwiseResult, pointwise_comparisons
+from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
+from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
+from jaxrank.judges.sampling import _decide, label_parser
+
+__all__ = ["ServerJudge", "ServerGEvalJudge", "ServerError", "ServerUsage", "ServerReading", "render_chat_template",
+           "RETRY_STATUSES", "SERVER_READING_VERSION"]
+
+SERVER_READING_VERSION = "server-top-logprobs-1"
+"""How a server judge reads the answer; part of its ``template_key``."""
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""HTTP statuses retried with backoff (others are errors at once)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerReading:
+    """How a :class:`ServerJudge` reads ``p`` (its :attr:`~ServerJudge.reading`, which a report reads).
+
+    Attributes:
+        kind: ``"logprobs"`` (the labels' log-probabilities among the returned alternatives) or
+            ``"sampled"`` (the share of sampled answers naming A, LCA eq. 4-5).
+        texts: the label words as read (stripped of whitespace).
+        note: one sentence saying so.
+    """
+
+    kind: str
+    texts: tuple[str, str]
+    note: str
+
+
+class ServerError(RuntimeError):
+    """The server could not be reached, refused the request, or answered something the judge cannot read.
+
+    The message names the server (its base URL) and never holds the API key.
+    """
+
+
+@dataclasses.dataclass
+class ServerUsage:
+    """What a server judge has spent.
+
+    Attributes:
+        requests: answered requests.
+        retries: requests sent again after a retriable failure.
+        prompt_tokens, completion_tokens: the tokens the server reported (``usage``).
+        cost: ``prompt_tokens * price_in + completion_tokens * price_out`` (``None`` without a price).
+        reused: answers taken from the judge's memory instead of a request.
+    """
+
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    reused: int = 0
+
+    def line(self) -> str:
+        """One line for a report: requests, retries, tokens and cost."""
+        cost = "" if self.cost is None else f", cost {self.cost:.4f}"
+        return (f"{self.requests} requests ({self.retries} retried, {self.reused} reused), "
+                f"{self.prompt_tokens} prompt + {self.completion_tokens} completion tokens{cost}")
+
+
+def render_chat_template(template: str, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                         **special) -> str:
+    """A Jinja chat template rendered as Hugging Face's ``apply_chat_template`` renders it.
+
+    The environment is Hugging Face's: sandboxed, ``trim_blocks`` and
+    ``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_exception`` and a
+    ``tojson`` filter; ``special`` gives the special tokens the template may
+    name (``bos_token=...``; empty strings by default).
+    """
+    import jinja2   # deferred: only the completions endpoint with a chat template needs it
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    values = {"bos_token": "", "eos_token": "", "unk_token": "", "pad_token": "", **special}
+    return env.from_string(template).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                                            **values)
+
+
+def _run(coro):
+    """Run a coroutine to its end from synchronous code (in a worker thread when a loop is running here)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:     # a notebook's running loop
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _alternatives(choice: dict, endpoint: str) -> list[tuple[str, float]] | None:
+    """The ``(token, logprob)`` alternatives of the first answer token, best first; ``None`` when the server
+    returns no log-probabilities, ``[]`` when it returns them for no token (the answer ended at once: a
+    server such as llama.cpp's gives none for an end-of-text token)."""
+    lp = choice.get("logprobs")
+    if lp is None:
+        return None
+    if not lp:
+        return []
+    if endpoint == "chat":                      # {"content": [{"token", "logprob", "top_logprobs": [...]}]}
+        content = lp.get("content") or []
+        if not content:
+            return []
+        first = content[0]
+        top = first.get("top_logprobs") or [{"token": first.get("token"), "logprob": first.get("logprob")}]
+        out = [(str(t.get("token")), float(t.get("logprob"))) for t in top if t.get("logprob") is not None]
+    else:                                       # legacy: {"tokens", "token_logprobs", "top_logprobs": [{tok: lp}]}
+        tops = lp.get("top_logprobs") or []
+        if tops and tops[0]:
+            out = [(str(t), float(v)) for t, v in tops[0].items() if v is not None]
+        elif lp.get("tokens") and lp.get("token_logprobs") and lp["token_logprobs"][0] is not None:
+            out = [(str(lp["tokens"][0]), float(lp["token_logprobs"][0]))]
+        else:
+            return []
+    out = [(t, v) for t, v in out if math.isfinite(v)]
+    return sorted(out, key=lambda x: -x[1])
+
+
+def _text(choice: dict, endpoint: str) -> str:
+    if endpoint == "chat":
+        return str((choice.get("message") or {}).get("content") or "")
+    return str(choice.get("text") or "")
+
+
+class _ServerBase:
+    """The HTTP machinery both server judges share: requests, retries, the key, usage, the fingerprint."""
+
+    def __init__(self, base_url: str, model: str, *, endpoint: str, chat_template: str | None, system: str | None,
+                 api_key_env: str, max_concurrency: int, max_retries: int, timeout: float, backoff: float,
+                 max_backoff: float, top_logprobs: int, price_per_token, min_label_mass: float, strict: bool,
+                 chat_template_tokens: dict | None = None):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL (e.g. http://127.0.0.1:8000/v1), got {base_url!r}")
+        if not model or not isinstance(model, str):
+            raise ValueError(f"model must be the served model's name, got {model!r}")
+        if endpoint not in ("auto", "chat", "completions"):
+            raise ValueError(f"endpoint must be 'auto', 'chat' or 'completions', got {endpoint!r}")
+        for what, v, low in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0),
+                             ("top_logprobs", top_logprobs, 1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{what} must be an int >= {low}, got {v!r}")
+        for what, v in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{what} must be a number > 0 (seconds), got {v!r}")
+        if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
+            raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
+        if not api_key_env or not isinstance(api_key_env, str):
+            raise ValueError(f"api_key_env must name an environment variable, got {api_key_env!r}")
+        if price_per_token is not None:
+            price = (price_per_token, price_per_token) if np.isscalar(price_per_token) else tuple(price_per_token)
+            if len(price) != 2 or any(not isinstance(x, (int, float)) or x < 0 for x in price):
+                raise ValueError("price_per_token must be a price >= 0 or (prompt price, completion price), got "
+                                 f"{price_per_token!r}")
+            self.price_per_token = (float(price[0]), float(price[1]))
+        else:
+            self.price_per_token = None
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._endpoint = endpoint
+        self.chat_template = chat_template
+        self.chat_template_tokens = dict(chat_template_tokens or {})
+        self.system = system
+        self.api_key_env = api_key_env
+        self.max_concurrency, self.max_retries = int(max_concurrency), int(max_retries)
+        self.timeout, self.backoff, self.max_backoff = float(timeout), float(backoff), float(max_backoff)
+        self.top_logprobs = int(top_logprobs)
+        self.min_label_mass, self.strict = float(min_label_mass), bool(strict)
+        self.usage = ServerUsage(cost=0.0 if self.price_per_token else None)
+        self.served_model: str | None = None
+        self._answers: dict[str, dict] = {}
+        self._mass_warned = False
+
+    # ----------------------------------------------------------------- naming
+    @property
+    def name(self) -> str:
+        """Judge id for the store: ``server:MODEL``."""
+        return f"server:{self.model}"
+
+    @property
+    def batch_size(self) -> int:
+        """Requests in flight at most (``judge_contexts`` judges ``4 x`` this per chunk)."""
+        return self.max_concurrency
+
+    @property
+    def fingerprint(self) -> str:
+        """What the judge is, for the store's keys: the base URL, the model name and the model id the server
+        reports for it (``GET /models``, asked once)."""
+        if self.served_model is None:
+            self.served_model = _run(self._served_model())
+        return f"{self.base_url}|{self.model}|{self.served_model}"
+
+    def __repr__(self) -> str:          # never the key
+        return (f"{type(self).__name__}({self.base_url!r}, {self.model!r}, endpoint={self.endpoint!r}, "
+                f"api_key_env={self.api_key_env!r})")
+
+    # --------------------------------------------------------------- rendering
+    def _wrap(self, message: str, answer_prefix: str = "", *, blank: bool = True) -> dict:
+        """The request's prompt: chat messages, or the whole completion text (chat template or raw, then prefix).
+
+        A raw prompt is written as the local judges write it: the message, a blank line (a pairwise judge,
+        ``blank``), the prefix."""
+        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
+            [{"role": "user", "content": message}]
+        if self.endpoint == "chat":
+            return {"messages": msgs}
+        if self.chat_template is not None:
+            return {"prompt": render_chat_template(self.chat_template, msgs, **self.chat_template_tokens)
+                    + answer_prefix}
+        gap = "\n\n" if blank else ""
+        return {"prompt": (self.system + "\n\n" if self.system else "") + message + gap + answer_prefix}
+
+    # ------------------------------------------------------------------- HTTP
+    def _headers(self) -> dict:
+        key = os.environ.get(self.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), limits=limits)
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        """Exponential backoff with jitter: a uniform draw in ``[d/2, d]``, ``d = min(max_backoff, backoff 2^attempt)``;
+        at least the server's ``Retry-After`` (seconds), at most 60 s more."""
+        d = min(self.max_backoff, self.backoff * 2.0 ** attempt)
+        d = random.uniform(d / 2, d)
+        if retry_after:
+            try:
+                d = max(d, min(60.0, float(retry_after)))
+            except ValueError:
+                pass
+        return d
+
+    def _refused(self, status: int, path: str, body: str) -> ServerError:
+        where = f"server {self.base_url}"
+        if status in (401, 403):
+            have = "set" if os.environ.get(self.api_key_env) else "not set"
+            return ServerError(f"{where} refused the API key ({status}): the key is read from ${self.api_key_env} "
+                               f"({have}); give the server's key there, or --api-key-env NAME")
+        if status == 404:
+            return ServerError(f"{where} has no {path} or no model {self.model!r} (404: {body[:200]!r}); check the "
+                               f"base URL (it usually ends in /v1) and the model name")
+        return ServerError(f"{where} answered {status} to {path} for model {self.model!r}: {body[:300]!r}")
+
+    async def _request(self, client: httpx.AsyncClient, sem: asyncio.Semaphore | None, method: str, path: str,
+                       payload: dict | None = None) -> dict:
+        url = self.base_url + path
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                if sem is None:
+                    r = await client.request(method, url, json=payload, headers=self._headers())
+                else:
+                    async with sem:
+                        r = await client.request(method, url, json=payload, headers=self._headers())
+            except httpx.TimeoutException as e:
+                last = f"no answer within {self.timeout:g} s ({type(e).__name__})"
+            except httpx.TransportError as e:            # refused, reset or dropped connections
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        return r.json()
+                    except ValueError:
+                        raise ServerError(f"server {self.base_url} answered {path} with something that is not "
+                                          f"JSON: {r.text[:200]!r}") from None
+                if r.status_code not in RETRY_STATUSES:
+                    raise self._refused(r.status_code, path, r.text)
+                last = f"{r.status_code} {r.reason_phrase}: {r.text[:200]!r}"
+                retry_after = r.headers.get("retry-after")
+            if attempt < self.max_retries:
+                self.usage.retries += 1
+                await asyncio.sleep(self._delay(attempt, retry_after))
+        raise ServerError(f"server {self.base_url} failed {path} {self.max_retries + 1} times (model "
+                          f"{self.model!r}); last: {last}")
+
+    async def _served_model(self) -> str:
+        """The id the server lists for :attr:`model` (``GET /models``), or the name itself when it lists no match;
+        a server without ``/models`` gives ``"?"``."""
+        async with self._client() as client:
+            try:
+                data = await self._request(client, None, "GET", "/models")
+            except ServerError as e:
+                if "has no /models" in str(e):
+                    return "?"
+                raise
+        ids = [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)]
+        return self.model if self.model in ids else (ids[0] if len(ids) == 1 else self.model)
+
+    def _count(self, data: dict) -> None:
+        self.usage.requests += 1
+        u = data.get("usage") or {}
+        pt, ct = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+        self.usage.prompt_tokens += pt
+        self.usage.completion_tokens += ct
+        if self.price_per_token is not None:
+            self.usage.cost += pt * self.price_per_token[0] + ct * self.price_per_token[1]
+
+    async def _answer(self, client, sem, body: dict, progress=None) -> dict:
+        """One request's JSON answer, from memory when this very request was answered before."""
+        key = hashlib.sha1(json.dumps([self.endpoint, body], sort_keys=True).encode()).hexdigest()
+        if key in self._answers:
+            self.usage.reused += 1
+            data = self._answers[key]
+        else:
+            path = "/chat/completions" if self.endpoint == "chat" else "/completions"
+            data = await self._request(client, sem, "POST", path, {"model": self.model, **body})
+            if not data.get("choices"):
+                raise ServerError(f"server {self.base_url} answered {path} with no choices: {str(data)[:200]}")
+            self._count(data)
+            self._answers[key] = data
+        if progress is not None:
+            progress(1)
+        return data
+
+    async def _answers_of(self, bodies: Sequence[dict], progress=None) -> list[dict]:
+        sem = asyncio.Semaphore(self.max_concurrency)
+        async with self._client() as client:
+            return list(await asyncio.gather(*(self._answer(client, sem, b, progress) for b in bodies)))
+
+    def answers(self, bodies: Sequence[dict], progress=None) -> list[dict]:
+        """The server's JSON answers to request bodies (``model`` is added), concurrently, retried, remembered."""
+        return _run(self._answers_of(bodies, progress)) if bodies else []
+
+    def _logprob_request(self, prompt: dict) -> dict:
+        if self.endpoint == "chat":
+            return {**prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": True,
+                    "top_logprobs": self.top_logprobs}
+        return {**prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs}
+
+    def _read_words(self, alternatives, words: Sequence[str]) -> tuple[np.ndarray, float | None]:
+        """``(P(word) for each word, smallest returned probability)`` from one answer's alternatives."""
+        probs = np.zeros(len(words))
+        for tok, lp in alternatives:
+            w = tok.strip()
+            for k, word in enumerate(words):
+                if w == word:
+                    probs[k] += math.exp(lp)
+        return probs, (math.exp(alternatives[-1][1]) if alternatives else None)
+
+    @staticmethod
+    def _format_alternatives(alternatives) -> str:
+        return ", ".join(f"{t!r} {math.exp(v):.3f}" for t, v in (alternatives or [])[:5]) or "none returned"
+
+
+class ServerJudge(_ServerBase):
+    """A pairwise judge behind an OpenAI-compatible server (chat-completions or completions endpoint).
+
+    ``p = P(L_A) / (P(L_A) + P(L_B))`` from the ``top_logprobs`` of the first
+    answer token (llm-comparative-assessment eq. 3; the label mass and its lower
+    bound: the module docstring); without log-probabilities, the share of
+    ``num_samples`` sampled answers that name A (eq. 4-5).
+
+    Args:
+        base_url: the API's base URL, e.g. ``"http://127.0.0.1:8000/v1"`` or ``"https://api.openai.com/v1"``.
+        model: the served model's name (sent as ``model``).
+        template: the comparative prompt (:func:`~jaxrank.judges.pairwise_template`); its labels are
+            single words read on the first answer token.
+        endpoint: ``"chat"``, ``"completions"`` or ``"auto"`` (completions when there is an answer prefix).
+        answer_prefix: text the answer begins with (overrides the template's); needs the completions endpoint.
+        chat_template: the model's Jinja chat template, rendered here for the completions endpoint
+            (:func:`render_chat_template`); ``None``: a raw prompt.
+        chat_template_tokens: special tokens the chat template names (``{"bos_token": "<s>"}``).
+        system: optional system message.
+        logprobs: ``"auto"`` (read log-probabilities; sample when the server returns none: found out by one
+            request on the first pair in :meth:`prepare`, so a run pays one request even when its store holds
+            every judgement), ``True`` (log-probabilities or an error), ``False`` (sample).
+        top_logprobs: alternatives asked for per answer token (OpenAI allows at most 20).
+        num_samples, temperature, max_new_tokens: the sampled reading (eq. 4-5).
+        api_key_env: the environment variable holding the API key (none sent when it is unset).
+        max_concurrency: requests in flight at most.
+        max_retries: retries of a request after a 408/409/429/5xx answer, a timeout or a lost connection.
+        timeout: seconds per request.
+        backoff, max_backoff: the first and the largest retry delay (seconds), doubled per retry, with jitter.
+        price_per_token: a price per token, or ``(prompt price, completion price)``: :attr:`usage` adds the cost.
+        min_label_mass: the labels' share of the answer (among the returned alternatives) below which the judge
+            warns once (:class:`~jaxrank.judges.reading.LabelMassWarning`).
+        strict: raise :class:`~jaxrank.judges.reading.LabelMassError` instead.
+
+    Raises:
+        ValueError: a bad URL, option or label, or an answer prefix with ``endpoint="chat"``.
+        ServerError: (on use) the server unreachable after the retries, a refused key (401/403), an unknown
+            path or model (404), another error answer; the message names the server.
+    """
+
+    def __init__(self, base_url: str, model: str, template: PairwiseTemplate, *, endpoint: str = "auto",
+                 answer_prefix: str | None = None, chat_template: str | None = None,
+                 chat_template_tokens: dict | None = None, system: str | None = None, logprobs="auto",
+                 top_logprobs: int = 20, num_samples: int = 10, temperature: float = 1.0, max_new_tokens: int = 8,
+                 api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8, max_retries: int = 5,
+                 timeout: float = 60.0, backoff: float = 0.5, max_backoff: float = 8.0, price_per_token=None,
+                 min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
+        super().__init__(base_url, model, endpoint=endpoint, chat_template=chat_template, system=system,
+                         api_key_env=api_key_env, max_concurrency=max_concurrency, max_retries=max_retries,
+                         timeout=timeout, backoff=backoff, max_backoff=max_backoff, top_logprobs=top_logprobs,
+                         price_per_token=price_per_token, min_label_mass=min_label_mass, strict=strict,
+                         chat_template_tokens=chat_template_tokens)
+        if answer_prefix is not None:
+            if not isinstance(answer_prefix, str) or answer_prefix == "auto":
+                raise ValueError(f"answer_prefix must be a string (a server judge has no 'auto'), got "
+                                 f"{answer_prefix!r}")
+            template = dataclasses.replace(template, answer_prefix=answer_prefix)
+        if any(len(w.split()) != 1 for w in template.labels):
+            raise ValueError(f"labels {template.labels!r}: a server judge reads one word on the first answer token; "
+                             "put shared words in the answer prefix (answer_prefix='Summary', labels 'A', 'B')")
+        if endpoint == "chat" and template.answer_prefix:
+            raise ValueError(f"answer prefix {template.answer_prefix!r} with endpoint='chat': the chat API cannot "
+                             "prefill the answer; use endpoint='completions' (with chat_template=)")
+        if logprobs not in ("auto", True, False):
+            raise ValueError(f"logprobs must be 'auto', True or False, got {logprobs!r}")
+        if num_samples < 1 or max_new_tokens < 1 or not temperature >= 0:
+            raise ValueError("num_samples and max_new_tokens must be >= 1 and temperature >= 0")
+        self.template = template
+        self._logprobs = logprobs
+        self.num_samples, self.temperature = int(num_samples), float(temperature)
+        self.max_new_tokens = int(max_new_tokens)
+        self.parser = label_parser(template.labels)
+        self.undecided = 0
+        self.reading: ServerReading | None = None          # "auto": settled by prepare()
+        if logprobs in (True, False):
+            self._set_reading("logprobs" if logprobs else "sampled")
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint used: ``"chat"`` or ``"completions"``."""
+        if self._endpoint == "auto":
+            return "completions" if self.template.answer_prefix else "chat"
+        return self._endpoint
+
+    def _set_reading(self, kind: str) -> None:
+        self.reading = ServerReading(kind, tuple(self.template.labels), self._note(kind))
+
+    def _note(self, kind: str) -> str:
+        """How ``p`` is read, in one sentence for a report."""
+        if kind == "sampled":
+            return (f"{self.name}: the server gives no log-probabilities; p is the share of {self.num_samples} "
+                    f"sampled answers (temperature {self.temperature:g}) that name A (LCA eq. 4-5)")
+        return (f"{self.name}: p from the top-{self.top_logprobs} log-probabilities of the first answer token "
+                f"({self.endpoint} endpoint); the label mass is a lower bound where they are truncated")
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: the template's key and a hash of how the answer is read (endpoint, system
+        message, chat template, log-probabilities or ``n`` samples).
+
+        Raises:
+            RuntimeError: ``logprobs="auto"`` and the server not yet asked (call :meth:`prepare`).
+        """
+        if self.reading is None:
+            raise RuntimeError("logprobs='auto' and the server not asked yet: call judge.prepare(context, "
+                               "candidates) (judge_contexts does) before asking for the template key")
+        how = (SERVER_READING_VERSION, self.endpoint, self.system, self.chat_template, self.reading.kind,
+               (self.num_samples, self.temperature, self.max_new_tokens) if self.reading.kind == "sampled" else None)
+        h = hashlib.sha1(repr(how).encode()).hexdigest()[:6]
+        return f"{self.template.key}-{h}"
+
+    def request_prompt(self, context: str, a: str, b: str) -> dict:
+        """The prompt part of one comparison's request: ``{"messages": ...}`` or ``{"prompt": text}``."""
+        return self._wrap(self.template.render(context, a, b), self.template.answer_prefix)
+
+    def prepare(self, context: str, candidates: Sequence[str]) -> ServerReading:
+        """Settle what the judge reads before its keys are taken: the served model's id, and (``logprobs="auto"``)
+        whether the server returns log-probabilities, from one request on the first pair (kept: not paid twice).
+
+        Returns:
+            :attr:`reading` (a :class:`ServerReading`).
+        """
+        self.fingerprint
+        if self.reading is None:
+            if len(candidates) < 2:
+                raise ValueError("prepare needs at least two candidates")
+            body = self._logprob_request(self.request_prompt(context, candidates[0], candidates[1]))
+            data = self.answers([body])[0]
+            self._set_reading("sampled" if _alternatives(data["choices"][0], self.endpoint) is None else "logprobs")
+            if self.reading.kind == "sampled":
+                warnings.warn(self.reading.note, UserWarning, stacklevel=2)
+        return self.reading
+
+    def compare(self, context: str, candidates: Sequence[str], i, j, *, progress=None) -> Judgement:
+        """``p = P(candidates[i] better than candidates[j])`` for every pair of one context, from the server.
+
+        Args:
+            context, candidates: the texts.
+            i, j: ``[R]`` indices into ``candidates`` for positions A and B.
+            progress: optional callable, called with 1 after every answered request (a progress bar's ``update``).
+
+        Returns:
+            :class:`~jaxrank.judges.Judgement`: ``p``, ``logits`` = the labels' log-probabilities (sampled: the
+            answer counts), ``label_mass`` (sampled: the share of answers naming a label), ``top_probs`` the
+            probabilities of the first five alternatives (``top_ids`` is ``None``: servers return token texts).
+
+        Raises:
+            ValueError: bad indices or an empty candidate.
+            ServerError: the server failed (see the class).
+            LabelMassError: ``strict=True`` and the labels hold less than ``min_label_mass``.
+        """
+        i, j = check_pairs(candidates, i, j)
+        if i.size == 0:
+            return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32), np.zeros(0, np.float32))
+        self.prepare(context, candidates)
+        prompts = [self.request_prompt(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
+        if self.reading.kind == "sampled":
+            return self._sampled(prompts, progress)
+        datas = self.answers([self._logprob_request(p) for p in prompts], progress)
+        logp = np.zeros((len(prompts), 2))
+        mass = np.zeros(len(prompts))
+        top = np.zeros((len(prompts), 5), np.float32)
+        alts = []
+        for r, data in enumerate(datas):
+            alt = _alternatives(data["choices"][0], self.endpoint)
+            if alt is None:
+                raise ServerError(f"server {self.base_url} returned no log-probabilities for model {self.model!r}; "
+                                  "use logprobs='auto' or False to read sampled answers (LCA eq. 4-5)")
+            alts.append(alt)
+            probs, floor = self._read_words(alt, self.template.labels)
+            mass[r] = probs.sum()
+            seen = probs > 0
+            if seen.any() and not seen.all():           # an absent label: at most the smallest returned alternative
+                probs[~seen] = min(floor, probs[seen].min())
+            logp[r] = np.log(probs) if seen.any() else (0.0, 0.0)
+            pr = [math.exp(v) for _, v in alt[:5]]
+            top[r, :len(pr)] = pr
+        p = (1.0 / (1.0 + np.exp(logp[:, 1] - logp[:, 0]))).astype(np.float32)
+        if mass.size and (mass < self.min_label_mass).any():
+            worst = int(np.argmin(mass))
+            given = check_label_mass(
+                mass, threshold=self.min_label_mass, strict=self.strict, warn=not self._mass_warned,
+                who=f"judge {self.name} at {self.base_url}, template {self.template.name}",
+                labels=self.template.labels, top=self._format_alternatives(alts[worst]),
+                remedy=f"(Among the top-{self.top_logprobs} alternatives the server returned: a lower bound.) Its p "
+                       "compares answers the model hardly gives: set an answer prefix (the words it writes first), "
+                       "other labels, or another model.", stacklevel=3)
+            self._mass_warned = self._mass_warned or given
+        return Judgement(p, False, logp.astype(np.float32), mass.astype(np.float32), None, top)
+
+    def _sampled(self, prompts: list[dict], progress) -> Judgement:
+        """Eq. 4-5: ``p`` = the share of ``num_samples`` answers naming A (neither counts 1/2)."""
+        k = self.num_samples
+        body = {"max_tokens": self.max_new_tokens, "temperature": self.temperature, "n": k}
+        datas = self.answers([{**p, **body} for p in prompts], progress)
+        texts = [[_text(c, self.endpoint) for c in d["choices"]][:k] for d in datas]
+        short = [r for r, t in enumerate(texts) if len(t) < k]
+        for rnd in range(1, k + 1):                  # a server that ignores n: further single answers
+            if not short:
+                break
+            extra = self.answers([{**prompts[r], **body, "n": 1, "seed": rnd} for r in short])
+            for r, d in zip(short, extra):
+                texts[r].append(_text(d["choices"][0], self.endpoint))
+            short = [r for r in short if len(texts[r]) < k]
+        p, counts, und = _decide(texts, self.parser)
+        self.undecided += und
+        parsed = (counts.sum(1) / k).astype(np.float32)
+        if (parsed < self.min_label_mass).any():
+            worst = int(np.argmin(parsed))
+            given = check_label_mass(
+                parsed, threshold=self.min_label_mass, strict=self.strict, warn=not self._mass_warned,
+                who=f"judge {self.name} at {self.base_url} (sampled), template {self.template.name}",
+                labels=self.template.labels, top="answers " + "; ".join(repr(t[:40]) for t in texts[worst][:3]),
+                remedy="Its p counts answers that name neither label as 1/2: ask for the label only, or another "
+                       "model.", stacklevel=3)
+            self._mass_warned = self._mass_warned or given
+        return Judgement(p, False, counts, parsed)
+
+
+class ServerGEvalJudge(_ServerBase):
+    """G-Eval (g-eval §2, eq. 1) behind an OpenAI-compatible server: ``score = sum_s P(s) s``.
+
+    ``P(s)`` are the probabilities of the score words (``"1"`` .. ``"5"``)
+    among the ``top_logprobs`` alternatives of the first answer token,
+    renormalised over the scores seen; their sum is the label mass (a lower
+    bound when the alternatives are truncated). A candidate with no score among
+    them gets the middle of the scale and counts in the label-mass warning. The
+    evaluation steps (auto chain-of-thought) are written once by the served model,
+    greedily, unless ``steps=`` gives them. Prompts and endpoints as
+    :class:`ServerJudge`.
+
+    Args:
+        base_url, model: the server and the served model.
+        template: a :class:`~jaxrank.judges.prompts.PointwiseTemplate` (``pointwise_template(aspect)``).
+        steps: evaluation steps to use instead of asking the model.
+        max_step_tokens: length limit of the generated steps.
+        answer_prefix: text appended to the prompt as it is (completions endpoint), e.g. ``" "`` where the
+            tokenizer writes the space before a score as a token of its own (SmolLM2), so that the first
+            answer token is the score.
+        endpoint, chat_template, chat_template_tokens, system, top_logprobs, api_key_env, max_concurrency,
+            max_retries, timeout, backoff, max_backoff, price_per_token, min_label_mass, strict: as
+            :class:`ServerJudge`.
+    """
+
+    def __init__(self, base_url: str, model: str, template: PointwiseTemplate, *, steps: str | None = None,
+                 max_step_tokens: int = 128, endpoint: str = "auto", answer_prefix: str = "",
+                 chat_template: str | None = None,
+                 chat_template_tokens: dict | None = None, system: str | None = None, top_logprobs: int = 20,
+                 api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8, max_retries: int = 5,
+                 timeout: float = 60.0, backoff: float = 0.5, max_backoff: float = 8.0, price_per_token=None,
+                 min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
+        super().__init__(base_url, model, endpoint=endpoint, chat_template=chat_template, system=system,
+                         api_key_env=api_key_env, max_concurrency=max_concurrency, max_retries=max_retries,
+                         timeout=timeout, backoff=backoff, max_backoff=max_backoff, top_logprobs=top_logprobs,
+                         price_per_token=price_per_token, min_label_mass=min_label_mass, strict=strict,
+                         chat_template_tokens=chat_template_tokens)
+        if answer_prefix and self.endpoint == "chat":
+            raise ValueError(f"answer prefix {answer_prefix!r} with the chat endpoint: the chat API cannot prefill "
+                             "the answer; use endpoint='completions'")
+        self.answer_prefix = str(answer_prefix)
+        self.template = template
+        self._steps = steps
+        self.max_step_tokens = int(max_step_tokens)
+        self.score_values = np.asarray(template.scores, np.float64)
+        self._cache_key = self._cache_val = None
+
+    @property
+    def endpoint(self) -> str:
+        """``"chat"`` unless ``endpoint="completions"`` was asked for."""
+        return "chat" if self._endpoint == "auto" else self._endpoint
+
+    @property
+    def template_key(self) -> str:
+        """The template's key and a hash of how the score is read (endpoint, system message, chat template)."""
+        how = (SERVER_READING_VERSION, self.endpoint, self.system, self.chat_template, self._steps,
+               self.answer_prefix)
+        return f"{self.template.key}-{hashlib.sha1(repr(how).encode()).hexdigest()[:6]}"
+
+    @property
+    def steps(self) -> str:
+        """The evaluation steps (written by the served model, greedily, on first use; then reused)."""
+        if self._steps is None:
+            body = {**self._wrap(self.template.steps_request, blank=False), "max_tokens": self.max_step_tokens,
+                    "temperature": 0.0}
+            self._steps = _text(self.answers([body])[0]["choices"][0], self.endpoint).strip()
+        return self._steps
+
+    def request_prompt(self, context: str, candidate: str) -> dict:
+        """The prompt part of one candidate's request."""
+        t = self.template
+        msg = t.text.replace("{criteria}", t.criteria)
+        if "{steps}" in msg:
+            msg = msg.replace("{steps}", self.steps)
+        return self._wrap(msg.replace("{context}", context).replace("{candidate}", candidate), self.answer_prefix,
+                          blank=False)
+
+    def score(self, context: str, candidates: Sequence[str], *, progress=None) -> PointwiseResult:
+        """G-Eval scores of every candidate of one context (g-eval eq. 1), from the server's log-probabilities."""
+        s = len(self.score_values)
+        if len(candidates) == 0:
+            return PointwiseResult(np.zeros(0, np.float64), np.zeros((0, s), np.float64), False)
+        empty = [k for k, c in enumerate(candidates) if not str(c).strip()]
+        if empty:
+            raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+        datas = self.answers([self._logprob_request(self.request_prompt(context, c)) for c in candidates], progress)
+        probs = np.zeros((len(candidates), s))
+        mass = np.zeros(len(candidates))
+        alts = []
+        for r, data in enumerate(datas):
+            alt = _alternatives(data["choices"][0], self.endpoint)
+            if alt is None:
+                raise ServerError(f"server {self.base_url} returned no log-probabilities for model {self.model!r}: "
+                                  "G-Eval's weighted score needs them")
+            alts.append(alt)
+            q, _ = self._read_words(alt, [str(x) for x in self.template.scores])
+            mass[r] = q.sum()
+            probs[r] = q / q.sum() if q.sum() > 0 else np.full(s, 1.0 / s)
+        if mass.size and (mass < self.min_label_mass).any():
+            worst = int(np.argmin(mass))
+            given = check_label_mass(
+                mass, threshold=self.min_label_mass, strict=self.strict, warn=not self._mass_warned,
+                who=f"judge {self.name} at {self.base_url}, template {self.template.name}",
+                labels=[str(x) for x in self.template.scores], top=self._format_alternatives(alts[worst]),
+                remedy="Its score renormalises over answers the model hardly gives (a lower bound among the "
+                       "returned alternatives): end the prompt where the model writes the score, or another model.",
+                stacklevel=3)
+            self._mass_warned = self._mass_warned or given
+        return PointwiseResult(probs @ self.score_values, probs, False, label_mass=mass.astype(np.float32))
+
+    def compare(self, context: str, candidates: Sequence[str], i, j, *, scale: float = 1.0,
+                progress=None) -> Judgement:
+        """Pairwise view of the scores: ``p = sigmoid(scale * (s_i - s_j))``
+        (:func:`~jaxrank.judges.pointwise_comparisons`); each candidate is scored once per context."""
+        i, j = check_pairs(candidates, i, j)
+        key = (context, tuple(candidates))
+        if self._cache_key != key:
+            self._cache_val, self._cache_key = self.score(context, candidates), key
+        res = self._cache_val
+        p = pointwise_comparisons(res.scores, i, j, scale=scale)
+        logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
+        if progress is not None:
+            progress(len(i))
+        return Judgement(p, False, logits, np.minimum(res.label_mass[i], res.label_mass[j]))
