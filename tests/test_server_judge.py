@@ -376,3 +376,25 @@ def test_options_and_fingerprint(server):
         ServerJudge(server.url, MODEL, pairwise_template("summeval", "coherence", labels=("Summary A", "Summary B")))
     with pytest.raises(ValueError, match="base_url"):
         ServerJudge("127.0.0.1:8000", MODEL, TEMPLATE)
+
+
+def test_command_line(server, tmp_path, monkeypatch, capsys):
+    """`jaxrank judge --judge server:MODEL --base-url URL --api-key-env NAME`: judged into the store through the
+    server; a wrong key ends in one line naming the server; no --base-url is a usage error."""
+    from jaxrank.cli import main
+    monkeypatch.setenv("JAXRANK_DATA", os.environ.get("JAXRANK_DATA", str(Path(__file__).parents[2] / "shared/data")))
+    store = tmp_path / "s.jsonl"
+    args = ["judge", "--judge", f"server:{MODEL}", "--base-url", server.url, "--api-key-env", KEY_ENV,
+            "--answer-prefix", "Summary", "--aspect", "coherence", "--contexts", "0:1", "--candidates", "2",
+            "--max-concurrency", "2", "--no-progress", "--store", str(store)]
+    main(args)
+    recs = [json.loads(x) for x in store.read_text().splitlines() if x.strip()]
+    assert len([r for r in recs if "p" in r]) == 2 and all(r["judge"] == f"server:{MODEL}" for r in recs if "p" in r)
+    assert KEY not in store.read_text()
+    monkeypatch.setenv(KEY_ENV, "wrong-key")
+    with pytest.raises(SystemExit, match=f"jaxrank: server {server.url} refused the API key") as e:
+        main(args[:-1] + [str(tmp_path / "s2.jsonl")])
+    assert "wrong-key" not in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        main(["judge", "--judge", f"server:{MODEL}", "--contexts", "0:1"])
+    assert e.value.code == 2

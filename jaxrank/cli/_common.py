@@ -53,9 +53,50 @@ def reading_options(p):
                    help="LLM judges: stop instead of warning when the labels hold less than --min-label-mass")
 
 
+def server_options(p):
+    """``--base-url``, ``--api-key-env``, ``--max-concurrency``: a judge behind an OpenAI-compatible server."""
+    p.add_argument("--base-url", default=None, metavar="URL",
+                   help="--judge server:MODEL: the OpenAI-compatible API's base URL (vLLM, llama.cpp's server, a "
+                        "hosted API), e.g. http://127.0.0.1:8000/v1; p is read from the labels' returned "
+                        "log-probabilities (or sampled answers where it gives none); --answer-prefix TEXT sends "
+                        "the completions endpoint a raw prompt, else the chat endpoint is used")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="--judge server:MODEL: the environment variable holding the API key (default "
+                        "OPENAI_API_KEY; none sent when unset; never written to a store or report)")
+    p.add_argument("--max-concurrency", type=int, default=8, metavar="N",
+                   help="--judge server:MODEL: requests in flight at most (default 8)")
+
+
+def server_judge(args, *, answer_prefix=None):
+    """The judge of ``--judge server:MODEL`` (:class:`~jaxrank.judges.server.ServerJudge`) with ``--base-url``,
+    ``--api-key-env``, ``--max-concurrency``, ``--template``, ``--answer-prefix`` (``auto``: the template's
+    own, else none), ``--min-label-mass`` and ``--strict``."""
+    from jaxrank.judges.server import ServerJudge   # httpx: only for a server judge
+
+    if not getattr(args, "base_url", None):
+        raise UsageError("jaxrank: --judge server:MODEL needs --base-url URL (the OpenAI-compatible API, e.g. "
+                         "http://127.0.0.1:8000/v1)")
+    if getattr(args, "soft_prompt", None) or getattr(args, "diagnose", None) is not None:
+        raise UsageError("jaxrank: --soft-prompt and --diagnose read a local model; not a server judge")
+    try:
+        template = template_option(args)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"jaxrank: {e}")
+    prefix = answer_prefix or getattr(args, "answer_prefix", "none")
+    prefix = "" if prefix == "none" else None if prefix == "auto" else prefix
+    try:
+        return ServerJudge(args.base_url, args.judge.split(":", 1)[1], template, answer_prefix=prefix,
+                           api_key_env=args.api_key_env, max_concurrency=args.max_concurrency,
+                           min_label_mass=getattr(args, "min_label_mass", 0.5), strict=getattr(args, "strict", False))
+    except ValueError as e:
+        raise UsageError(f"jaxrank: --judge {args.judge}: {e}")
+
+
 def make_judge(args, *, answer_prefix=None):
     """The judge of ``--judge`` (with ``--template`` and, for an LLM judge, ``--soft-prompt``,
     ``--answer-prefix`` (or ``answer_prefix``), ``--min-label-mass`` and ``--strict``)."""
+    if str(args.judge).startswith("server:"):
+        return server_judge(args, answer_prefix=answer_prefix)
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
 

@@ -30,7 +30,8 @@ def add_parsers(sub):
                        help=f"human aspect / prompt attribute (default {DEFAULT_ASPECT})")
         j.add_argument("--judge", default=DEFAULT_JUDGE,
                        help="registry name (minilm-l6 = similarity judge, the default; smollm2-135m and "
-                            "qwen2.5-coder-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file")
+                            "qwen2.5-coder-0.5b = LLM judges), a Hugging Face checkpoint directory or a .gguf file, or "
+                            "server:MODEL for a model behind an OpenAI-compatible server (with --base-url)")
         j.add_argument("--contexts", default=":", help="contexts by position: START:STOP or i,j,k (default all)")
         j.add_argument("--candidates", type=int, default=None,
                        help="only the first N candidates of each context (default all)")
@@ -44,6 +45,7 @@ def add_parsers(sub):
         j.add_argument("--soft-prompt", default=None, metavar="FILE",
                        help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
         common.reading_options(j)
+        common.server_options(j)
         j.add_argument("--batch-size", type=int, default=8)
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")

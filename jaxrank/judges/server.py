@@ -110,10 +110,11 @@ class ServerReading:
     note: str
 
 
-class ServerError(RuntimeError):
+class ServerError(OSError):
     """The server could not be reached, refused the request, or answered something the judge cannot read.
 
-    The message names the server (its base URL) and never holds the API key.
+    An ``OSError`` (an input/output failure, which the command line prints as one line). The message names
+    the server (its base URL) and never holds the API key.
     """
 
 
