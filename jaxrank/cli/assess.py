@@ -329,11 +329,14 @@ def _reading_lines(args, judge, sel) -> list[str]:
                 judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge))
             if r["context"] in keep]
     choice = getattr(judge, "answer_prefix_choice", None)
-    how = (f"answer prefix {judge.template.answer_prefix!r} ("
-           + ("chosen from the model's own answers" if choice is not None else "given") + ")"
-           if judge.template.answer_prefix else "no answer prefix")
+    source = ("given" if choice is None else
+              "the word the prompt names the candidates with: no greedy answer of the model named a label"
+              if getattr(choice, "from_prompt", False) else "chosen from the model's own answers")
+    how = (f"answer prefix {judge.template.answer_prefix!r} ({source})" if judge.template.answer_prefix
+           else "no answer prefix")
+    note = getattr(judge.reading, "note", None)          # a server judge: log-probabilities or sampled answers
     return [f"**Reading.** Template {template_key(judge)}, {how}; labels read as "
-            f"{judge.reading.texts[0]!r} / {judge.reading.texts[1]!r}.", "",
+            f"{judge.reading.texts[0]!r} / {judge.reading.texts[1]!r}." + (f" {note}" if note else ""), "",
             *label_mass_lines(recs, threshold=judge.min_label_mass)]
 
 
