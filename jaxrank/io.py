@@ -152,6 +152,17 @@ def _csv_source(path: Path, text: str) -> _Source:
     return _Source(str(path), list(columns), rows())
 
 
+def _no_repeated_keys(pairs):
+    """``object_pairs_hook`` for ``json.loads``: a field named twice in one record is an error (JSON keeps the
+    last one without a word)."""
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise ValueError(f"field {k!r} appears twice in one record")
+        seen[k] = v
+    return seen
+
+
 def _json_source(path: Path, text: str) -> _Source:
     if not text.strip():
         raise ValueError(f"{path}: empty file (no records)")
@@ -164,9 +175,11 @@ def _json_source(path: Path, text: str) -> _Source:
             text = "[" + text + "]"
     if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
         try:
-            records = json.loads(text)
+            records = json.loads(text, object_pairs_hook=_no_repeated_keys)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}, line {e.lineno}: not valid JSON ({e.msg})") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
         located = [(f"{path}, record {k}", r) for k, r in enumerate(records)]
     else:
         located = []
@@ -174,9 +187,11 @@ def _json_source(path: Path, text: str) -> _Source:
             if not line.strip():
                 continue
             try:
-                located.append((f"{path}, line {ln}", json.loads(line)))
+                located.append((f"{path}, line {ln}", json.loads(line, object_pairs_hook=_no_repeated_keys)))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}, line {ln}: not valid JSON ({e.msg})") from None
+            except ValueError as e:
+                raise ValueError(f"{path}, line {ln}: {e}") from None
     for where, r in located:
         if not isinstance(r, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(r).__name__}")
@@ -249,11 +264,18 @@ def _blank(v) -> bool:
 
 def _item_id(value) -> str:
     """An item id as text: surrounding blanks dropped (``" x"`` is ``"x"``), a number as Python writes it
-    (the JSON number ``1`` and the string ``"1"`` name the same item; ``1.0`` is another)."""
+    (the JSON number ``1`` and the string ``"1"`` name the same item; ``1.0`` is another). A JSON boolean is
+    no id (``ValueError``: the caller names the place)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{value!r} is a JSON boolean, not an item id")
     return str(value).strip()
 
 
 def _number(where, field, value):
+    if isinstance(value, (float, np.floating)) and np.isnan(value):
+        raise ValueError(f"{where}: field {field!r} is NaN, not a finite number")
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{where}: field {field!r} = {value!r} is a JSON boolean, not a number")
     if _blank(value):
         raise ValueError(f"{where}: field {field!r} is empty")
     try:
@@ -341,7 +363,10 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
             if isinstance(v, (dict, list)):
                 raise ValueError(f"{where}: field {field!r} = {v!r} is a JSON {type(v).__name__}; an item id is "
                                  "a string or a number")
-        name_a, name_b = _item_id(name_a), _item_id(name_b)
+        try:
+            name_a, name_b = _item_id(name_a), _item_id(name_b)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
         if name_a == name_b:
             raise ValueError(f"{where}: item {name_a!r} is compared with itself")
         if score_a is not None:
@@ -358,6 +383,9 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
             w = _number(where, cw, row.get(cw))
             if w < 0:
                 raise ValueError(f"{where}: field {cw!r} = {row.get(cw)!r} is negative")
+            if w > float(np.finfo(np.float32).max):
+                raise ValueError(f"{where}: field {cw!r} = {row.get(cw)!r} is too large (weights are float32, "
+                                 f"at most {np.finfo(np.float32).max:.3g}); rescale the weights")
         ctx = ""
         if cc is not None:
             if _blank(row.get(cc)):
@@ -371,6 +399,8 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         d["w"].append(w)
     if not per_ctx:
         raise ValueError(f"{src.label}: no comparisons (no rows after the header)")
+    if cw is not None and not any(w > 0 for d in per_ctx.values() for w in d["w"]):
+        raise ValueError(f"{src.label}: every comparison has weight 0 in column {cw!r}: nothing to rank")
 
     from jaxrank.comparisons import Comparisons, stack_contexts  # deliberately lazy: reading a file needs no JAX
 

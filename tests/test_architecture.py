@@ -55,7 +55,7 @@ PACKAGE = ROOT / "jaxrank"
 FLOORS = {
     # 0 core: the comparison pytree, graph algebra, metrics, data sets, file formats, the compilation cache
     "jaxrank.comparisons": 0, "jaxrank._graph": 0, "jaxrank._sparse_inverse": 0, "jaxrank._batching": 0, "jaxrank.metrics": 0, "jaxrank.data": 0, "jaxrank.io": 0,
-    "jaxrank._validate": 0, "jaxrank.compilation": 0, "jaxrank.distributed": 0, "jaxrank._deprecation": 0, "jaxrank._notices": 0, "jaxrank._multinomial": 0,
+    "jaxrank._validate": 0, "jaxrank.compilation": 0, "jaxrank.distributed": 0, "jaxrank._deprecation": 0, "jaxrank._notices": 0, "jaxrank._faults": 0, "jaxrank._multinomial": 0,
     # 1 scorers
     "jaxrank.scoring": 1,
     # 2 statistics of scores and judges: debiasing, zero-shot objectives, uncertainty, bootstrap, simulated

@@ -65,3 +65,68 @@ def test_assess_output_that_is_a_file_is_refused_before_judging(tmp_path, monkey
         cli.main(["assess", "--output", str(tmp_path / "report"), "--no-compilation-cache", "--store",
                   str(tmp_path / "s.jsonl")])
     assert (tmp_path / "report").read_text() == "mine\n" and not (tmp_path / "s.jsonl").exists()
+
+
+@pytest.mark.parametrize("rows,argv,message", [
+    ('{"item_a": "x", "item_b": "y", "p": 0.6, "p": 0.2}\n', [], "field 'p' appears twice in one record"),
+    ('{"item_a": true, "item_b": "y", "p": 0.6}\n', [], "True is a JSON boolean, not an item id"),
+    ('{"item_a": "x", "item_b": "y", "p": true}\n', [], "field 'p' = True is a JSON boolean"),
+    ('{"item_a": "x", "item_b": "y", "p": NaN}\n', [], "field 'p' is NaN"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6, "w": 0}\n', ["--weight", "w"], "every comparison has weight 0"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6, "w": 1e300}\n', ["--weight", "w"], "is too large"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6, "o": "win"}\n', ["--p", "p", "--outcome", "o"], "not both"),
+    ('{"item_a": "x", "item_b": "y", "sa": 1, "sb": 2}\n', ["--score-a", "sa", "--score-b", "sa"], "name one column"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--item-a", "item_a", "--item-b", "item_a"], "name one column"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--output", ""], "--output is empty"),
+    ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--output", "c.jsonl/s.csv"], "is a file, not a folder"),
+])
+def test_rank_inputs_that_were_read_silently_are_one_line_usage_errors(rows, argv, message, tmp_path,
+                                                                         monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text(rows)
+    with pytest.raises(SystemExit, match=message) as e:
+        cli.main(["rank", "c.jsonl", *argv])
+    assert e.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_store_path_that_is_not_a_store_is_refused_and_left_as_it_is(tmp_path, monkeypatch, capsys):
+    """A CSV or a folder or a pipe given as --store: one line, nothing changed, no hang (the similarity judge
+    is never loaded: the store is opened before judging)."""
+    from jaxrank.assessment.store import JudgementStore, NotAStoreError, check_store
+
+    csv_file = tmp_path / "c.csv"
+    csv_file.write_text("item_a,item_b,p\nx,y,0.5\n")
+    with pytest.raises(NotAStoreError, match="is not a judgement store: none of its lines"):
+        JudgementStore(csv_file)
+    assert csv_file.read_text() == "item_a,item_b,p\nx,y,0.5\n" and not (tmp_path / "c.csv.damaged").exists()
+    (tmp_path / "torn.jsonl").write_text('{"judge": "m", "templ')          # a killed first writer: recovered
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert len(JudgementStore(tmp_path / "torn.jsonl")) == 0
+    (tmp_path / "sdir").mkdir()
+    with pytest.raises(NotAStoreError, match="sdir is a folder"):
+        JudgementStore(tmp_path / "sdir")
+    os.mkfifo(tmp_path / "f.jsonl")
+    with pytest.raises(NotAStoreError, match="not a regular file"):
+        check_store(tmp_path / "f.jsonl")
+    for action in ("check", "repair"):
+        with pytest.raises(SystemExit, match="is not a regular file") as e:
+            cli.main(["store", action, str(tmp_path / "f.jsonl")])
+        assert e.value.code == 2
+    with pytest.raises(SystemExit, match="apply to store adopt only"):
+        cli.main(["store", "check", str(csv_file), "--judge", "minilm-l6", "--data", "summeval"])
+
+
+def test_a_garbled_coordinator_address_is_a_usage_error(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="give HOST:PORT") as e:
+        cli.main(["judge", "--judge", "minilm-l6", "--num-processes", "2", "--coordinator", "not an address"])
+    assert e.value.code == 2
+
+
+def test_a_strict_judge_refusing_is_one_line(smollm2, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("JAXRANK_DATA", str(DATA))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="the labels .* hold") as e:
+        cli.main(["judge", "--judge", "smollm2-135m", "--contexts", "0:1", "--candidates", "2", "--no-progress",
+                  "--answer-prefix", "none", "--min-label-mass", "1", "--strict"])
+    assert e.value.code not in (0, 2) and "Traceback" not in capsys.readouterr().err

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
+from jaxrank._faults import Fault
+
 _FIELDS = ("judge", "template", "context", "a", "b")
 _STAMP = ("fingerprint", "context_sha", "a_sha", "b_sha")
 SCHEMA_VERSION = 2
@@ -73,6 +75,16 @@ class Key(NamedTuple):
 
 def _key_of(rec: Mapping) -> Key:
     return Key(*(str(rec[f]) for f in _FIELDS), *(str(rec.get(f) or "") for f in _STAMP))
+
+
+class StoreConflictError(ValueError, Fault):
+    """A key stored twice with different records (in a store, or across the stores being merged); the message
+    names both places and the command that resolves it."""
+
+
+class NotAStoreError(ValueError, Fault):
+    """The path given as a store is not one: a folder, a pipe or device, or a file none of whose lines is a
+    judgement record (a CSV, a binary file); nothing is changed."""
 
 
 class StoreLockedError(TimeoutError):

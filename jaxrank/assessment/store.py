@@ -56,14 +56,27 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from jaxrank.assessment._store_file import (READABLE_SCHEMAS, SCHEMA_VERSION, TEXT_SHA_LENGTH, Conflict,
-                                            DamagedLine, Key, StoreDamageWarning, StoreLockedError, StoreScan,
+                                            DamagedLine, Key, NotAStoreError, StoreConflictError,
+                                            StoreDamageWarning, StoreLockedError, StoreScan,
                                             TextHashes, _damaged_path, _FIELDS, _fsync_write, _key_of, _Lock,
                                             _move_aside, _parse, _scan_bytes, _STAMP, text_sha)
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store", "text_sha", "TextHashes",
-           "adopt_store", "Adopted", "SCHEMA_VERSION", "READABLE_SCHEMAS", "TEXT_SHA_LENGTH"]
+           "adopt_store", "Adopted", "SCHEMA_VERSION", "READABLE_SCHEMAS", "TEXT_SHA_LENGTH", "NotAStoreError",
+           "StoreConflictError", "check_regular_file"]
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "store") -> Path:
+    """``path`` as a ``Path`` if it is a regular file or absent; else :class:`NotAStoreError` saying what it is
+    (a folder, a pipe or device), so that nothing blocks reading a pipe or writes into a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise NotAStoreError(f"{path} is a folder; a {what} is a .jsonl file: give a file path")
+    if path.exists() and not path.is_file():
+        raise NotAStoreError(f"{path} is not a regular file (a pipe or device); a {what} is a .jsonl file")
+    return path
 
 
 class StoredComparisons(NamedTuple):
@@ -91,8 +104,9 @@ def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> Store
 
     Raises:
         FileNotFoundError: no such file.
+        NotAStoreError: a folder, a pipe or a device.
     """
-    path = Path(path)
+    path = check_regular_file(path)
     try:
         lock = _Lock(path, lock_timeout)
         lock.__enter__()
@@ -115,7 +129,7 @@ def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> Stor
     Returns:
         The scan before the repair (what was moved).
     """
-    path = Path(path)
+    path = check_regular_file(path)
     with _Lock(path, lock_timeout):
         data = path.read_bytes()
         scan = _scan_bytes(data)
@@ -149,9 +163,13 @@ class JudgementStore:
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or \
                 not math.isfinite(lock_timeout) or lock_timeout <= 0:
             raise ValueError(f"lock_timeout must be a positive number of seconds, got {lock_timeout!r}")
-        self.path = Path(path)
+        self.path = check_regular_file(path)
         self.lock_timeout = float(lock_timeout)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OSError(e.errno, f"{self.path}: cannot create the store's folder {self.path.parent} "
+                                   f"({e.strerror})") from None
         self._records: dict[Key, dict] = {}
         self._index: dict | None = None
         self._offset, self._lines, self._inode = 0, 0, None
@@ -165,10 +183,16 @@ class JudgementStore:
         if scan.different:
             c = scan.different[0]
             first, later = scan.records[c.key][1], _parse(data.split(b"\n")[c.line - 1])[1]
-            raise ValueError(f"{self.path}: key {tuple(c.key)} is stored on line {c.first_line} "
+            raise StoreConflictError(f"{self.path}: key {tuple(c.key)} is stored on line {c.first_line} "
                              f"(p={first['p']!r}) and on line {c.line} (p={later['p']!r}) with different "
                              f"records ({len(scan.different)} such key(s)); `jaxrank store repair "
                              f"{self.path}` keeps the first and moves the others to {_damaged_path(self.path)}")
+        torn_only = all(d.reason.startswith("torn last line") for d in scan.damaged)
+        if scan.damaged and not scan.records and (not torn_only or not data.lstrip().startswith(b"{")):
+            d = scan.damaged[0]
+            raise NotAStoreError(f"{self.path} is not a judgement store: none of its lines is a judgement record "
+                                 f"(line {d.line}: {d.reason}); it is left as it is. Give a new .jsonl path (jaxrank "
+                                 "writes the store)")
         if scan.damaged or scan.unterminated:
             data = _move_aside(self.path, data, [tuple(d) for d in scan.damaged])
             if scan.damaged:
@@ -384,6 +408,8 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
     """
     if not shards:
         raise ValueError("shards is empty: give the store shards to merge")
+    for s in shards:
+        check_regular_file(s, "shard")
     missing = [str(s) for s in shards if not Path(s).is_file()]
     if missing:
         raise ValueError(f"shards: no such file(s): {', '.join(missing)}")
@@ -394,7 +420,7 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
         scan = check_store(shard, lock_timeout=lock_timeout)
         if scan.different:
             c = scan.different[0]
-            raise ValueError(f"{shard}: key {tuple(c.key)} is stored on lines {c.first_line} and {c.line} with "
+            raise StoreConflictError(f"{shard}: key {tuple(c.key)} is stored on lines {c.first_line} and {c.line} with "
                              f"different records; `jaxrank store repair {shard}` keeps the first")
         if scan.damaged:
             where = ", ".join(f"{d.line} ({d.reason})" for d in scan.damaged[:3])
@@ -406,7 +432,8 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
             key = _key_of(rec)
             old = out.get(key)
             if old is not None and float(old["p"]) != float(rec["p"]):
-                raise ValueError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in {shard}")
+                raise StoreConflictError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in "
+                                         f"{shard}")
             source.setdefault(key, str(shard))
         out.append(recs)
     return len(out) - before
@@ -443,7 +470,7 @@ def adopt_store(path: str | os.PathLike, *, judge: str, fingerprint: str, hashes
         FileNotFoundError: no store at ``path``.
         ValueError: an empty ``fingerprint``, or a key stored twice with different records.
     """
-    path = Path(path)
+    path = check_regular_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such store")
     if not fingerprint:

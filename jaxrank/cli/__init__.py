@@ -39,6 +39,7 @@ import sys
 
 from jaxrank.cli import _common as common
 from jaxrank.cli import assess, rank, store, zepo
+from jaxrank._faults import Fault
 from jaxrank.cli._errors import UsageError
 from jaxrank._notices import quiet_torch_notice
 
@@ -69,8 +70,13 @@ def main(argv=None):
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(1)
     except OSError as e:           # a full disk, a folder that cannot be made: one line, not a traceback
-        where = f" ({e.filename})" if getattr(e, "filename", None) and str(e.filename) not in str(e) else ""
-        raise SystemExit(f"jaxrank: {e}{where}") from None
+        if e.filename is not None and e.strerror:
+            what = f"{e.filename}: {e.strerror}" + (f" (and {e.filename2})" if e.filename2 else "")
+        else:
+            what = str(e)
+        raise SystemExit(f"jaxrank: {what}") from None
+    except Fault as e:             # an ordinary fault of the library (a strict judge, a store's conflict)
+        raise SystemExit(f"jaxrank: {e}") from None
 
 
 def _main(argv=None):
@@ -87,6 +93,10 @@ def _main(argv=None):
             raise UsageError(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
     if getattr(args, "candidates", None) == 1:
         raise UsageError("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")
+    if getattr(args, "selection", None) and getattr(args, "budget", None) is None and \
+            not getattr(args, "active", False):
+        print(f"note: --selection {args.selection} chooses among comparisons under a --budget; without one every "
+              "ordered pair is judged", file=sys.stderr)
     mass = getattr(args, "min_label_mass", None)
     if mass is not None and not 0.0 <= mass <= 1.0:
         raise UsageError(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")

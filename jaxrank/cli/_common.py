@@ -36,7 +36,12 @@ def enable_cache(args) -> bool:
     """Turn on the persistent compilation cache unless switched off; whether it is on."""
     if args.compilation_cache and os.environ.get("JAXRANK_COMPILATION_CACHE", "1") != "0":
         from jaxrank.compilation import enable_compilation_cache
-        enable_compilation_cache()
+        try:
+            enable_compilation_cache()
+        except OSError as e:                 # a cache folder that cannot be made: run, compiling afresh
+            print(f"note: no compilation cache ({e.filename or e}: {e.strerror or 'cannot be used'}); set "
+                  "$JAXRANK_CACHE to a folder you can write to, or pass --no-compilation-cache", file=sys.stderr)
+            return False
         return True
     return False
 
@@ -110,6 +115,14 @@ def make_judge(args, *, answer_prefix=None):
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
     if lm.architecture == "bert":
+        own_file = getattr(args, "data_file", None) is not None and args.template == "zepo"   # set for a file
+        ignored = [o for o, on in (("--template", args.template != "poe" and not own_file),
+                                    ("--answer-prefix", getattr(args, "answer_prefix", "auto") != "auto"),
+                                    ("--strict", getattr(args, "strict", False)),
+                                    ("--min-label-mass", getattr(args, "min_label_mass", 0.5) != 0.5)) if on]
+        if ignored:
+            print(f"note: {', '.join(ignored)} appl{'ies' if len(ignored) == 1 else 'y'} to LLM judges; the "
+                  f"similarity judge {lm.name} reads no prompt", file=sys.stderr)
         if soft is not None:
             raise UsageError("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
@@ -210,6 +223,14 @@ def processes(args, *, join: bool = True):
     for option in ("join_timeout", "heartbeat_timeout"):
         if getattr(args, option) < 1:
             raise UsageError(f"jaxrank: --{option.replace('_', '-')} must be >= 1 second, got {getattr(args, option)}")
+    if coordinator:
+        host, sep, port = str(coordinator).rpartition(":")
+        if not sep or not host.strip() or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+            raise UsageError(f"jaxrank: --coordinator {coordinator!r}: give HOST:PORT (e.g. 10.0.0.1:1234), the "
+                             "address of process 0")
+        if n == 1:
+            print(f"note: --coordinator {coordinator} with one process: nothing to join, running alone",
+                  file=sys.stderr)
     if coordinator and n > 1 and join and not _JOINED:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,

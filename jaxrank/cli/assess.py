@@ -103,11 +103,15 @@ def resolve_data(args):
     spec = str(args.data)
     path = Path(spec)
     if path.suffix.lower() not in FILE_SUFFIXES and os.sep not in spec:
+        if path.suffix and path.exists():
+            _fail(f"--data {spec}: unknown kind of file {path.suffix}; give a {', '.join(FILE_SUFFIXES)} file")
         return                                          # a data set name: loaded by common.contexts
     from jaxrank.data import DATASETS, dataset_name, read_records
 
     if path.is_dir():
         _fail(f"--data {spec} is a directory; give a data file ({', '.join(FILE_SUFFIXES)}) or a data set name")
+    if path.exists() and not path.is_file():
+        _fail(f"--data {spec} is not a regular file (a pipe or device); give a data file")
     if not path.is_file():
         _fail(f"--data {spec}: no such file (and not a data set name: {', '.join(DATASETS)})")
     if path.suffix.lower() not in FILE_SUFFIXES:
@@ -362,12 +366,22 @@ def run_assess(args):
     from jaxrank.assessment.report import assess_comparisons
     from jaxrank.assessment.run import stored_labels
 
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    methods = tuple(dict.fromkeys(m.strip() for m in args.methods.split(",") if m.strip()))   # once each
+    if not methods:
+        raise UsageError(f"jaxrank: --methods {args.methods!r} names no scorer; give one or more of "
+                         f"{', '.join(scorer_table.SCORERS)}, separated by commas")
     _active_options(args)
     resolve_data(args)
+    if not str(args.output).strip():
+        raise UsageError("jaxrank: --output is empty; give the folder for the report and scores")
     if Path(args.output).exists() and not Path(args.output).is_dir():     # before any judging
         raise UsageError(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
                          "folder: give a folder name")
+    try:                                                                   # before any judging, too
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"jaxrank: --output {args.output}: cannot create this folder ({e.strerror}); give a "
+                         "folder you can write to") from None
     num_processes, process_id, coordinator = common.processes(args, join=False)
     if num_processes > 1 and (args.active or not coordinator):
         raise UsageError("jaxrank: assess with several processes needs --coordinator (each process judges its "

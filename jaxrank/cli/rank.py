@@ -76,6 +76,19 @@ def _check_rank_options(args):
         scorer_table.check_debias(args.method, args.debias, argument="--debias")
     except ValueError as e:
         raise UsageError(f"jaxrank: {e}")
+    if args.output is not None and not args.output.strip():
+        raise UsageError("jaxrank: --output is empty; give a .csv, .jsonl or .json file name (or leave it out to "
+                         "print the scores)")
+    given = {o: getattr(args, o) for o in ("p", "outcome", "score_a", "score_b")}
+    if given["p"] and given["outcome"]:
+        raise UsageError("jaxrank: give --p (a probability column) or --outcome (a win/loss/tie column), not both")
+    if (given["score_a"] or given["score_b"]) and (given["p"] or given["outcome"]):
+        raise UsageError("jaxrank: --score-a/--score-b give the outcome from two score columns; leave out "
+                         f"--{'p' if given['p'] else 'outcome'}")
+    for x, y in (("item_a", "item_b"), ("score_a", "score_b")):
+        if getattr(args, x) and getattr(args, x) == getattr(args, y):
+            raise UsageError(f"jaxrank: --{x.replace('_', '-')} and --{y.replace('_', '-')} name one column "
+                             f"({getattr(args, x)!r}); give the two columns")
     if args.output:
         out = Path(args.output)
         if out.suffix.lower() not in OUTPUT_SUFFIXES:
@@ -86,6 +99,9 @@ def _check_rank_options(args):
         if args.input and out.exists() and Path(args.input).exists() and out.resolve() == Path(args.input).resolve():
             raise UsageError(f"jaxrank: --output {out} is the input file; writing the scores there would destroy "
                              "the comparisons: choose another name")
+        parent = next((q for q in out.parents if q.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise UsageError(f"jaxrank: --output {out}: {parent} is a file, not a folder; give a path in a folder")
 
 
 OUTPUT_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")

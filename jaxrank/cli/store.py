@@ -3,6 +3,7 @@ merging per-process shards, and stamping judgements written before fingerprints.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from jaxrank.cli._errors import UsageError
@@ -35,6 +36,10 @@ def run(args):
     from jaxrank.assessment.store import check_store, merge_stores, repair_store
 
     if args.action == "merge":
+        given = [f"--{o.replace('_', '-')}" for o in ("judge", "data", "template_key") if getattr(args, o)]
+        if given:
+            raise UsageError(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to store adopt "
+                             "only")
         try:
             added = merge_stores(args.path, args.shards)
         except (ValueError, OSError, TimeoutError) as e:
@@ -43,6 +48,12 @@ def run(args):
         return
     if args.shards:
         raise UsageError(f"jaxrank: store {args.action} takes one PATH, not shards")
+    given = [f"--{o.replace('_', '-')}" for o in ("judge", "data", "template_key") if getattr(args, o)]
+    if given and args.action != "adopt":
+        raise UsageError(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to store adopt only")
+    if Path(args.path).exists() and not Path(args.path).is_file():
+        kind = "a folder" if Path(args.path).is_dir() else "not a regular file (a pipe or device)"
+        raise UsageError(f"jaxrank: {args.path} is {kind}; a judgement store is a .jsonl file")
     if args.action == "adopt":
         return _adopt(args)
     if not Path(args.path).is_file():
@@ -96,6 +107,9 @@ def _adopt(args):
                            template=args.template_key)
     except (ValueError, OSError, TimeoutError) as e:
         raise SystemExit(f"jaxrank: store adopt: {e}")
+    if args.template_key is not None and not done.stamped + done.unknown_ids + done.already:
+        print(f"{args.path}: no judgement of {judge.name} from before fingerprints has template key "
+              f"{args.template_key!r}; nothing stamped", file=sys.stderr)
     print(f"{args.path}: {done.stamped} judgement(s) of {judge.name} stamped with its fingerprint "
           f"{judge_fingerprint(judge)} and the texts of {args.data}; {done.unknown_ids} left as they were (a "
           f"context or candidate id not in {args.data}); {done.already} already stored stamped")

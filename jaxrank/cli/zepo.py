@@ -51,8 +51,12 @@ def run(args):
         if getattr(args, name) < 1:
             raise UsageError(f"jaxrank: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("epochs", "temperature"):
-        if getattr(args, name) < 0:
-            raise UsageError(f"jaxrank: --{name} must be >= 0, got {getattr(args, name)}")
+        if not 0 <= getattr(args, name) < float("inf"):
+            raise UsageError(f"jaxrank: --{name} must be a finite number >= 0, got {getattr(args, name)}")
+    for name in ("output", "log", "store"):
+        value = getattr(args, name)
+        if value and Path(value).is_dir():
+            raise UsageError(f"jaxrank: --{name} {value} is a folder; give a file name")
     cs = data_contexts(args, labels=False)      # a file of one's own texts needs no human scores here
     judge = common.make_judge(args)
     if not hasattr(judge, "compare_templates"):

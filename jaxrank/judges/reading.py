@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank._faults import Fault
+
 __all__ = ["MIN_LABEL_MASS", "TOP_K", "LabelMassWarning", "LabelMassError", "LabelContinuations",
            "label_continuations", "whole_text_ids", "shared_split", "cut_text", "read_continuations", "read_tokens",
            "answer_prefix_of", "naming_word", "check_label_mass", "format_top_tokens"]
@@ -55,7 +57,7 @@ class LabelMassWarning(UserWarning):
     """The labels hold less of the model's answer than the judge's ``min_label_mass``."""
 
 
-class LabelMassError(ValueError):
+class LabelMassError(ValueError, Fault):
     """A strict judge refused: the labels hold less of the model's answer than ``min_label_mass``."""
 
 
