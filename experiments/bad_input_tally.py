@@ -1045,7 +1045,9 @@ def store_cases():
                                        "--template-key", "nosuch"],
         "a note: no judgements of template key 'nosuch' (0 stamped)", exit=None, need=["nosuch"],
         setup=fixture("s3.jsonl", "s.jsonl", legacy),
-        on_ok=ok("says 0 stamped", (has("nosuch", "0 judgement"), "nothing said of the unknown template key")))
+        on_ok=ok("says that no record has template key 'nosuch'",
+                 (has("nosuch"), "--template-key nosuch matches no record: '0 judgement(s) stamped', without saying "
+                                 "that no record has that key")))
     add("unknown-action", ["foo", "s.jsonl"], "error: invalid choice", need=["foo"], exit=(2,))
     add("check-with-adopt-options", ["check", "s.jsonl", "--judge", "minilm-l6"],
         "error or a note: --judge applies to adopt only", exit=None, need=["--judge"],
@@ -1167,7 +1169,8 @@ def classify(case: Case, r: Run) -> tuple[str, str]:
     low = last.lower()
     if re.search(r"\[Errno \d+\] [^;]*: '[^']*'$", last) and "--" not in last and "$" not in last:
         return "unhelpful", "; ".join(x for x in ("a raw OS error: names no option and says not what to do", late) if x)
-    missing = [g for g in case.need if not any(s.lower() in low for s in g)]
+    groups = [tuple(g) + (("folder",) if "directory" in g else ()) for g in case.need]   # a folder is a directory
+    missing = [g for g in groups if not any(s.lower() in low for s in g)]
     if missing:
         return "unhelpful", "; ".join(x for x in ("does not say " + " and ".join(" or ".join(repr(s) for s in g)
                                                                         for g in missing), late) if x)
