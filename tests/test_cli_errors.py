@@ -78,7 +78,6 @@ def test_assess_output_that_is_a_file_is_refused_before_judging(tmp_path, monkey
     ('{"item_a": "x", "item_b": "y", "sa": 1, "sb": 2}\n', ["--score-a", "sa", "--score-b", "sa"], "name one column"),
     ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--item-a", "item_a", "--item-b", "item_a"], "name one column"),
     ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--output", ""], "--output is empty"),
-    ('{"item_a": "x", "item_b": "y", "p": 0.6}\n', ["--output", "c.jsonl/s.csv"], "is a file, not a folder"),
 ])
 def test_rank_inputs_that_were_read_silently_are_one_line_usage_errors(rows, argv, message, tmp_path,
                                                                          monkeypatch, capsys):
@@ -130,3 +129,47 @@ def test_a_strict_judge_refusing_is_one_line(smollm2, monkeypatch, tmp_path, cap
         cli.main(["judge", "--judge", "smollm2-135m", "--contexts", "0:1", "--candidates", "2", "--no-progress",
                   "--answer-prefix", "none", "--min-label-mass", "1", "--strict"])
     assert e.value.code not in (0, 2) and "Traceback" not in capsys.readouterr().err
+
+
+def test_an_output_that_cannot_be_written_is_a_failure(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_text('{"item_a": "x", "item_b": "y", "p": 0.6}\n')
+    with pytest.raises(SystemExit, match="is a file, not a folder") as e:
+        cli.main(["rank", "c.jsonl", "--output", "c.jsonl/s.csv"])
+    assert e.value.code not in (0, 2)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--selection", "symmetric"], "applies with --budget only"),
+    (["--coordinator", "127.0.0.1:1234"], "applies with --num-processes > 1"),
+    (["--judge", ""], "--judge is empty"),
+])
+def test_options_that_would_do_nothing_are_usage_errors(argv, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXRANK_DATA", str(DATA))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=message) as e:
+        cli.main(["judge", "--no-progress", "--contexts", "0:1", "--candidates", "3", *argv])
+    assert e.value.code == 2
+
+
+def test_assess_checks_its_scorers_before_judging(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXRANK_DATA", str(DATA))
+    monkeypatch.chdir(tmp_path)
+    for methods, message in (("foo", "unknown scorer"), ("win_ratio,win_ratio", "more than once")):
+        with pytest.raises(SystemExit, match=message) as e:
+            cli.main(["assess", "--methods", methods, "--store", "s.jsonl", "--no-progress"])
+        assert e.value.code == 2 and not (tmp_path / "s.jsonl").exists()
+
+
+def test_a_template_with_an_unknown_placeholder_or_a_folder_is_refused(tmp_path):
+    from jaxrank.assessment.zepo import load_template
+
+    (tmp_path / "t.txt").write_text("{context} {a} {b} {summary}")
+    with pytest.raises(ValueError, match=r"unknown placeholder\(s\) \{summary\}"):
+        load_template(tmp_path / "t.txt")
+    (tmp_path / "j.txt").write_text('{context} {a} {b} answer as {"choice": "A"}')
+    assert load_template(tmp_path / "j.txt").render("c", "x", "y").endswith('{"choice": "A"}')
+    (tmp_path / "tdir").mkdir()
+    with pytest.raises(SystemExit, match="is a folder; give a template file"):
+        cli.main(["judge", "--judge", "minilm-l6", "--template", str(tmp_path / "tdir"), "--store",
+                  str(tmp_path / "s.jsonl")])

@@ -449,8 +449,14 @@ def load_template(path: str | Path) -> PairwiseTemplate:
     try:
         if raw.lstrip().startswith("{") and raw.rstrip().endswith("}") and '"text"' in raw:
             d = json.loads(raw)
-            return PairwiseTemplate(d["text"], tuple(d.get("labels", ("A", "B"))), d.get("name", path.stem),
-                                    d.get("answer_prefix", ""))
-        return PairwiseTemplate(raw.rstrip("\n"), name=path.stem)
+            t = PairwiseTemplate(d["text"], tuple(d.get("labels", ("A", "B"))), d.get("name", path.stem),
+                                 d.get("answer_prefix", ""))
+        else:
+            t = PairwiseTemplate(raw.rstrip("\n"), name=path.stem)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a pairwise template ({e})") from None
+    unknown = sorted(set(re.findall(r"\{([A-Za-z_]\w*)\}", t.text)) - {"context", "a", "b"})
+    if unknown:                              # a placeholder that nothing fills: a typo such as {summary}
+        raise ValueError(f"{path}: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; a "
+                         "pairwise template fills {context}, {a} and {b} only")
+    return t

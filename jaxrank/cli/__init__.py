@@ -95,8 +95,8 @@ def _main(argv=None):
         raise UsageError("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")
     if getattr(args, "selection", None) and getattr(args, "budget", None) is None and \
             not getattr(args, "active", False):
-        print(f"note: --selection {args.selection} chooses among comparisons under a --budget; without one every "
-              "ordered pair is judged", file=sys.stderr)
+        raise UsageError(f"jaxrank: --selection {args.selection} applies with --budget only (without one every "
+                         "ordered pair is judged)")
     mass = getattr(args, "min_label_mass", None)
     if mass is not None and not 0.0 <= mass <= 1.0:
         raise UsageError(f"jaxrank: --min-label-mass must lie in [0, 1], got {mass:g}")

@@ -100,6 +100,9 @@ def server_judge(args, *, answer_prefix=None):
 def make_judge(args, *, answer_prefix=None):
     """The judge of ``--judge`` (with ``--template`` and, for an LLM judge, ``--soft-prompt``,
     ``--answer-prefix`` (or ``answer_prefix``), ``--min-label-mass`` and ``--strict``)."""
+    if not str(args.judge).strip():
+        raise UsageError("jaxrank: --judge is empty; give a registered name (minilm-l6, smollm2-135m, ...), a "
+                         "checkpoint folder, a .gguf file or server:MODEL")
     if str(args.judge).startswith("server:"):
         return server_judge(args, answer_prefix=answer_prefix)
     from jaxrank.models.loading import load_model
@@ -147,6 +150,9 @@ def template_option(args):
         return pairwise_template(args.data, args.aspect, style=args.template)
     from jaxrank.assessment.zepo import load_template
 
+    if Path(args.template).is_dir():
+        raise ValueError(f"--template {args.template} is a folder; give a template file (.json from jaxrank zepo, "
+                         "or a text file with {context}, {a} and {b})")
     if not Path(args.template).is_file():
         raise ValueError(f"--template must be 'poe', 'zepo' or a template file; no file {args.template!r}")
     return load_template(args.template)
@@ -228,9 +234,9 @@ def processes(args, *, join: bool = True):
         if not sep or not host.strip() or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
             raise UsageError(f"jaxrank: --coordinator {coordinator!r}: give HOST:PORT (e.g. 10.0.0.1:1234), the "
                              "address of process 0")
-        if n == 1:
-            print(f"note: --coordinator {coordinator} with one process: nothing to join, running alone",
-                  file=sys.stderr)
+        if n == 1 and args.coordinator:
+            raise UsageError(f"jaxrank: --coordinator applies with --num-processes > 1 (it is the address the "
+                             f"processes join); one process runs alone without it")
     if coordinator and n > 1 and join and not _JOINED:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,

@@ -366,10 +366,18 @@ def run_assess(args):
     from jaxrank.assessment.report import assess_comparisons
     from jaxrank.assessment.run import stored_labels
 
-    methods = tuple(dict.fromkeys(m.strip() for m in args.methods.split(",") if m.strip()))   # once each
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = tuple(dict.fromkeys(names))                                  # before any judging
     if not methods:
         raise UsageError(f"jaxrank: --methods {args.methods!r} names no scorer; give one or more of "
                          f"{', '.join(scorer_table.SCORERS)}, separated by commas")
+    unknown = [m for m in methods if m not in scorer_table.SCORERS]
+    if unknown:
+        raise UsageError(f"jaxrank: --methods: unknown scorer(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(scorer_table.SCORERS)}")
+    if len(names) != len(methods):
+        raise UsageError(f"jaxrank: --methods names {', '.join(m for m in methods if names.count(m) > 1)} more "
+                         "than once")
     _active_options(args)
     resolve_data(args)
     if not str(args.output).strip():
@@ -377,12 +385,13 @@ def run_assess(args):
     if Path(args.output).exists() and not Path(args.output).is_dir():     # before any judging
         raise UsageError(f"jaxrank: --output {args.output} is a file; assess writes its report and scores into a "
                          "folder: give a folder name")
-    try:                                                                   # before any judging, too
-        Path(args.output).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"jaxrank: --output {args.output}: cannot create this folder ({e.strerror}); give a "
-                         "folder you can write to") from None
     num_processes, process_id, coordinator = common.processes(args, join=False)
+    if process_id == 0:                                   # the process that reports: before any judging, too
+        try:
+            Path(args.output).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"jaxrank: --output {args.output}: cannot create this folder ({e.strerror}); give a "
+                             "folder you can write to") from None
     if num_processes > 1 and (args.active or not coordinator):
         raise UsageError("jaxrank: assess with several processes needs --coordinator (each process judges its "
                          "share, then process 0 merges the shards and reports)" +

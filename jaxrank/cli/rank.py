@@ -101,7 +101,7 @@ def _check_rank_options(args):
                              "the comparisons: choose another name")
         parent = next((q for q in out.parents if q.exists()), None)
         if parent is not None and not parent.is_dir():
-            raise UsageError(f"jaxrank: --output {out}: {parent} is a file, not a folder; give a path in a folder")
+            raise SystemExit(f"jaxrank: --output {out}: {parent} is a file, not a folder; give a path in a folder")
 
 
 OUTPUT_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")

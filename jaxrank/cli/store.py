@@ -40,6 +40,9 @@ def run(args):
         if given:
             raise UsageError(f"jaxrank: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to store adopt "
                              "only")
+        if not args.shards:
+            raise UsageError(f"jaxrank: store merge {args.path} needs the shards to merge: jaxrank store merge PATH "
+                             "SHARD [SHARD ...]")
         try:
             added = merge_stores(args.path, args.shards)
         except (ValueError, OSError, TimeoutError) as e:
