@@ -118,7 +118,7 @@ def test_progress_is_told_of_every_batch(tiny, tmp_path, monkeypatch):
     updates = []
 
     class FakeBar:
-        def __init__(self, total, **kw):
+        def __init__(self, total, *args, **kw):
             self.total = total
 
         def update(self, k):
@@ -129,7 +129,7 @@ def test_progress_is_told_of_every_batch(tiny, tmp_path, monkeypatch):
 
     import jaxrank.assessment.run as run_module
 
-    monkeypatch.setattr(run_module, "tqdm", FakeBar)
+    monkeypatch.setattr(run_module, "progress_bar", FakeBar)
     judge_contexts(judge, cs, tmp_path / "s.jsonl", progress=True)
     assert sum(updates) == 12 and len(updates) >= 8
 

@@ -247,7 +247,7 @@ def test_the_side_files_are_never_written_through_a_symlink(tmp_path):
         _Store(path).append([{"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.5}])
     assert victim.read_text() == "keep me\n"
     (tmp_path / "s.jsonl.lock").unlink()
-    path.write_text("not json\n")
+    path.write_text('{"judge": "j", "template": "t", "context": "c", "a": "x", "b": "y", "p": 0.5}\nnot json\n')
     (tmp_path / "s.jsonl.damaged").symlink_to(victim)
     with pytest.raises(OSError, match="s.jsonl.damaged is a symbolic link"):
         _Store(path)

@@ -187,8 +187,9 @@ class JudgementStore:
                              f"(p={first['p']!r}) and on line {c.line} (p={later['p']!r}) with different "
                              f"records ({len(scan.different)} such key(s)); `jaxrank store repair "
                              f"{self.path}` keeps the first and moves the others to {_damaged_path(self.path)}")
-        torn_only = all(d.reason.startswith("torn last line") for d in scan.damaged)
-        if scan.damaged and not scan.records and (not torn_only or not data.lstrip().startswith(b"{")):
+        # no line even begins as a record (a CSV, a binary file): not a store; a damaged record, or the torn
+        # first line of a killed writer, is a store's damage and is moved aside below
+        if scan.damaged and not scan.records and not any(d.raw.lstrip().startswith(b"{") for d in scan.damaged):
             d = scan.damaged[0]
             raise NotAStoreError(f"{self.path} is not a judgement store: none of its lines is a judgement record "
                                  f"(line {d.line}: {d.reason}); it is left as it is. Give a new .jsonl path (jaxrank "
