@@ -47,7 +47,7 @@ import numpy as np
 if TYPE_CHECKING:  # imported once the rows are read: a malformed file is reported without importing JAX
     from jaxrank.comparisons import Comparisons
 
-__all__ = ["ComparisonTable", "read_comparisons"]
+__all__ = ["ComparisonTable", "read_comparisons", "read_text"]
 
 _DEFAULTS = {
     "item_a": ("item_a", "a", "model_a", "left", "i", "candidate_a"),
@@ -94,19 +94,22 @@ class _Source:
 # ---------------------------------------------------------------------- files
 
 
-def _text(path: Path) -> str:
-    """The file as text: UTF-8 (a byte-order mark is dropped); binary files are refused."""
+def read_text(path: str | os.PathLike) -> str:
+    """A data file as text: UTF-8 (a byte-order mark is dropped). A binary file (a NUL byte) or another
+    encoding is a ``ValueError`` naming the file, the line and the byte, and saying what to do."""
+    path = Path(path)
     data = path.read_bytes()
     nul = data.find(b"\0")
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
-        raise ValueError(f"{path}, line {line}: not a text file (a NUL byte); expected CSV or JSON Lines")
+        raise ValueError(f"{path}, line {line}: not a text file (a NUL byte); expected UTF-8 CSV or JSON Lines")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
-                         "save the file as UTF-8") from None
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x}, which UTF-8 does "
+                         "not allow there: the file is in another encoding, e.g. Latin-1 or Windows-1252); save it "
+                         "as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _delimiter(header: str) -> str:
@@ -206,7 +209,7 @@ def _file_source(path: Path) -> _Source:
         raise ValueError(f"{path} is not a regular file (a pipe or a device); save the comparisons to a file")
     if not path.is_file():
         raise FileNotFoundError(f"comparison file not found: {path}")
-    text = _text(path)
+    text = read_text(path)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         return _json_source(path, text)
     return _csv_source(path, text)

@@ -134,7 +134,7 @@ def test_source_must_be_a_path_or_dataframe():
     (b"", r"bad.csv: empty file \(no header row\)"),
     (b"item_a,item_b,p\n", r"bad.csv: no comparisons"),
     (b"item_a,item_b,p\nx,y,0.5\n\x89PNG\x00\x01", r"bad.csv, line 3: not a text file"),
-    (b"item_a,item_b,p\nx,y,0.5\nJos\xe9,y,0.5\n", r"bad.csv, line 3: not UTF-8 text \(byte 0xe9\)"),
+    (b"item_a,item_b,p\nx,y,0.5\nJos\xe9,y,0.5\n", r"bad.csv, line 3: not UTF-8 text \(byte 0xe9, which UTF-8 does not allow there"),
     # "b" is an outcome word for B winning, and the name of item A here
     (b"model_a,model_b,winner\nb,a,b\n", r"bad.csv, line 2: field 'winner' = 'b' is ambiguous"),
 ])

@@ -52,6 +52,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jaxrank.io import read_text
+
 if TYPE_CHECKING:  # imported when a data set is built: reading and checking the rows needs no `datasets`
     import datasets
 
@@ -226,8 +228,8 @@ def _build(located: Iterable[Located], columns: list[str] | None, source: str,
         if must or numbers:
             where, v = bad[0]
             why = ("a human score must be a number (empty for none)" if must else
-                   f"the field mixes numbers and text, so it is neither a score nor a note; "
-                   f"pass scores=[...] to name the score fields")
+                   "the field mixes numbers and text, so it is neither a score nor a note; "
+                   "pass scores=[...] to name the score fields")
             raise ValueError(f"{where}: {field!r} = {v!r} is not a number: {why}")
         # text in every row: a note (a system name, a comment), left out
 
@@ -298,20 +300,6 @@ def from_records(records, *, scores: Iterable[str] | str | None = None,
 
 # --------------------------------------------------------------------------- files
 
-
-def _decode(path: Path) -> str:
-    data = path.read_bytes()
-    nul = data.find(b"\0")
-    if nul >= 0:
-        line = data.count(b"\n", 0, nul) + 1
-        raise ValueError(f"{path}: line {line}: not a text file (a NUL byte); expected UTF-8 CSV or JSON Lines")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}: not UTF-8 text: line {line} has the byte 0x{data[e.start]:02x}, which UTF-8 "
-                         "does not allow there (the file is in another encoding, e.g. Latin-1 or Windows-1252); "
-                         "save it as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
 
 
 def _csv_rows(path: Path, text: str) -> tuple[list[str], list[Located]]:
@@ -392,7 +380,7 @@ def read_records(path: str | os.PathLike, *, scores: Iterable[str] | str | None 
             raise ValueError(f"{p}: not a readable Parquet file ({type(e).__name__}: {e})") from None
         return _build(((f"{p}: row {k}", r) for k, r in enumerate(table.to_pylist())), list(table.column_names),
                       str(p), scores)
-    text = _decode(p)
+    text = read_text(p)
     if suffix == ".csv":
         columns, rows = _csv_rows(p, text)
         return _build(rows, columns, str(p), scores, header="line 1 (the header)")

@@ -40,7 +40,7 @@ from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass, format_top_tokens, read_tokens
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
 
-__all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "parse_score",
+__all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "scores_judgement", "parse_score",
            "scoring_prompt", "FALLBACK_SCORE"]
 
 _CTX, _CAND = "\ue010", "\ue011"
@@ -129,6 +129,16 @@ def parse_score(text: str, low: float = 1, high: float = 10) -> float | None:
         if low <= v <= high:
             return v
     return None
+
+
+def scores_judgement(res: PointwiseResult, i, j, *, scale: float = 1.0) -> Judgement:
+    """The pairwise view of per-candidate scores ``res``: ``p = sigmoid(scale * (s_i - s_j))``
+    (:func:`~jaxrank.judges.pointwise_comparisons`), ``logits`` ``scale * (s_i, s_j)`` (whose softmax is
+    ``p``), ``label_mass`` the smaller of the two candidates' label masses."""
+    p = pointwise_comparisons(res.scores, i, j, scale=scale)
+    logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
+    mass = None if res.label_mass is None else np.minimum(res.label_mass[i], res.label_mass[j])
+    return Judgement(p, res.truncated, logits, mass)
 
 
 class _PointwiseBase:
@@ -239,11 +249,7 @@ class _PointwiseBase:
         key = (context, tuple(candidates))
         if self._cache_key != key:
             self._cache_val, self._cache_key = self.score(context, candidates), key
-        res = self._cache_val
-        p = pointwise_comparisons(res.scores, i, j, scale=scale)
-        logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
-        mass = None if res.label_mass is None else np.minimum(res.label_mass[i], res.label_mass[j])
-        return Judgement(p, res.truncated, logits, mass)
+        return scores_judgement(self._cache_val, i, j, scale=scale)
 
 
 # ------------------------------------------------------------------------------ G-Eval

@@ -79,7 +79,7 @@ import httpx
 import numpy as np
 
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.judges.pointwise import PointwiseResult, pointwise_comparisons
+from jaxrank.judges.pointwise import PointwiseResult, scores_judgement
 from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
@@ -769,9 +769,6 @@ class ServerGEvalJudge(_ServerBase):
         key = (context, tuple(candidates))
         if self._cache_key != key:
             self._cache_val, self._cache_key = self.score(context, candidates), key
-        res = self._cache_val
-        p = pointwise_comparisons(res.scores, i, j, scale=scale)
-        logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
         if progress is not None:
             progress(len(i))
-        return Judgement(p, False, logits, np.minimum(res.label_mass[i], res.label_mass[j]))
+        return scores_judgement(self._cache_val, i, j, scale=scale)
