@@ -320,3 +320,25 @@ def test_a_prepared_auto_judge_reads_other_templates_alike(summary_a):
     assert z.template.answer_prefix == "Summary" and z.reading.texts == (" A", " B")
     assert auto.with_template(dataclasses.replace(other, answer_prefix="Answer:")).template.answer_prefix == "Answer:"
     assert auto.find_answer_prefix(ctx, cands).prefix == "Summary"    # found again from the bare prompt
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_geval_and_prompt_scoring_ids_equal_whole_text_tokenisation(smollm2, chat):
+    """The pointwise judges read the tokenizer's ids of each whole prompt: the context's cached prefix plus each
+    candidate's suffix equals the whole text's ids, token for token (G-Eval's shared score lead appended), and
+    the prefix is the same for every candidate of the context."""
+    from jaxrank.judges.pointwise import GEvalJudge, PromptScoringJudge
+    from jaxrank.judges.prompts import pointwise_template
+
+    (ctx, cands), = _summeval(1, 3, words=60)
+    tok = smollm2.tokenizer
+    judges = [GEvalJudge(smollm2, pointwise_template("coherence"), chat=chat, steps="1. Read. 2. Score."),
+              PromptScoringJudge(smollm2, aspect="fluency", chat=chat)]
+    for judge in judges:
+        pairs, truncated = judge._pairs(ctx, cands)
+        assert not truncated and len({tuple(p) for p, _ in pairs}) == 1
+        for (p, s), c in zip(pairs, cands):
+            text = judge._texts(ctx, [c])[0]
+            whole = list(tok(text, add_special_tokens=not chat)["input_ids"])
+            assert p + s == whole + list(judge._suffix_extra), type(judge).__name__
+            assert judge.token_ids(ctx, c)[0] + judge.token_ids(ctx, c)[1] == p + s

@@ -37,7 +37,8 @@ import numpy as np
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
-from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass, format_top_tokens, read_tokens
+from jaxrank.judges.reading import (MIN_LABEL_MASS, _common_prefix, check_label_mass, cut_text, format_top_tokens,
+                                    read_tokens, whole_text_ids)
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
 
 __all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "scores_judgement", "parse_score",
@@ -204,18 +205,43 @@ class _PointwiseBase:
         return list(self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]) if text else []
 
     def token_ids(self, context: str, candidate: str, *, max_context_tokens: int | None = None):
-        """``(prefix_ids, suffix_ids)``: the prefix (up to the candidate) is the same for a whole context."""
+        """``(prefix_ids, suffix_ids)`` of one candidate's prompt, tokenised whole.
+
+        The ids are the tokenizer's ids of the whole text :meth:`prompt_text`
+        (then the score tokens' shared lead, if any); ``prefix_ids`` is the part
+        the prompt shares with any other candidate's for the same context (up to
+        the token where the candidate begins), ``suffix_ids`` the rest.
+        """
+        return self._rows(context, [candidate], max_context_tokens)[0]
+
+    def _texts(self, context: str, candidates: Sequence[str]) -> list[str]:
         before, between, rest = self._frame
-        ctx = self._encode(context, False) if _CTX in self._full else []
-        if max_context_tokens is not None:
-            ctx = ctx[:max(0, max_context_tokens)]
-        prefix = self._encode(before, True) + ctx + self._encode(between, False)
-        suffix = self._encode(rest.replace(_CAND, candidate), False) + self._suffix_extra
-        return prefix, suffix
+        ctx = context if _CTX in self._full else ""
+        return [before + ctx + between + rest.replace(_CAND, c) for c in candidates]
+
+    def _rows(self, context: str, candidates: Sequence[str], max_context_tokens: int | None = None):
+        """Each candidate's whole prompt as the tokenizer's ids of the whole text, split at the context's cache.
+
+        The split point is the longest token prefix shared by every prompt of
+        the context (or, for one candidate, the tokens of the text before it),
+        each suffix keeping at least one token.
+        """
+        tok = self.lm.tokenizer
+        if max_context_tokens is not None and _CTX in self._full:
+            context = cut_text(tok, context, max_context_tokens)
+        texts = self._texts(context, candidates)
+        rows = whole_text_ids(tok, texts, add_special_tokens=self.decoder and not self.chat)
+        rows_p = rows
+        if len(rows) == 1:           # one prompt: its prefix is what it shares with the text before the candidate
+            before, between, _ = self._frame
+            head = before + (context if _CTX in self._full else "") + between
+            rows_p = rows + whole_text_ids(tok, [head], add_special_tokens=self.decoder and not self.chat)
+        p = min(_common_prefix(rows_p), min(map(len, rows)) - 1)
+        return [(r[:p], r[p:] + self._suffix_extra) for r in rows]
 
     def prompt_text(self, context: str, candidate: str) -> str:
         """The exact text the model reads for one candidate (for inspection)."""
-        return self._full.replace(_CTX, context).replace(_CAND, candidate) + \
+        return self._texts(context, [candidate])[0] + \
             (self.lm.tokenizer.decode(self._suffix_extra) if self._suffix_extra else "")
 
     def _pairs(self, context: str, candidates: Sequence[str]):
@@ -223,13 +249,21 @@ class _PointwiseBase:
         empty = [k for k, c in enumerate(candidates) if not str(c).strip()]
         if empty:
             raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
-        pairs = [self.token_ids(context, c) for c in candidates]
+        pairs = self._rows(context, candidates)
         longest = max(len(p) + len(s) for p, s in pairs)
+
+        def rebuild(k):              # boundary merges can leave a token too many: cut again until it fits
+            while True:
+                rows = self._rows(context, candidates, k)
+                over = max(len(p) + len(s) for p, s in rows) + self._extra_tokens - self.max_length
+                if over <= 0 or k <= 0:
+                    return rows
+                k = max(0, k - over)
+
         pairs, truncated = fit_context(
             pairs, longest + self._extra_tokens, max_length=self.max_length,
             context_len=lambda: len(self._encode(context, False)) if _CTX in self._full else 0,
-            rebuild=lambda k: [self.token_ids(context, c, max_context_tokens=k) for c in candidates],
-            warn=not self._warned, kept="candidate and instructions",
+            rebuild=rebuild, warn=not self._warned, kept="candidate and instructions",
             error_tail=": the candidate and instructions alone do not fit", stacklevel=3)
         self._warned = self._warned or truncated
         return pairs, truncated
