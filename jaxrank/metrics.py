@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks"]
+__all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks",
+           "CORRELATIONS", "system_level"]
 
 
 def _prepare(pred, gold, where):
@@ -194,3 +195,54 @@ def context_mean(values, axis=-1):
     count = jnp.sum(ok, axis=axis)
     total = jnp.sum(jnp.where(ok, values, 0), axis=axis)
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+CORRELATIONS = {"spearman": spearman, "kendall_tau": kendall_tau, "pearson": pearson}
+"""The three correlations the field reports (Spearman, Kendall tau-b, Pearson), by name, in that order."""
+
+
+def system_level(pred, gold, system, *, where=None, weights=None) -> dict:
+    """Correlations of per-system mean scores: agreement at the system level.
+
+    For each system ``s`` the mean of its candidates' scores over the contexts, weighted per context by
+    ``w_c`` (all 1 by default; bootstrap counts to resample contexts),
+
+    ``m_s = sum_c w_c sum_n [sys_cn = s] pred_cn / sum_c w_c sum_n [sys_cn = s]``,
+
+    and ``h_s`` likewise of ``gold``; then each of :data:`CORRELATIONS` between ``m`` and ``h`` over the
+    systems with a positive weight (Spearman, Kendall tau-b, Pearson; NaN when undefined, e.g. fewer than
+    two systems).
+
+    Args:
+        pred: ``[C, N]`` predicted scores.
+        gold: ``[C, N]`` human scores.
+        system: ``[C, N]`` integer system ids (``>= 0``); a negative id leaves the candidate out.
+        where: optional ``[C, N]`` bool mask of the candidates to use (padded or unlabelled ones False).
+        weights: optional ``[..., C]`` non-negative weights of the contexts.
+
+    Returns:
+        ``{name: [...]}``: one correlation per row of ``weights`` (a scalar without a batch).
+
+    Raises:
+        ValueError: shapes that disagree, or a NaN among the used entries.
+    """
+    pred, gold = np.asarray(pred, np.float64), np.asarray(gold, np.float64)
+    system = np.asarray(system)
+    if not (pred.shape == gold.shape == system.shape) or pred.ndim != 2:
+        raise ValueError(f"pred, gold and system must share one [C, N] shape; got {pred.shape}, {gold.shape} "
+                         f"and {system.shape}")
+    use = system >= 0
+    if where is not None:
+        use &= np.broadcast_to(np.asarray(where, bool), pred.shape)
+    _check_values(pred, gold, use, allow_inf=False)
+    w = np.ones(pred.shape[0]) if weights is None else np.asarray(weights, np.float64)
+    if w.shape[-1] != pred.shape[0] or (w < 0).any():
+        raise ValueError(f"weights must be non-negative with last axis {pred.shape[0]} (contexts); got {w.shape}")
+    num_systems = int(system.max()) + 1 if use.any() else 1
+    member = (system[..., None] == np.arange(num_systems)) & use[..., None]          # [C, N, S]
+    count = w @ member.sum(1)                                                        # [..., S]
+    ok = count > 0
+    safe = np.where(ok, count, 1.0)
+    m = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, pred, 0.0))) / safe, 0.0)
+    h = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, gold, 0.0))) / safe, 0.0)
+    return {name: np.asarray(fn(m, h, where=ok), np.float64) for name, fn in CORRELATIONS.items()}
