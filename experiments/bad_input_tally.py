@@ -937,6 +937,43 @@ def llm_cases():
     return C
 
 
+def server_cases():
+    """``--judge server:MODEL`` with bad options, and servers that are not there (no server is started)."""
+    S = ["--aspect", "coherence", "--contexts", "0:1", "--candidates", "3", "--no-progress", "--store", "s.jsonl"]
+    dead = "http://127.0.0.1:9/v1"        # the discard port: nothing listens
+    C = []
+
+    def add(id, argv, expect, need=(), exit=(2,), **kw):
+        C.append(Case(id, ["judge", *argv], expect, need=[tuple(g) if isinstance(g, (list, tuple)) else (g,)
+                                                          for g in need], exit=exit, **kw))
+
+    add("server-no-base-url", ["--judge", "server:m", *S], "error: server:MODEL needs --base-url",
+        need=["--base-url"], after=absent("s.jsonl"))
+    add("server-empty-model", ["--judge", "server:", "--base-url", dead, *S], "error: server: names no model",
+        need=[("model", "MODEL")], exit=(1, 2), after=absent("s.jsonl"))
+    add("server-base-url-not-a-url", ["--judge", "server:m", "--base-url", "not a url", *S],
+        "error: --base-url is not a URL", need=[("not a url",), ("URL", "url", "base-url")], exit=(1, 2),
+        after=absent("s.jsonl"))
+    add("server-base-url-ftp", ["--judge", "server:m", "--base-url", "ftp://127.0.0.1/v1", *S],
+        "error: not an http(s) URL", need=[("ftp",), ("http",)], exit=(1, 2), after=absent("s.jsonl"))
+    add("server-unreachable", ["--judge", "server:m", "--base-url", dead, *S],
+        "error naming the server: nothing listens", need=["127.0.0.1:9", ("connect", "reach", "refused")],
+        exit=(1,), timeout=240)
+    for v in ("0", "-1", "abc"):
+        add(f"server-max-concurrency-{v}", ["--judge", "server:m", "--base-url", dead, "--max-concurrency", v, *S],
+            f"error: --max-concurrency {v}", need=["--max-concurrency"], exit=(1, 2), after=absent("s.jsonl"))
+    add("server-api-key-env-empty", ["--judge", "server:m", "--base-url", dead, "--api-key-env", "", *S],
+        "error: --api-key-env names no variable", need=[("api-key-env", "api_key_env")], exit=(1, 2),
+        after=absent("s.jsonl"))
+    add("server-base-url-local-judge", ["--judge", "minilm-l6", "--base-url", dead, *S],
+        "error: --base-url with a local judge (server: forgotten)", exit=(2,), need=["--base-url", "server:"],
+        after=absent("s.jsonl"))
+    add("server-soft-prompt", ["--judge", "server:m", "--base-url", dead, "--soft-prompt", "sp.safetensors", *S],
+        "error: a soft prompt needs a local model", need=["--soft-prompt"], exit=(2,),
+        files={"sp.safetensors": "garbage"})
+    return C
+
+
 def store_cases():
     C = []
 
@@ -1072,7 +1109,7 @@ are held to 1, wrong option values to 2."""
 
 
 def all_cases() -> list[Case]:
-    cases = rank_file_cases() + rank_option_cases() + judge_cases() + zepo_cases() + store_cases() + llm_cases()
+    cases = rank_file_cases() + rank_option_cases() + judge_cases() + zepo_cases() + store_cases() + llm_cases() + server_cases()
     for c in cases:
         if c.id in NAMED_INPUT:
             c.exit = (1, 2)

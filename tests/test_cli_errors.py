@@ -143,6 +143,9 @@ def test_an_output_that_cannot_be_written_is_a_failure(tmp_path, monkeypatch, ca
     (["--selection", "symmetric"], "applies with --budget only"),
     (["--coordinator", "127.0.0.1:1234"], "applies with --num-processes > 1"),
     (["--judge", ""], "--judge is empty"),
+    (["--judge", "minilm-l6", "--base-url", "http://127.0.0.1:9/v1"], "--base-url is for a judge behind a server"),
+    (["--judge", "server:m", "--base-url", "http://127.0.0.1:9/v1", "--max-concurrency", "0"],
+     "--max-concurrency must be at least 1"),
 ])
 def test_options_that_would_do_nothing_are_usage_errors(argv, message, tmp_path, monkeypatch):
     monkeypatch.setenv("JAXRANK_DATA", str(DATA))

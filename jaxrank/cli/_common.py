@@ -83,6 +83,8 @@ def server_judge(args, *, answer_prefix=None):
                          "http://127.0.0.1:8000/v1)")
     if getattr(args, "soft_prompt", None) or getattr(args, "diagnose", None) is not None:
         raise UsageError("jaxrank: --soft-prompt and --diagnose read a local model; not a server judge")
+    if args.max_concurrency < 1:
+        raise UsageError(f"jaxrank: --max-concurrency must be at least 1 (requests in flight), got {args.max_concurrency}")
     try:
         template = template_option(args)
     except (ValueError, FileNotFoundError) as e:
@@ -105,6 +107,9 @@ def make_judge(args, *, answer_prefix=None):
                          "checkpoint folder, a .gguf file or server:MODEL")
     if str(args.judge).startswith("server:"):
         return server_judge(args, answer_prefix=answer_prefix)
+    if getattr(args, "base_url", None):
+        raise UsageError(f"jaxrank: --base-url is for a judge behind a server, but --judge {args.judge} is a local "
+                         "model; write --judge server:MODEL (MODEL: the served model's name)")
     from jaxrank.models.loading import load_model
     from jaxrank.judges.pairwise import PromptJudge
 
