@@ -2,7 +2,8 @@
 
 See :mod:`jaxrank.data.loaders` for the shared schema and per-data-set details, and
 :mod:`jaxrank.data.records` for a data set of your own texts (:func:`from_records`,
-:func:`read_records`).
+:func:`read_records`), and :mod:`jaxrank.data.raters` for the systems behind the candidates and the
+single raters' scores (:func:`system_ids`, :func:`rater_scores`, :func:`human_ceiling`).
 """
 
 from jaxrank.data.loaders import (
@@ -18,4 +19,19 @@ from jaxrank.data.hanna_llm import LLM_JUDGES, LLMRatings, load_llm_ratings, mat
 
 __all__ = ["load_dataset", "label_matrix", "LabelMatrix", "data_dir", "ASPECTS", "DATASETS",
            "LLM_JUDGES", "LLMRatings", "load_llm_ratings", "match_systems",
-           "from_records", "read_records", "dataset_name"]
+           "from_records", "read_records", "dataset_name",
+           "system_ids", "rater_scores", "human_ceiling", "HumanCeiling", "RaterScores", "PER_RATER", "MEANS_ONLY",
+           "NO_SYSTEMS"]
+
+# the raters' module imports JAX (the metrics) and SciPy: loaded on first use, so that `jaxrank.data` stays JAX-free
+# for the command line's start-up (ARCHITECTURE.md, Imports)
+_RATERS = ("system_ids", "rater_scores", "human_ceiling", "HumanCeiling", "RaterScores", "PER_RATER", "MEANS_ONLY",
+           "NO_SYSTEMS")
+
+
+def __getattr__(name):
+    if name in _RATERS:
+        import importlib
+
+        return getattr(importlib.import_module("jaxrank.data.raters"), name)
+    raise AttributeError(f"module 'jaxrank.data' has no attribute {name!r}")
