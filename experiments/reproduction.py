@@ -95,18 +95,24 @@ def simulated_full_matrix(accuracy: float, p_a: float, *, boot: int, seed: int =
     return out
 
 
-def zepo_rows(results: Path) -> list[tuple[str, str, str]]:
-    """(file, prompt/scorer/debias, Spearman [CI]) rows of every stored ``zepo*.md`` held-out table."""
+def zepo_rows(results: Path) -> list[tuple[str, str, str, str]]:
+    """(file, prompt/scorer/debias, Spearman [CI], reading) rows of every stored ``zepo*.md`` held-out table.
+
+    A study that names its answer prefix (``answer prefix: ...``, written since the judge reads the model's
+    answer) is of the current reading; the others are of the old one.
+    """
     out = []
     for md in sorted(results.glob("**/zepo*.md")):
-        for line in md.read_text().splitlines():
+        text = md.read_text()
+        reading = "current" if "\nanswer prefix: " in text else "old"
+        for line in text.splitlines():
             m = re.match(r"\| (seed|ZEPO) \| (\w+) \| (\w+) \| [^|]+ \| [^|]+ \| ([^|]+) \| ([^|]+) \| ([^|]+) \|", line)
             if m:
                 value = f"{m[4].strip()} {m[5].strip()} ({m[6].strip()} contexts)"
                 if m[6].strip().startswith("0 /"):      # no context with a defined Spearman: say why, no NaN
                     value = (f"undefined ({m[6].strip()} contexts: the scores are constant in every context, "
                              "the judge chose one position throughout)")
-                out.append((str(md.relative_to(results)), f"{m[1]} / {m[2]} / {m[3]}", value))
+                out.append((str(md.relative_to(results)), f"{m[1]} / {m[2]} / {m[3]}", value, reading))
     return out
 
 
@@ -117,14 +123,20 @@ GEVAL_SMALL = {"coherence": 0.085, "consistency": 0.070, "fluency": 0.153, "rele
 """LCA Table 1, G-Eval with FlanT5-770M (the papers' judge nearest in size to a 0.5B one)."""
 
 
+GEVAL_TOPICALCHAT = {"coherence": 0.605, "naturalness": 0.565, "engagingness": 0.631, "groundedness": 0.551}
+"""g-eval Table 2, G-Eval-4 (GPT-4) turn-level Spearman per TopicalChat aspect."""
+
+
 def geval_rows(results: Path) -> list[list[str]]:
-    """G-Eval rows from ``results/geval/geval-summeval-<judge>.csv`` (``experiments/geval.py``), one per aspect."""
+    """G-Eval rows from ``results/geval/geval-<data>-<judge>.csv`` (``experiments/geval.py``), one per aspect."""
     rows = []
-    for path in sorted((results / "geval").glob("geval-summeval-*.csv")):
-        judge = path.stem.removeprefix("geval-summeval-")
+    for path in sorted((results / "geval").glob("geval-*.csv")):
+        data, judge = path.stem.removeprefix("geval-").split("-", 1)
         recs = read_csv(path) or []
         cell = {(r["aspect"], r["cot"], r["score"]): r for r in recs}
-        for aspect, paper in GEVAL_PAPER.items():
+        old = not recs or recs[0].get("reading", "old") == "old"
+        unit = "articles" if data == "summeval" else "dialogues"
+        for aspect in dict.fromkeys(r["aspect"] for r in recs):
             parts = []
             for cot, kind, label in (("True", "weighted", "weighted, CoT"), ("True", "plain", "plain, CoT"),
                                      ("False", "weighted", "weighted, no CoT"), ("False", "plain", "plain, no CoT")):
@@ -132,18 +144,27 @@ def geval_rows(results: Path) -> list[list[str]]:
                 if r is None:
                     continue
                 if int(r["defined"]) == 0:
-                    parts.append(f"{label}: undefined (constant scores in all {r['contexts']} articles)")
-                elif float(r["spearman_lo"]) != float(r["spearman_lo"]):     # NaN: one article, no interval
-                    parts.append(f"{label} {float(r['spearman']):.3f} (1 article with varying scores of "
-                                 f"{r['contexts']}: no interval)")
+                    parts.append(f"{label}: undefined (constant scores in all {r['contexts']} {unit})")
+                elif float(r["spearman_lo"]) != float(r["spearman_lo"]):     # NaN: one context, no interval
+                    parts.append(f"{label} {float(r['spearman']):.3f} (1 of {r['contexts']} {unit} with varying "
+                                 "scores: no interval)")
                 else:
                     parts.append(f"{label} {float(r['spearman']):.3f} [{float(r['spearman_lo']):.3f}, "
                                  f"{float(r['spearman_hi']):.3f}] ({r['defined']}/{r['contexts']})")
-            if parts:
-                rows.append([f"SummEval {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
-                             f"{paper:.3f} (GPT-4, G-Eval Table 1); {GEVAL_SMALL[aspect]:.3f} (FlanT5-770M, "
-                             "LCA Table 1)", "; ".join(parts),
-                             f"{OLD}. {SHAPE}: small local judge, the first articles only"])
+            if not parts:
+                continue
+            if data == "summeval":
+                paper = (f"{GEVAL_PAPER[aspect]:.3f} (GPT-4, G-Eval Table 1); {GEVAL_SMALL[aspect]:.3f} "
+                         "(FlanT5-770M, LCA Table 1)")
+            else:
+                paper = f"{GEVAL_TOPICALCHAT[aspect]:.3f} (GPT-4, G-Eval Table 2)" if aspect in GEVAL_TOPICALCHAT else "-"
+            ref = next(c for c in recs if c["aspect"] == aspect)
+            note = (f"{OLD}. {SHAPE}: small local judge, the first articles only" if old else
+                    f"{SHAPE}: a small local judge on {ref['contexts']} {unit}; score-token mass median "
+                    f"{float(ref['mass_median']):.3f} (min {float(ref['mass_min']):.3f})")
+            name = "SummEval" if data == "summeval" else "TopicalChat"
+            rows.append([f"{name} {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
+                         paper, "; ".join(parts), note])
     return rows
 
 
@@ -190,51 +211,77 @@ def store_rows(results: Path) -> list[list[str]]:
     return rows
 
 
-def pointwise_vs_pairwise_row(results: Path, judge: str = "qwen2.5-0.5b", *, boot: int = 1000,
-                              seed: int = 0) -> list[list[str]]:
-    """LCA Table 1's question with one judge: its G-Eval scores against its pairwise comparisons, same articles.
+COMPARATIVE_VS_SCORING = (
+    # (setting, judge, judgement store, pointwise records, their score field, pointwise method, paper, old reading)
+    ("SummEval COH", "qwen2.5-0.5b", "summeval-coherence-qwen2.5-0.5b.jsonl", "geval/geval-summeval-qwen2.5-0.5b.jsonl",
+     "weighted", "G-Eval weighted score with auto-CoT",
+     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", True),
+    ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
+     "geval/geval-topicalchat-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
+     "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4; "
+     "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2)", False),
+    ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
+     "prompt_scoring/scoring-topicalchat-qwen2.5-coder-1.5b.jsonl", "score",
+     "prompt scoring: mean of 5 sampled 1-10 scores (LCA §4.3.2)",
+     "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4)",
+     False),
+)
+"""LCA Table 1 / 3's question, one judge: its pointwise scores against its own comparisons, same contexts."""
 
-    Per article present in both the G-Eval records (``geval/geval-summeval-<judge>.jsonl``,
-    coherence, weighted score with auto-CoT) and the judge's long-run store (all
-    ``N(N-1)`` comparisons): Spearman of each with the human scores; the means over
-    those articles and their paired difference (pairwise minus pointwise) with a 95 %
-    bootstrap interval over articles (``boot`` draws of the articles, paired).
+
+def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0) -> list[list[str]]:
+    """Per setting of ``COMPARATIVE_VS_SCORING`` with both files stored: pointwise against comparative Spearman.
+
+    Per context present in both the pointwise records (coherence; G-Eval: with
+    auto-CoT, the newest reading) and the judge's store with all ``m(m-1)``
+    ordered comparisons of that record's ``m`` candidates: Spearman of each with
+    the human scores (the comparative scores: each candidate's average
+    probability of winning, over both positions); the means over those contexts
+    and their paired difference (comparative minus pointwise) with a 95 %
+    bootstrap interval over contexts (``boot`` paired draws).
     """
     import json
 
     from scipy.stats import spearmanr
 
-    gpath = results / "geval" / f"geval-summeval-{judge}.jsonl"
-    spath = results / "stores" / f"summeval-coherence-{judge}.jsonl"
-    if not (gpath.is_file() and spath.is_file()):
-        return []
-    sys.path.insert(0, str(HERE))
-    try:
-        from _common import assess_store
-    finally:
-        sys.path.remove(str(HERE))
-    a, _ = assess_store(spath, data="summeval", aspect="coherence", methods=("average_probability",))
-    geval = {}
-    for line in gpath.read_text().splitlines():
-        r = json.loads(line)
-        if r["aspect"] == "coherence" and r["cot"]:
-            geval[r["context"]] = spearmanr(r["weighted"], r["human"])[0]
-    pair = dict(zip(a.contexts, a.spearman["average_probability"]))
-    full = {c for c, n, m in zip(a.contexts, a.num_comparisons, a.num_items) if n == m * (m - 1)}   # all pairs judged
-    both = sorted(c for c in geval if c in full and np.isfinite(pair[c]) and np.isfinite(geval[c]))
-    if not both:
-        return []
-    g = np.array([geval[c] for c in both])
-    q = np.array([pair[c] for c in both])
-    rng = np.random.default_rng(seed)
-    draws = (q - g)[rng.integers(0, len(both), (boot, len(both)))].mean(1)
-    lo, hi = np.percentile(draws, [2.5, 97.5])
-    return [[f"SummEval COH, prompt scoring vs comparative, same judge, {len(both)} articles ({', '.join(both)})",
-             f"{judge} (local: G-Eval weighted score with auto-CoT vs all N(N-1) comparisons, average probability)",
-             "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)",
-             f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} [{lo:+.3f}, {hi:+.3f}] "
-             f"(per article: {', '.join(f'{x:+.2f}' for x in q - g)})",
-             f"{OLD}. {SHAPE}: a 0.5B judge on {len(both)} articles (interval: paired bootstrap over articles)"]]
+    rows = []
+    for label, judge, store, pointwise, field, method, paper, old in COMPARATIVE_VS_SCORING:
+        gpath, spath = results / pointwise, results / "stores" / store
+        if not (gpath.is_file() and spath.is_file()):
+            continue
+        recs = [json.loads(x) for x in gpath.read_text().splitlines() if x.strip()]
+        recs = [r for r in recs if r["aspect"] == "coherence" and r.get("cot", True)]
+        if any("reading" in r for r in recs):
+            recs = [r for r in recs if r.get("reading") == "whole-text"]
+        judged = {}
+        for x in spath.read_text().splitlines():
+            r = json.loads(x) if x.strip() else None
+            if r and r.get("judge") == judge:
+                judged[(r["context"], r["a"], r["b"])] = r["p"]
+        point, pair, names = [], [], []
+        for r in recs:
+            ids = r["candidates"]
+            if not all((r["context"], x, y) in judged for x in ids for y in ids if x != y):
+                continue
+            win = [np.mean([judged[(r["context"], x, y)] for y in ids if y != x] +
+                           [1 - judged[(r["context"], y, x)] for y in ids if y != x]) for x in ids]
+            g, q = spearmanr(r[field], r["human"])[0], spearmanr(win, r["human"])[0]
+            if np.isfinite(g) and np.isfinite(q):
+                point.append(g), pair.append(q), names.append(r["context"])
+        if not names:
+            continue
+        g, q = np.asarray(point), np.asarray(pair)
+        draws = (q - g)[np.random.default_rng(seed).integers(0, len(names), (boot, len(names)))].mean(1)
+        lo, hi = np.percentile(draws, [2.5, 97.5])
+        sizes = "/".join(map(str, sorted({len(r["candidates"]) for r in recs})))
+        note = (f"{OLD}. {SHAPE}: a small judge on {len(names)} contexts" if old else
+                f"{SHAPE}: a 1.5B Coder judge, {len(names)} contexts x {sizes} candidates")
+        rows.append([f"{label}, prompt scoring vs comparative, same judge, {len(names)} contexts ({', '.join(names)})",
+                     f"{judge} (local: {method} vs all N(N-1) comparisons, average probability)", paper,
+                     f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} "
+                     f"[{lo:+.3f}, {hi:+.3f}] (per context: {', '.join(f'{x:+.2f}' for x in q - g)})",
+                     note + " (interval: paired bootstrap over contexts)"])
+    return rows
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -305,13 +352,16 @@ def build(results: Path, *, boot: int = 1000) -> str:
          hanna_row(hanna, "ChatGPT", "coherence", "poe_bradley_terry"), SHAPE],
     ])
     L += ["", "## ZEPO", "",
-          "Paper: Table 1, ZEPO row (Mistral 7B, first block; the text extraction does not keep the column "
-          "headers): 0.57, 0.54, 0.55, 0.56, 0.40, 0.25, 0.30, 0.39, avg 0.45 (+10 % over the pairwise seed).", ""]
+          "Paper: Table 1, a ZEPO row: 0.57, 0.54, 0.55, 0.56, 0.40, 0.25, 0.30, 0.39, avg 0.45 (+10 % over the "
+          "pairwise seed). The text extraction keeps neither the column headers nor the model; its average gain "
+          "(+10 %) is the one the paper gives for Llama-3 8B (Mistral 7B: +17 %, zepo §4 'Main Results'), so "
+          "it is read as Llama-3 8B's row.", ""]
     z = zepo_rows(results)
-    L += table(["file", "prompt / scorer / debias", "ours: Spearman [95 % CI] (contexts)"],
-               [list(r) for r in z] or [["left to fill", "-", "-"]])
-    L += ["", f"ZEPO rows: {OLD}. {SHAPE} (SmolLM2-135M judge, 8 held-out SummEval contexts; paper: Mistral 7B / "
-          "Llama-3 8B)."]
+    L += table(["file", "prompt / scorer / debias", "ours: Spearman [95 % CI] (contexts)", "reading"],
+               [[*r[:3], "current (the model's answer read)" if r[3] == "current" else "old"] for r in z]
+               or [["left to fill", "-", "-", "-"]])
+    L += ["", f"ZEPO rows of the old reading: {OLD}. All ZEPO rows: {SHAPE} (small local judges, a few held-out "
+          "contexts; paper: Mistral 7B / Llama-3 8B)."]
     L += ["", "## HANNA: every stored LLM, coherence (variant share)", ""]
     rows = []
     for judge in ("Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT"):

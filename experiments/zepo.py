@@ -131,6 +131,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bootstrap", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--answer-prefix", default="auto", help="the judge's answer prefix: 'auto' (the words the "
+                    "model writes before the label, found once from the seed), '' for none, or the words")
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (about two minutes)")
     args = ap.parse_args(argv)
@@ -155,7 +157,7 @@ def main(argv=None):
         raise SystemExit(f"--eval-contexts overlap the search pool ({len(overlap)} contexts)")
     lm = load_model(args.judge)
     seed_t = zepo_seed(args.data, args.aspect)
-    judge = PromptJudge(lm, seed_t, batch_size=args.batch_size)
+    judge = PromptJudge(lm, seed_t, batch_size=args.batch_size, answer_prefix=args.answer_prefix or None)
     para = zepo.Paraphraser(args.paraphraser or lm, args.aspect, temperature=args.temperature, seed=args.seed)
     sample = zepo.sample_pairs(search_cs, num_contexts=args.sample_contexts, pairs_per_context=args.budget,
                                seed=args.seed)
@@ -171,6 +173,13 @@ def main(argv=None):
                                                     f"rejected {e['rejected']} ({time.perf_counter() - t0:.0f} s)",
                                                     flush=True))
     t_search = time.perf_counter() - t0
+    choice = judge.answer_prefix_choice
+    if choice is not None:
+        how = ("from the model's greedy answers" if choice.found else
+               "the prompt's naming word (no greedy answer named a label)" if choice.from_prompt else "none found")
+        say(f"answer prefix: {choice.prefix!r} ({how}; e.g. {choice.answers[0][:60]!r})")
+    else:
+        say(f"answer prefix: {judge.template.answer_prefix!r} (given)")
     tfile = zepo.save_template(res.best, out / f"{tag}.json")
     rng = np.random.default_rng(args.seed)
 

@@ -54,7 +54,7 @@ def test_summary_matches_scipy_and_counts_constant_articles(tmp_path):
     # the files, and the report's rows read back from the CSV
     stem = tmp_path / "geval" / "geval-summeval-tiny-0.5b"
     stem.parent.mkdir()
-    text = geval.write(geval.summarise(recs), recs, "tiny-0.5b", stem)
+    text = geval.write(geval.summarise(recs), recs, "tiny-0.5b", "summeval", stem)
     assert (tmp_path / "geval" / "geval-summeval-tiny-0.5b.csv").is_file()      # the dotted name kept whole
     assert "1. Read." in text and "| coherence | yes | weighted |" in text
     rep = _load("reproduction").geval_rows(tmp_path)

@@ -92,32 +92,40 @@ def test_store_row_bias_and_accuracy_match_the_raw_records():
 
 
 def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
+    """Each stored comparative-vs-pointwise row: the per-context Spearman of the judge's average probability of
+    winning (computed here from the raw store lines) and of its pointwise scores, against SciPy."""
     gen = _generator()
     rows = gen.pointwise_vs_pairwise_row(RESULTS)
     if not rows:
-        pytest.skip("no article judged both pointwise (G-Eval) and in all pairs by the same judge")
-    arts = re.search(r"articles \(([^)]*)\)", rows[0][0]).group(1).split(", ")
-    human = _summeval_coherence_raw()
-    recs = [json.loads(x) for x in (RESULTS / "stores" / "summeval-coherence-qwen2.5-0.5b.jsonl").read_text().splitlines()]
-    geval = [json.loads(x) for x in (RESULTS / "geval" / "geval-summeval-qwen2.5-0.5b.jsonl").read_text().splitlines()]
-    pair, point = [], []
-    for art in arts:
-        won = {}
-        for r in (r for r in recs if r["context"] == art):     # average probability of winning, by hand
-            won.setdefault(r["a"], []).append(r["p"])
-            won.setdefault(r["b"], []).append(1 - r["p"])
-        ids = sorted(won)
-        pair.append(spearmanr([np.mean(won[x]) for x in ids], [human[(art, x)] for x in ids])[0])
-        g = next(r for r in geval if r["context"] == art and r["aspect"] == "coherence" and r["cot"])
-        point.append(spearmanr(g["weighted"], [human[(art, x)] for x in g["candidates"]])[0])
-    assert f"pointwise {np.mean(point):.3f}; pairwise {np.mean(pair):.3f}" in rows[0][3]
-    diff = np.asarray(pair) - np.asarray(point)
-    m = re.search(r"pairwise - pointwise ([+-][0-9.]+) \[([+-][0-9.]+), ([+-][0-9.]+)\]", rows[0][3])
-    assert m, rows[0][3]
-    mean, lo, hi = (float(x) for x in m.groups())
-    assert mean == pytest.approx(diff.mean(), abs=1e-3)
-    # a bootstrap of the mean over articles lies within the articles' own range and brackets their mean
-    assert diff.min() - 1e-3 <= lo <= mean <= hi <= diff.max() + 1e-3
+        pytest.skip("no context judged both pointwise and in all pairs by the same judge")
+    settings = [s for s in gen.COMPARATIVE_VS_SCORING
+                if (RESULTS / s[3]).is_file() and (RESULTS / "stores" / s[2]).is_file()]
+    assert len(rows) <= len(settings)
+    for row in rows:
+        label, judge, store, pointwise, field, method, *_ = next(s for s in settings if s[5] in row[1])
+        ctxs = re.search(r"contexts \(([^)]*)\)", row[0]).group(1).split(", ")
+        recs = [json.loads(x) for x in (RESULTS / "stores" / store).read_text().splitlines()]
+        point_recs = [json.loads(x) for x in (RESULTS / pointwise).read_text().splitlines()]
+        pair, point = [], []
+        for ctx in ctxs:
+            g = [r for r in point_recs if r["context"] == ctx and r["aspect"] == "coherence" and r.get("cot", True)
+                 and r.get("reading", "whole-text") == "whole-text"][-1]
+            won = {}
+            for r in (r for r in recs if r["context"] == ctx and r["a"] in g["candidates"] and r["b"] in g["candidates"]):
+                won.setdefault(r["a"], []).append(r["p"])          # average probability of winning, by hand
+                won.setdefault(r["b"], []).append(1 - r["p"])
+            human = dict(zip(g["candidates"], g["human"]))
+            ids = sorted(won)
+            pair.append(spearmanr([np.mean(won[x]) for x in ids], [human[x] for x in ids])[0])
+            point.append(spearmanr(g[field], g["human"])[0])
+        assert f"pointwise {np.mean(point):.3f}; pairwise {np.mean(pair):.3f}" in row[3]
+        diff = np.asarray(pair) - np.asarray(point)
+        m = re.search(r"pairwise - pointwise ([+-][0-9.]+) \[([+-][0-9.]+), ([+-][0-9.]+)\]", row[3])
+        assert m, row[3]
+        mean, lo, hi = (float(x) for x in m.groups())
+        assert mean == pytest.approx(diff.mean(), abs=1e-3)
+        # a bootstrap of the mean over contexts lies within the contexts' own range and brackets their mean
+        assert diff.min() - 1e-3 <= lo <= mean <= hi <= diff.max() + 1e-3
 
 
 @pytest.mark.skipif(not (RESULTS / "stores" / "summeval-coherence-qwen2.5-0.5b.jsonl").is_file(),
