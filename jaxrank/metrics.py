@@ -201,7 +201,7 @@ CORRELATIONS = {"spearman": spearman, "kendall_tau": kendall_tau, "pearson": pea
 """The three correlations the field reports (Spearman, Kendall tau-b, Pearson), by name, in that order."""
 
 
-def system_level(pred, gold, system, *, where=None, weights=None) -> dict:
+def system_level(pred, gold, system, *, where=None, weights=None, names=None) -> dict:
     """Correlations of per-system mean scores: agreement at the system level.
 
     For each system ``s`` the mean of its candidates' scores over the contexts, weighted per context by
@@ -219,6 +219,7 @@ def system_level(pred, gold, system, *, where=None, weights=None) -> dict:
         system: ``[C, N]`` integer system ids (``>= 0``); a negative id leaves the candidate out.
         where: optional ``[C, N]`` bool mask of the candidates to use (padded or unlabelled ones False).
         weights: optional ``[..., C]`` non-negative weights of the contexts.
+        names: the correlations to compute (default all of :data:`CORRELATIONS`).
 
     Returns:
         ``{name: [...]}``: one correlation per row of ``weights`` (a scalar without a batch).
@@ -245,4 +246,8 @@ def system_level(pred, gold, system, *, where=None, weights=None) -> dict:
     safe = np.where(ok, count, 1.0)
     m = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, pred, 0.0))) / safe, 0.0)
     h = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, gold, 0.0))) / safe, 0.0)
-    return {name: np.asarray(fn(m, h, where=ok), np.float64) for name, fn in CORRELATIONS.items()}
+    names = tuple(CORRELATIONS) if names is None else tuple(names)
+    unknown = [n for n in names if n not in CORRELATIONS]
+    if unknown:
+        raise ValueError(f"names: unknown correlations {unknown}; known: {', '.join(CORRELATIONS)}")
+    return {name: np.asarray(CORRELATIONS[name](m, h, where=ok), np.float64) for name in names}

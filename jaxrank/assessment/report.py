@@ -8,6 +8,20 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   a scorer gives constant scores (a hard scorer when the judge chose the same
   position in every comparison) or the humans gave constant scores has no
   Spearman: it is counted and named, never shown as a bare NaN.
+* **Agreement as the field reports it**: Spearman, Kendall tau-b and Pearson per
+  context (:data:`jaxrank.metrics.CORRELATIONS`), each averaged over the contexts
+  where it is defined with the same bootstrap interval; and, when the data set
+  names the system behind each candidate (``systems``, or looked up from a
+  built-in ``dataset``: :func:`jaxrank.data.system_ids`), at the **system level**:
+  the correlation over systems between each system's mean score and its mean human
+  score, ``corr(m, h)`` with ``m_s = mean of the scores of system s's candidates``
+  (:func:`jaxrank.metrics.system_level`), its interval from resampling contexts.
+* **The human ceiling** beside every scorer, for a built-in data set whose file
+  keeps each rater's score (HANNA, PersonaChat, WebNLG 2020): one rater against
+  the mean of the others, the same three correlations on the same contexts and
+  candidates (:func:`jaxrank.data.human_ceiling`); for a file of means only
+  (SummEval, TopicalChat, Newsroom, WebNLG 2017) the report says it cannot be
+  computed from that file.
 * **Positional bias** ``P(A)``: the weighted fraction of comparisons decided for
   position A (``p > 0.5``; ``p = 0.5`` counts one half); 0.5 means no bias.
 * **Order consistency**: of the pairs judged in both orders, the fraction whose
@@ -38,6 +52,8 @@ import jax
 import numpy as np
 
 from jaxrank import _validate, metrics, scorer_table
+from jaxrank.data import ASPECTS
+from jaxrank.data.raters import MEANS_ONLY, NO_SYSTEMS, HumanCeiling, human_ceiling, system_ids, system_interval
 from jaxrank.debias import positional_bias
 from jaxrank.uncertainty import laplace_bradley_terry, rank_intervals, score_intervals
 
@@ -124,6 +140,16 @@ class Assessment:
         debiased_accuracy, debiased_accuracy_interval: with a ``debias``
             transform, the pairwise accuracy of the transformed comparisons (what
             the scorers read) and its interval; NaN without one.
+        correlations: ``{metric: {method: [C]}}`` per-context Spearman, Kendall tau-b and Pearson
+            (:data:`jaxrank.metrics.CORRELATIONS`; undefined where ``spearman`` is).
+        correlation_mean, correlation_interval: ``{metric: {method: ...}}`` their means over contexts and
+            bootstrap intervals.
+        system: ``{metric: {method: float}}``, the system-level correlations (empty without systems).
+        system_interval: ``{metric: {method: (low, high)}}``, contexts resampled.
+        num_systems: systems at the system level (0 without).
+        system_note: why there is no system level (``None`` when there is one, or nothing to say).
+        ceiling: the human ceiling on the same contexts and candidates, or ``None``.
+        ceiling_note: why there is no human ceiling (``None`` when there is one, or nothing to say).
     """
 
     methods: tuple[str, ...]
@@ -153,6 +179,15 @@ class Assessment:
     ranking: dict[str, np.ndarray] | None = None
     debiased_accuracy: float = float("nan")
     debiased_accuracy_interval: tuple[float, float] = (float("nan"), float("nan"))
+    correlations: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+    correlation_mean: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    correlation_interval: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    system: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    system_interval: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    num_systems: int = 0
+    system_note: str | None = None
+    ceiling: HumanCeiling | None = None
+    ceiling_note: str | None = None
 
     # ------------------------------------------------------------ plain words
     def verdict(self, method: str) -> str:
@@ -259,6 +294,60 @@ class Assessment:
             out.append(f"| {m} | {mean} | {ci} | {int(ok.sum())} / {len(ok)} | {self.verdict(m)} |")
         return "\n".join(out)
 
+    def agreement_table(self) -> str:
+        """A markdown table: per scorer (and the human ceiling), Spearman, Kendall tau-b and Pearson per context
+        (mean and interval over contexts), and at the system level when there is one."""
+        names = {"spearman": "Spearman", "kendall_tau": "Kendall", "pearson": "Pearson"}
+        system = bool(self.system)
+
+        def cell(value, interval):
+            if not np.isfinite(value):
+                return "—"
+            lo, hi = interval
+            return f"{value:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) else "")
+
+        head = [names[m] for m in metrics.CORRELATIONS]
+        if system:
+            head += [f"system {names[m]}" for m in metrics.CORRELATIONS]
+        out = ["| scorer | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+        for method in self.methods:
+            cells = [cell(self.correlation_mean[m][method], self.correlation_interval[m][method])
+                     for m in metrics.CORRELATIONS]
+            if system:
+                cells += [cell(self.system[m][method], self.system_interval[m][method]) for m in metrics.CORRELATIONS]
+            out.append(f"| {method} | " + " | ".join(cells) + " |")
+        h = self.ceiling
+        if h is not None:
+            cells = [cell(h.mean[m], h.interval[m]) for m in metrics.CORRELATIONS]
+            if system:
+                cells += [cell(h.system.get(m, float("nan")), h.system_interval.get(m, (np.nan, np.nan)))
+                          for m in metrics.CORRELATIONS]
+            out.append("| human ceiling (one rater vs the others) | " + " | ".join(cells) + " |")
+        return "\n".join(out)
+
+    def agreement_lines(self) -> list[str]:
+        """The report's paragraph on the three correlations, the system level and the human ceiling."""
+        if not self.correlations:
+            return []
+        pct = f"{self.level:.0%}"
+        system = (f" At the system level ({self.num_systems} systems): the correlation over systems of each "
+                  "system's mean score with its mean human score, its interval from resampling contexts."
+                  if self.system else "")
+        lines = [f"**Agreement as the field reports it.** Spearman, Kendall tau-b and Pearson per context, mean "
+                 f"over contexts, {pct} percentile bootstrap interval over contexts.{system}", "",
+                 self.agreement_table(), ""]
+        h = self.ceiling
+        if h is not None:
+            lines += [f"Human ceiling: {h.dataset} {h.aspect}, one rater against the mean of the others "
+                      f"({h.raters}), on the same {_count(len(h.contexts), 'context')} and candidates, averaged "
+                      f"over raters (defined in {h.defined()}); against one rater fewer than the judge's gold, "
+                      "so a conservative ceiling.", ""]
+        if self.ceiling_note:
+            lines += [f"Human ceiling: {self.ceiling_note}.", ""]
+        if self.system_note:
+            lines += [f"System level: {self.system_note}.", ""]
+        return lines
+
     def context_table(self, extra: dict[str, list[str]] | None = None) -> str:
         """Per-context markdown table: ``P(A)``, accuracy, Spearman per scorer (``const`` where undefined)."""
         extra = extra or {}
@@ -301,6 +390,7 @@ class Assessment:
         verdict = self.verdict_line()
         if verdict is not None:
             lines += [verdict, ""]
+        lines += self.agreement_lines()
         notes = self.notes()
         if notes:
             lines += ["Notes:", *[f"- {n}" for n in notes], ""]
@@ -386,7 +476,8 @@ def label_mass_lines(records, *, threshold: float = 0.5) -> list[str]:
 
 def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none",
                        level: float = 0.95, num_bootstrap: int = 2000, seed: int = 0,
-                       candidates=None) -> Assessment:
+                       candidates=None, systems=None, dataset: str | None = None, aspect: str | None = None,
+                       data_path=None) -> Assessment:
     """Score ``comparisons`` ``[C, R]`` with each method and compare with ``labels`` ``[C, N]``.
 
     Args:
@@ -402,7 +493,16 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
         num_bootstrap: bootstrap resamples of the contexts.
         seed: seed of the bootstrap (and of the posterior draws of the rank intervals).
         candidates: per context, the candidate id of each item, for the ranking of a report
-            without human scores (default: item positions).
+            without human scores (default: item positions), and to find each item's system and
+            raters in a built-in ``dataset``.
+        systems: per context, the system of each item (any hashable ids; ``None`` for an item of no
+            system): the system level is reported when given, or when ``dataset`` names the systems.
+        dataset: the built-in data set judged (:data:`jaxrank.data.DATASETS`), with ``aspect``: the
+            systems of its candidates (:func:`jaxrank.data.system_ids`) and the human ceiling on the same
+            contexts and candidates (:func:`jaxrank.data.human_ceiling`, needs ``contexts`` and
+            ``candidates``), or the report's words on why there is none. Any other name (one's own
+            texts) adds neither.
+        data_path: the data folder of ``dataset`` (default :func:`jaxrank.data.data_dir`).
 
     Without any human score (``labels`` all NaN), the agreement figures are NaN,
     ``has_humans`` is False and ``ranking`` holds each context's ranking with
@@ -472,11 +572,80 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     ids = list(contexts) if contexts is not None else [str(k) for k in range(labels.shape[0])]
     has_humans = bool(where.any())
     ranking = None if has_humans else _ranking(c, level=level, seed=seed)
-    return Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
-                      consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
-                      np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level, num_bootstrap, seed,
-                      has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking,
-                      deb_acc, deb_ci)
+    rep = Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
+                     consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
+                     np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level, num_bootstrap, seed,
+                     has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking,
+                     deb_acc, deb_ci)
+    if has_humans:
+        _field_agreement(rep, gold, where, human_const, contexts=contexts, candidates=candidates, systems=systems,
+                         dataset=dataset, aspect=aspect, data_path=data_path)
+    return rep
+
+
+def _field_agreement(rep: Assessment, gold, where, human_const, *, contexts, candidates, systems, dataset, aspect,
+                     data_path) -> None:
+    """Fill ``rep``'s three correlations per context, its system level and its human ceiling."""
+    level, num, seed = rep.level, rep.num_bootstrap, rep.seed
+    for name, fn in metrics.CORRELATIONS.items():
+        per, means, intervals = {}, {}, {}
+        for m in rep.methods:
+            r = rep.spearman[m] if name == "spearman" else np.asarray(fn(rep.scores[m], gold, where=where),
+                                                                      np.float64)
+            r = np.where(rep.constant_scores[m] | human_const, np.nan, r)
+            per[m] = r
+            means[m] = float(np.nanmean(r)) if np.isfinite(r).any() else float("nan")
+            intervals[m] = _bootstrap_mean(r, level=level, num=num, seed=seed)
+        rep.correlations[name], rep.correlation_mean[name], rep.correlation_interval[name] = per, means, intervals
+    builtin = dataset in ASPECTS
+    if systems is None and builtin and candidates is not None and contexts is not None:
+        if dataset in NO_SYSTEMS:
+            rep.system_note = f"not computable from this file: {NO_SYSTEMS[dataset]}"
+        else:
+            try:
+                known = system_ids(dataset, path=data_path)
+            except (OSError, ValueError) as e:
+                rep.system_note = f"the systems could not be read ({e})"
+            else:
+                systems = [[known.get((str(ctx), str(cid))) for cid in cands]
+                           for ctx, cands in zip(contexts, candidates)]
+    if systems is not None:
+        _system_level(rep, gold, where, systems)
+    if not builtin or aspect is None:
+        return
+    if dataset in MEANS_ONLY:
+        rep.ceiling_note = f"not computable from this file: means only ({MEANS_ONLY[dataset]})"
+        return
+    try:
+        rep.ceiling = human_ceiling(dataset, aspect, path=data_path, contexts=contexts,
+                                    candidates=None if candidates is None else [list(map(str, x)) for x in candidates],
+                                    level=level, num_bootstrap=num, seed=seed)
+    except (OSError, ValueError) as e:
+        rep.ceiling_note = f"not computed ({e})"
+
+
+def _system_level(rep: Assessment, gold, where, systems) -> None:
+    """``rep``'s system-level correlations: per-system mean scores against per-system mean human scores."""
+    code: dict = {}
+    sid = np.full(gold.shape, -1)
+    for r, row in enumerate(systems):
+        for n, s in enumerate(list(row)[: gold.shape[1]]):
+            if s is not None:
+                sid[r, n] = code.setdefault(s, len(code))
+    use = where & (sid >= 0)
+    rep.num_systems = len({sid[r, n] for r, n in zip(*np.nonzero(use))})
+    if rep.num_systems < 2:
+        rep.system_note = f"{rep.num_systems} system among the judged candidates: no system-level correlation"
+        return
+    for name in metrics.CORRELATIONS:
+        rep.system[name], rep.system_interval[name] = {}, {}
+        for m in rep.methods:
+            def at(weights=None, m=m, name=name):
+                return metrics.system_level(rep.scores[m], gold, sid, where=use, weights=weights, names=(name,))[name]
+
+            rep.system[name][m] = float(at())
+            rep.system_interval[name][m] = system_interval(at, gold.shape[0], level=rep.level,
+                                                           num=rep.num_bootstrap, seed=rep.seed)
 
 
 RANK_DRAWS = 2000

@@ -348,14 +348,14 @@ def human_ceiling(name: str, aspect: str, *, path: str | os.PathLike | None = No
             sid[r, : len(row)] = [code[s] for s in row]
         num_systems = len(names)
 
-        def at_system_level(weights=None):
-            per = [metrics.system_level(x[k], y[k], sid, where=use[k], weights=weights) for k in range(len(x))]
-            return {m: _nanmean0(np.stack([p[m] for p in per])) for m in metrics.CORRELATIONS}
+        def at_system_level(m, weights=None):
+            per = [metrics.system_level(x[k], y[k], sid, where=use[k], weights=weights, names=(m,))[m]
+                   for k in range(len(x))]
+            return _nanmean0(np.stack(per))
 
-        whole = at_system_level()
         for m in metrics.CORRELATIONS:
-            system[m] = float(whole[m])
-            sys_interval[m] = system_interval(lambda w, m=m: at_system_level(w)[m], len(rs.context_ids),
+            system[m] = float(at_system_level(m))
+            sys_interval[m] = system_interval(lambda w, m=m: at_system_level(m, w), len(rs.context_ids),
                                               level=level, num=num_bootstrap, seed=seed)
     return HumanCeiling(name, aspect, per_context, mean, interval, system, sys_interval, list(rs.context_ids),
                         num_systems, PER_RATER[name], level)
