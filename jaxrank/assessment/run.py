@@ -257,14 +257,15 @@ def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: 
         res = judge.compare(text, candidates, pairs[:, 0], pairs[:, 1])
     logits = np.asarray(getattr(res, "logits", np.zeros((len(pairs), 2))), np.float64)
     mass = getattr(res, "label_mass", None)
+    p, rows = np.asarray(res.p).tolist(), logits.tolist()      # Python floats once, not per record
     recs = []
     for r, (a, b) in enumerate(pairs.tolist()):
         ca, cb = str(candidate_ids[a]), str(candidate_ids[b])
         rec = {"judge": name, "template": tkey, "context": context_id, "a": ca, "b": cb, "i": a, "j": b,
-               "p": float(res.p[r]), "truncated": bool(res.truncated), "fingerprint": fingerprint,
+               "p": float(p[r]), "truncated": bool(res.truncated), "fingerprint": fingerprint,
                "context_sha": hashes.context, "a_sha": hashes.candidates[ca], "b_sha": hashes.candidates[cb]}
         if logits.ndim == 2 and logits.shape[0] == len(pairs):
-            rec["logits"] = [float(x) for x in logits[r]]
+            rec["logits"] = rows[r]
         if mass is not None:
             rec["label_mass"] = float(mass[r])
         recs.append(rec)
@@ -285,8 +286,10 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         cs: the contexts (:func:`contexts_of`).
         store: a :class:`JudgementStore` or its path.
         budget, selection, seed: which comparisons (:func:`plan_pairs`).
-        chunk: comparisons per ``compare`` call and per store write (default:
-            4 x the judge's batch size).
+        chunk: comparisons per ``compare`` call and per store write (default: the judge's
+            ``chunk``, else 4 x the judge's batch size).
+            A judge with ``prefetch(texts, progress=)`` (:class:`~jaxrank.judges.SimilarityJudge`) is first
+            given the texts of every context to judge, so it reads them all in one plan.
         progress: show a progress bar (tqdm) over comparisons, moving after every
             batch of the judge (with rate and time left).
         positions: judge only these contexts of ``cs`` (e.g. one process's share,
@@ -313,7 +316,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         store = JudgementStore(store)
     prepare_judge(judge, cs, positions)
     name, tkey, fp = judge.name, template_key(judge), judge_fingerprint(judge)
-    chunk = int(chunk or 4 * (getattr(judge, "batch_size", None) or 8))
+    chunk = int(chunk or getattr(judge, "chunk", None) or 4 * (getattr(judge, "batch_size", None) or 8))
     if positions is None:
         positions = range(len(cs.ids))
     positions = [int(k) for k in positions]
@@ -337,6 +340,15 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     note = _mismatch_note(store, absent)
     if note:
         warnings.warn(note, StoreMismatchWarning, stacklevel=2)
+    prefetch = getattr(judge, "prefetch", None)   # a judge that reads each text once (SimilarityJudge): all in one plan
+    if prefetch is not None and todo:
+        texts = list(dict.fromkeys(t for k, _ in todo for t in (cs.texts[k], *cs.candidates[k])))
+        ebar = progress_bar(len(texts), f"embedding ({name})", unit="text") if progress else None
+        try:
+            prefetch(texts, progress=None if ebar is None else ebar.update)
+        finally:
+            if ebar is not None:
+                ebar.close()
     total = sum(len(t) for _, t in todo)
     bar = None
     if progress and total:
