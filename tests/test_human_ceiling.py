@@ -135,3 +135,24 @@ def test_unknown_names_refused():
         human_ceiling("hanna", "fluency")
     with pytest.raises(ValueError, match="contexts"):
         human_ceiling("personachat", "overall", contexts=["nope"])
+
+
+@needs_data
+def test_experiment_smoke_writes_its_tables(tmp_path):
+    """experiments/human_ceiling.py --smoke: one aspect per data set, the HANNA LLM raters beside the ceiling."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "human_ceiling.py"
+    spec = importlib.util.spec_from_file_location("human_ceiling_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--smoke", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "human_ceiling_smoke.md").read_text()
+    rows = list(csv.DictReader(open(tmp_path / "human_ceiling_smoke.csv")))
+    ceil = {r["dataset"]: r for r in rows if r["who"] == "human ceiling"}
+    assert set(ceil) == set(PER_RATER)
+    h = human_ceiling("personachat", ASPECTS["personachat"][0], num_bootstrap=50)
+    assert float(ceil["personachat"]["spearman"]) == pytest.approx(h.mean["spearman"], abs=1e-6)
+    assert sum(r["who"] != "human ceiling" for r in rows) == 5                  # the five HANNA LLM raters
+    assert "summeval: no human ceiling: means only" in text and "summary_id is a position" in text

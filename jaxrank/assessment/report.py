@@ -15,7 +15,8 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   built-in ``dataset``: :func:`jaxrank.data.system_ids`), at the **system level**:
   the correlation over systems between each system's mean score and its mean human
   score, ``corr(m, h)`` with ``m_s = mean of the scores of system s's candidates``
-  (:func:`jaxrank.metrics.system_level`), its interval from resampling contexts.
+  (:func:`jaxrank.metrics.system_level`), its percentile bootstrap interval from
+  resampling contexts (:func:`jaxrank.data.raters.system_interval`).
 * **The human ceiling** beside every scorer, for a built-in data set whose file
   keeps each rater's score (HANNA, PersonaChat, WebNLG 2020): one rater against
   the mean of the others, the same three correlations on the same contexts and
@@ -331,7 +332,7 @@ class Assessment:
             return []
         pct = f"{self.level:.0%}"
         system = (f" At the system level ({self.num_systems} systems): the correlation over systems of each "
-                  "system's mean score with its mean human score, its interval from resampling contexts."
+                  "system's mean score with its mean human score, its percentile bootstrap interval from resampling contexts."
                   if self.system else "")
         lines = [f"**Agreement as the field reports it.** Spearman, Kendall tau-b and Pearson per context, mean "
                  f"over contexts, {pct} percentile bootstrap interval over contexts.{system}", "",

@@ -26,9 +26,11 @@ others, leave one rater out: with ``x_k[c, n]`` rater ``k``'s score of candidate
 ``ceiling = mean_c rho_c`` over the contexts where it is defined, for ``corr`` each of Spearman,
 Kendall tau-b and Pearson (:data:`jaxrank.metrics.CORRELATIONS`), with a percentile bootstrap
 interval over contexts. At the system level ``corr`` is taken between per-system means of
-``x_k`` and of ``y_{-k}`` (:func:`jaxrank.metrics.system_level`), averaged over ``k``, the
-interval resampling contexts. One rater against the mean of the others is against a mean of one
-fewer rater than the judge's gold (the mean of all): the ceiling is conservative.
+``x_k`` and of ``y_{-k}`` (:func:`jaxrank.metrics.system_level`), averaged over ``k``, with a percentile
+bootstrap interval resampling contexts (:func:`system_interval`; a correlation of means over resampled
+contexts is biased low, so this interval can lie below the estimate: read it as the spread, not a bound). One rater against the mean of
+the others is against a mean of one fewer rater than the judge's gold (the mean of all): the ceiling is
+conservative.
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ class HumanCeiling:
         interval: ``{metric: (low, high)}``, percentile bootstrap interval over contexts (NaN below
             :data:`MIN_CONTEXTS`).
         system: ``{metric: float}``, at the system level (empty without systems).
-        system_interval: ``{metric: (low, high)}``, contexts resampled.
+        system_interval: ``{metric: (low, high)}``, percentile, contexts resampled (:func:`system_interval`).
         contexts: the context ids, row order.
         num_systems: systems at the system level (0 without).
         raters: who the raters are (:data:`PER_RATER`).
@@ -286,7 +288,12 @@ def _interval(values: np.ndarray, *, level: float, num: int, seed: int) -> tuple
 
 
 def system_interval(statistic, num_contexts: int, *, level: float, num: int, seed: int) -> tuple[float, float]:
-    """Percentile bootstrap interval of a statistic of context weights, the contexts resampled.
+    """Percentile bootstrap interval (``scipy.stats.bootstrap``) of a statistic of context weights, contexts
+    resampled, as the field reports system-level intervals (Deutsch et al. 2021, bootstrapping the inputs).
+
+    A resample of the ``C`` contexts is given to ``statistic`` as the count of each context,
+    ``w_c = #{draws of c}``, so a system-level correlation
+    (:func:`jaxrank.metrics.system_level`) is recomputed from weighted system means without copying data.
 
     Args:
         statistic: ``weights [B, C] -> [B]``, e.g. a :func:`jaxrank.metrics.system_level` correlation.
@@ -300,9 +307,10 @@ def system_interval(statistic, num_contexts: int, *, level: float, num: int, see
         return float("nan"), float("nan")
 
     def of_indices(idx, axis=-1):
-        idx = np.asarray(idx, int).reshape(-1, num_contexts)
-        w = np.stack([np.bincount(row, minlength=num_contexts) for row in idx]).astype(np.float64)
-        return statistic(w)
+        idx = np.asarray(idx, int)
+        flat = idx.reshape(-1, idx.shape[-1])
+        w = np.stack([np.bincount(row, minlength=num_contexts) for row in flat]).astype(np.float64)
+        return np.asarray(statistic(w)).reshape(idx.shape[:-1])
 
     res = stats.bootstrap((np.arange(num_contexts),), of_indices, vectorized=True, confidence_level=level,
                           n_resamples=num, method="percentile", rng=np.random.default_rng(seed))
