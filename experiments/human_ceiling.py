@@ -4,12 +4,12 @@ For every data set whose file keeps each rater's score (HANNA, PersonaChat USR, 
 aspect, :func:`jaxrank.data.human_ceiling`: per context, Spearman, Kendall tau-b and Pearson between one
 rater's scores of the candidates and the mean of the other raters' scores, averaged over raters, then over
 contexts, with a 95 % percentile bootstrap interval over contexts; and at the system level (per-system means
-of one rater against those of the others; percentile interval, contexts resampled). For HANNA, beside it, the five stored LLM raters of the HANNA
-release (:func:`jaxrank.data.load_llm_ratings`, the mean of their 4 prompt variants) against the mean of all
-raters: the judges the ceiling is for. The data sets whose files hold means only are listed with the reason,
-as are those whose files name no systems (SummEval: the mean of its 3 experts per summary, and a
-``summary_id`` that is a position, not a system: neither its per-expert ceiling nor its system level can be
-computed from the file).
+of one rater against those of the others; percentile interval, contexts resampled). For HANNA, beside it,
+the five stored LLM raters of the HANNA release (:func:`jaxrank.data.load_llm_ratings`, the mean of their 4
+prompt variants) against the mean of all raters: the judges the ceiling is for. The data sets whose files
+hold means only are listed with the reason, as are those whose files name no systems (SummEval: the mean of
+its 3 experts per summary, and a ``summary_id`` that is a position, not a system: neither its per-expert
+ceiling nor its system level can be computed from the file).
 
 Outputs: ``experiments/results/human_ceiling.{md,csv}`` (``_smoke`` with ``--smoke``).
 

@@ -332,8 +332,9 @@ class Assessment:
             return []
         pct = f"{self.level:.0%}"
         system = (f" At the system level ({self.num_systems} systems): the correlation over systems of each "
-                  "system's mean score with its mean human score, its percentile bootstrap interval from resampling contexts."
-                  if self.system else "")
+                  "system's mean score with its mean human score, its percentile bootstrap interval from resampling "
+                  "contexts (a correlation of means over resampled contexts is biased low: the interval can lie "
+                  "below the estimate)." if self.system else "")
         lines = [f"**Agreement as the field reports it.** Spearman, Kendall tau-b and Pearson per context, mean "
                  f"over contexts, {pct} percentile bootstrap interval over contexts.{system}", "",
                  self.agreement_table(), ""]

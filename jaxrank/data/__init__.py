@@ -17,6 +17,12 @@ from jaxrank.data.loaders import (
 from jaxrank.data.records import dataset_name, from_records, read_records
 from jaxrank.data.hanna_llm import LLM_JUDGES, LLMRatings, load_llm_ratings, match_systems
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # for type checkers and the API reference; at run time loaded on first use (below)
+    from jaxrank.data.raters import (MEANS_ONLY, NO_SYSTEMS, PER_RATER, HumanCeiling, RaterScores, human_ceiling,
+                                     rater_scores, system_ids)
+
 __all__ = ["load_dataset", "label_matrix", "LabelMatrix", "data_dir", "ASPECTS", "DATASETS",
            "LLM_JUDGES", "LLMRatings", "load_llm_ratings", "match_systems",
            "from_records", "read_records", "dataset_name",

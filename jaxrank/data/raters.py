@@ -28,9 +28,9 @@ Kendall tau-b and Pearson (:data:`jaxrank.metrics.CORRELATIONS`), with a percent
 interval over contexts. At the system level ``corr`` is taken between per-system means of
 ``x_k`` and of ``y_{-k}`` (:func:`jaxrank.metrics.system_level`), averaged over ``k``, with a percentile
 bootstrap interval resampling contexts (:func:`system_interval`; a correlation of means over resampled
-contexts is biased low, so this interval can lie below the estimate: read it as the spread, not a bound). One rater against the mean of
-the others is against a mean of one fewer rater than the judge's gold (the mean of all): the ceiling is
-conservative.
+contexts is biased low, so this interval can lie below the estimate: read it as the spread, not a bound).
+One rater against the mean of the others is against a mean of one fewer rater than the judge's gold (the
+mean of all): the ceiling is conservative.
 """
 
 from __future__ import annotations
