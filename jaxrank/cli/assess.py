@@ -411,7 +411,8 @@ def run_assess(args):
     labels = stored_labels(cs, sel)
     try:
         rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
-                                 debias=args.debias, candidates=sel.candidates)
+                                 debias=args.debias, candidates=sel.candidates, dataset=args.data,
+                                 aspect=args.aspect)
     except ValueError as e:
         raise SystemExit(f"jaxrank: {e}")
     extra = {}
