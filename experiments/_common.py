@@ -152,5 +152,6 @@ def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debi
     lab = np.full((len(sc.contexts), max(map(len, sc.candidates))), np.nan)   # NaN: no human score, left out
     for r, (ctx, ids) in enumerate(zip(sc.contexts, sc.candidates)):
         lab[r, :len(ids)] = [labels.get(ctx, {}).get(cid, np.nan) for cid in ids]
-    return assess_comparisons(sc.comparisons, lab, contexts=sc.contexts, debias=debias, methods=methods), judge
+    return assess_comparisons(sc.comparisons, lab, contexts=sc.contexts, debias=debias, methods=methods,
+                              candidates=sc.candidates, dataset=data, aspect=aspect), judge
 
