@@ -317,7 +317,8 @@ def test_registry_errors_and_concatenation(tmp_path, monkeypatch):
     assert registry._concatenate(spec, parts).stat().st_mtime_ns == stamp   # reused
     out.write_bytes(b"abc")                                                # a stale / partial file
     assert registry._concatenate(spec, parts).read_bytes() == b"abcdefg"
-    assert set(registry.list_models()) == {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "minilm-l6"}
+    assert set(registry.list_models()) == {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "minilm-l6",
+                                          "gemma3-270m"}
 
 
 def test_registry_finds_installed_models():

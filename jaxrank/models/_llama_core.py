@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .llama_config import LlamaConfig
 
@@ -78,10 +79,21 @@ class GenerateOutput(NamedTuple):
 
 
 # --------------------------------------------------------------------------- core
-def _rms(x, w, eps):
+def _rms(x, w, eps, offset=0.0):
+    """RMSNorm over the last axis with gain ``w + offset`` (Gemma's ``1 + weight``, added in float32)."""
     xf = x.astype(jnp.float32)
     xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    if offset:
+        return ((w.astype(jnp.float32) + offset) * xf).astype(x.dtype)
     return w * xf.astype(x.dtype)
+
+
+_ACTIVATIONS = {"silu": jax.nn.silu, "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}
+
+
+def _softcap(x, cap):
+    """``cap * tanh(x / cap)`` (Gemma 2's soft-capping); ``x`` itself when ``cap`` is ``None``."""
+    return x if cap is None else jnp.tanh(x / cap) * cap
 
 
 def _lin(x, w):
@@ -107,12 +119,15 @@ def _mix(eq, p, v):
 
 
 def _rope(x, cos, sin):
-    """``x [B, T, ..., Dh]``; ``cos, sin [B, T, Dh/2]``."""
-    h = x.shape[-1] // 2
+    """``x [B, T, ..., Dh]``; ``cos, sin [B, T, R/2]``: the first ``R`` channels turn, the rest pass."""
+    h = cos.shape[-1]
     extra = (None,) * (x.ndim - 3)
     c, s = cos[(..., *extra, slice(None))], sin[(..., *extra, slice(None))]
-    x1, x2 = x[..., :h].astype(jnp.float32), x[..., h:].astype(jnp.float32)
-    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1).astype(x.dtype)
+    x1, x2 = x[..., :h].astype(jnp.float32), x[..., h:2 * h].astype(jnp.float32)
+    parts = [x1 * c - x2 * s, x2 * c + x1 * s]
+    if 2 * h < x.shape[-1]:
+        parts.append(x[..., 2 * h:].astype(jnp.float32))
+    return jnp.concatenate(parts, -1).astype(x.dtype)
 
 
 def _last_index(mask):
@@ -146,8 +161,9 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     mask = mask.astype(bool)
     base = jnp.zeros((b,), jnp.int32) if cache is None else jnp.broadcast_to(cache.next_pos, (b,))
     pos = base[:, None] + jnp.maximum(jnp.cumsum(mask, 1, dtype=jnp.int32) - 1, 0)
-    ang = pos[..., None].astype(jnp.float32) * jnp.asarray(cfg.inv_freq())
-    cos, sin = jnp.cos(ang), jnp.sin(ang)
+    inv = [cfg.inv_freq()] + ([cfg.inv_freq(local=True)] if cfg.local_rope_theta is not None else [])
+    ang = pos[None, ..., None].astype(jnp.float32) * jnp.asarray(np.stack(inv))[:, None, None]
+    cos_t, sin_t = jnp.cos(ang), jnp.sin(ang)                   # [1 or 2, B, T, R/2]
     causal = jnp.tril(jnp.ones((t, t), bool))
     dpos = pos[:, :, None] - pos[:, None, :]                       # [B, T, T]
     self_ok = causal[None] & mask[:, None, :]
@@ -155,21 +171,29 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
         shared = cache.k.shape[1] == 1 and b > 1
         dpos_c = pos[:, :, None] - cache.pos[:, None, :]           # [B, T, S]
         valid_c = cache.valid[:, None, :]
-    windows = jnp.asarray([w_ or _NO_WINDOW for w_ in (cfg.sliding_windows
-                          or (None,) * cfg.num_hidden_layers)], jnp.int32)
-    scale = 1.0 / math.sqrt(dh)
+    win_list = cfg.sliding_windows or (None,) * cfg.num_hidden_layers
+    windows = jnp.asarray([w_ or _NO_WINDOW for w_ in win_list], jnp.int32)
+    # Gemma 3: the sliding-window layers turn by their own (local) RoPE table
+    rope_index = jnp.asarray([int(w_ is not None and len(inv) > 1) for w_ in win_list], jnp.int32)
+    scale = cfg.query_scale if cfg.query_scale is not None else 1.0 / math.sqrt(dh)
     neg = jnp.float32(-1e30)
+    eps, off = cfg.rms_norm_eps, cfg.norm_offset
+    act = _ACTIVATIONS[cfg.hidden_act]
 
     def layer(x, lw):
-        h = _rms(x, lw["attn_norm"], cfg.rms_norm_eps)
+        cos, sin = cos_t[lw["rope"]], sin_t[lw["rope"]]
+        h = _rms(x, lw["attn_norm"], eps, off)
         q, k, v = _lin(h, lw["wq"]), _lin(h, lw["wk"]), _lin(h, lw["wv"])
         if cfg.attention_bias:
             q, k, v = q + lw["bq"], k + lw["bk"], v + lw["bv"]
-        q = _rope(q.reshape(b, t, hkv, g, dh), cos, sin)
-        k = _rope(k.reshape(b, t, hkv, dh), cos, sin)
+        q, k = q.reshape(b, t, hkv, g, dh), k.reshape(b, t, hkv, dh)
+        if cfg.qk_norm:                       # per head, before RoPE (Qwen3, Gemma 3)
+            q, k = _rms(q, lw["q_norm"], eps, off), _rms(k, lw["k_norm"], eps, off)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         v = v.reshape(b, t, hkv, dh)
         f32 = jnp.float32
-        s_self = jnp.einsum("bthgd,bshd->bhgts", q, k, preferred_element_type=f32) * scale
+        s_self = _softcap(jnp.einsum("bthgd,bshd->bhgts", q, k, preferred_element_type=f32) * scale,
+                          cfg.attn_softcap)
         ok = self_ok & (dpos < lw["window"])
         scores, oks = [s_self], [ok]
         if cache is not None:
@@ -179,7 +203,7 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
                 s_c = jnp.einsum("bthgd,shd->bhgts", qc, kc[0], preferred_element_type=f32)
             else:
                 s_c = jnp.einsum("bthgd,bshd->bhgts", qc, kc, preferred_element_type=f32)
-            scores.insert(0, s_c * scale)
+            scores.insert(0, _softcap(s_c * scale, cfg.attn_softcap))
             oks.insert(0, jnp.broadcast_to(valid_c & (dpos_c < lw["window"]), (b,) + dpos_c.shape[1:]))
         s_all = jnp.concatenate(scores, -1)
         ok_all = jnp.concatenate(oks, -1)[:, None, None]
@@ -195,26 +219,32 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
         o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
         if cfg.o_bias:
             o = o + lw["bo"]
+        if cfg.sandwich_norms:
+            o = _rms(o, lw["post_attn_norm"], eps, off)
         x = x + o
-        h = _rms(x, lw["mlp_norm"], cfg.rms_norm_eps)
+        h = _rms(x, lw["mlp_norm"], eps, off)
         gate, up = _lin(h, lw["w_gate"]), _lin(h, lw["w_up"])
         if cfg.mlp_bias:
             gate, up = gate + lw["b_gate"], up + lw["b_up"]
-        y = _lin(jax.nn.silu(gate) * up, lw["w_down"])
+        y = _lin(act(gate) * up, lw["w_down"])
         if cfg.mlp_bias:
             y = y + lw["b_down"]
+        if cfg.sandwich_norms:
+            y = _rms(y, lw["post_mlp_norm"], eps, off)
         return x + y, (k, v)
 
     xs = {n: a for n, a in w.items() if n not in ("embed", "lm_head", "norm")}
-    xs["window"] = windows
+    xs["window"], xs["rope"] = windows, rope_index
     if cache is not None:
         xs["ck"], xs["cv"] = cache.k, cache.v
     # the residual stream in float32 whatever the weights' dtype: low-precision weights enter only the
     # matrix products (``_lin``), the norms, rotary embedding and softmax stay float32 (on XLA:CPU
     # elementwise bfloat16 is emulated, and a bf16 stream made the judge 0.74x float32's speed)
     x = _embed(w, ids, vectors, vector_index).astype(jnp.float32)
+    if cfg.embed_scale != 1.0:       # Gemma: sqrt(hidden), on token rows and learnt vectors alike
+        x = x * jnp.float32(cfg.embed_scale)
     x, (ks, vs) = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, xs)
-    hid = _rms(x, w["norm"], cfg.rms_norm_eps)
+    hid = _rms(x, w["norm"], eps, off)
     last = _last_index(mask)
     last_h = hid[jnp.arange(b), last]
     if cache is not None:
@@ -262,7 +292,8 @@ def _extend(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, r
     return ExtendOutput(hid, last_h, new_cache)
 
 
-def _project(w, hidden, positions, token_ids):
+def _project(w, hidden, positions, token_ids, softcap=None):
+    """Logits of ``hidden`` (at ``positions``) over the rows ``token_ids``, soft-capped by ``softcap``."""
     if positions is not None:
         idx = positions.reshape(positions.shape[0], -1)
         hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1).reshape(
@@ -270,10 +301,10 @@ def _project(w, hidden, positions, token_ids):
     table = w["lm_head"] if "lm_head" in w else w["embed"]
     if token_ids is not None:
         table = jnp.take(table, token_ids, axis=0)
-    return jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32)
+    return _softcap(jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32), softcap)
 
 
-_project_jit = jax.jit(_project)
+_project_jit = jax.jit(_project, static_argnames=("softcap",))
 
 
 # --------------------------------------------------------------------- generation
@@ -293,7 +324,7 @@ def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, 
     b = ids.shape[0]
     cache = _prefill(cfg, w, ids, mask, ids.shape[1] + max_new)
     keys = jax.random.split(rng, max_new)
-    tok = _pick(_project(w, cache.last_hidden, None, None), keys[0], greedy, temperature, top_p)
+    tok = _pick(_project(w, cache.last_hidden, None, None, cfg.final_softcap), keys[0], greedy, temperature, top_p)
     out = jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
     done = jnp.isin(tok, eos)
     lengths = jnp.ones((b,), jnp.int32)
@@ -304,7 +335,7 @@ def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, 
     def body(s):
         i, cache, tok, out, done, lengths = s
         _, last_h, _, cache = _run(cfg, w, tok[:, None], jnp.ones((b, 1), bool), cache, True)
-        nxt = _pick(_project(w, last_h, None, None), keys[i], greedy, temperature, top_p)
+        nxt = _pick(_project(w, last_h, None, None, cfg.final_softcap), keys[i], greedy, temperature, top_p)
         nxt = jnp.where(done, pad_id, nxt)
         out = out.at[:, i].set(nxt)
         lengths = lengths + (~done).astype(jnp.int32)

@@ -8,8 +8,8 @@ This module reads them with the ``gguf`` package, dequantises to float32
 (lazily, one tensor at a time), maps
 tensor names to the Hugging Face layout (``blk.N.attn_q.weight`` ->
 ``model.layers.N.self_attn.q_proj.weight``) and undoes llama.cpp's q/k row
-permutation for the ``llama`` architecture (``qwen2`` files are not
-permuted), so :func:`jaxrank.models.llama.load_state_dict` loads them
+permutation for the ``llama`` architecture (``qwen2`` and ``gemma3`` files
+are not permuted; ``gemma3``'s norm gains lose the ``+ 1`` llama.cpp added), so :func:`jaxrank.models.llama.load_state_dict` loads them
 like a safetensors checkpoint.
 
 The tokenizer is rebuilt from the metadata as a ``tokenizers`` byte-level BPE
@@ -43,8 +43,10 @@ __all__ = ["GGUF_ARCHITECTURES", "GGUFTensor", "read_gguf", "gguf_config", "gguf
 
 log = logging.getLogger(__name__)
 
-GGUF_ARCHITECTURES = ("llama", "qwen2")
+GGUF_ARCHITECTURES = ("llama", "qwen2", "gemma3")
 """``general.architecture`` values we load (Llama 2/3, Mistral and SmolLM2 use ``llama``)."""
+_MODEL_TYPE = {"gemma3": "gemma3_text"}
+"""GGUF architecture -> Hugging Face ``model_type`` where they differ."""
 
 _TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
         "output.weight": "lm_head.weight"}
@@ -52,6 +54,10 @@ _BLK = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
         "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
         "ffn_down": "mlp.down_proj"}
+_BLK_GEMMA = {**_BLK, "ffn_norm": "pre_feedforward_layernorm", "post_attention_norm": "post_attention_layernorm",
+              "post_ffw_norm": "post_feedforward_layernorm", "attn_q_norm": "self_attn.q_norm",
+              "attn_k_norm": "self_attn.k_norm"}
+"""Gemma 3's block tensors: four norms a layer (``ffn_norm`` is the MLP's input norm) and q/k norms."""
 _BLK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 # End-of-turn tokens, by preference, when the declared EOS is missing or wrong.
@@ -202,8 +208,10 @@ def gguf_config(meta: Mapping[str, Any], tensor_names) -> dict[str, Any]:
     n_heads = int(g("attention.head_count"))
     hidden = int(g("embedding_length"))
     vocab = g("vocab_size") or len(meta.get("tokenizer.ggml.tokens") or ())
+    gemma = arch == "gemma3"
     cfg: dict[str, Any] = {
-        "model_type": arch, "hidden_act": "silu", "vocab_size": int(vocab),
+        "model_type": _MODEL_TYPE.get(arch, arch), "hidden_act": "gelu_pytorch_tanh" if gemma else "silu",
+        "vocab_size": int(vocab),
         "hidden_size": hidden, "intermediate_size": int(g("feed_forward_length")),
         "num_hidden_layers": int(g("block_count")), "num_attention_heads": n_heads,
         "num_key_value_heads": int(g("attention.head_count_kv", n_heads)),
@@ -214,6 +222,11 @@ def gguf_config(meta: Mapping[str, Any], tensor_names) -> dict[str, Any]:
         "tie_word_embeddings": "output.weight" not in names,
         "attention_bias": arch == "llama" and "blk.0.attn_q.bias" in names,
     }
+    if gemma:   # as llama.cpp: local RoPE base 10000, 1 global layer in 6, 27B scales queries by hidden/heads
+        n_layers = cfg["num_hidden_layers"]
+        cfg.update(rope_local_base_freq=10000.0, sliding_window=int(g("attention.sliding_window", 4096)),
+                   sliding_window_pattern=6,
+                   query_pre_attn_scalar=hidden // n_heads if n_layers == 62 else cfg["head_dim"])
     stype = g("rope.scaling.type")
     if stype and stype != "none":
         cfg["rope_scaling"] = {"rope_type": stype, "factor": float(g("rope.scaling.factor", 1.0))}
@@ -251,6 +264,8 @@ class _DequantisedTensors(Mapping):
         t, n_head = self._by_name[name]
         arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
         release_pages(t.data)
+        if n_head < 0:      # Gemma: llama.cpp stores norm gains as 1 + weight; HF names hold the weight
+            return arr - 1.0
         return unpermute_qk(arr, n_head) if n_head else arr
 
     def __iter__(self):
@@ -264,7 +279,8 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mappin
     """Dequantised float32 tensors under Hugging Face names, read lazily.
 
     The mapping dequantises a tensor (and undoes the ``llama`` q/k permutation)
-    each time it is indexed and then drops the file pages it read, so a
+    each time it is indexed (and takes back the ``+ 1`` that llama.cpp adds to
+    Gemma's norm weights) and then drops the file pages it read, so a
     loader that takes one tensor at a time never holds more than one float32
     tensor beside its parameters. Also adds ``config["rope_freq_factors"]``
     when the file has a ``rope_freqs.weight`` tensor (Llama 3 conversions);
@@ -273,6 +289,8 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mappin
     from gguf import quants
 
     permute = config["model_type"] == "llama"
+    gemma = config["model_type"] == "gemma3_text"
+    blk = _BLK_GEMMA if gemma else _BLK
     by_name: dict[str, tuple[GGUFTensor, int]] = {}
     for t in tensors:
         if t.name == "rope_freqs.weight":
@@ -280,10 +298,10 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mappin
             config["rope_freq_factors"] = [float(x) for x in arr]  # type: ignore[index]
             continue
         if t.name in _TOP:
-            by_name[_TOP[t.name]] = (t, 0)
+            by_name[_TOP[t.name]] = (t, -1 if gemma and t.name == "output_norm.weight" else 0)
             continue
         m = _BLK_RE.match(t.name)
-        if not m or m.group(2) not in _BLK:
+        if not m or m.group(2) not in blk:
             log.info("skipping GGUF tensor %s", t.name)
             continue
         i, kind, wb = m.groups()
@@ -292,7 +310,9 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mappin
             n_head = config["num_attention_heads"]
         elif permute and kind == "attn_k":
             n_head = config["num_key_value_heads"]
-        by_name[f"model.layers.{i}.{_BLK[kind]}.{wb}"] = (t, n_head)
+        elif gemma and kind.endswith("norm"):
+            n_head = -1
+        by_name[f"model.layers.{i}.{blk[kind]}.{wb}"] = (t, n_head)
     return _DequantisedTensors(by_name)
 
 

@@ -14,15 +14,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES"]
+__all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "SUPPORTED_ACTIVATIONS"]
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
+                         "gelu_tanh": "gelu_tanh"}
+"""Hugging Face ``hidden_act`` / ``hidden_activation`` names -> the core's activation."""
+
+_GEMMA = ("gemma2", "gemma3_text")
 
 
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig:
     """Hyper-parameters of a Llama-family decoder (hashable: a static jit arg).
+
+    One config covers the families that share the pre-norm decoder layout; the
+    switches below (all off by default: plain Llama) express how each family
+    departs from it.
 
     Attributes:
         rope_scaling: ``None`` or sorted ``(key, value)`` items of the HF
@@ -35,6 +44,23 @@ class LlamaConfig:
         sliding_windows: per-layer window (``None``: full attention); a key at
             position ``p`` is visible from query position ``q`` iff
             ``q - window < p <= q``.
+        hidden_act: the MLP gate's activation: ``"silu"`` (SwiGLU)
+            or ``"gelu_tanh"`` (Gemma's GeGLU, tanh approximation).
+        norm_offset: RMSNorm gains are ``weight + norm_offset`` (Gemma: 1).
+        embed_scale: the input embeddings (and learnt input vectors) are
+            multiplied by it (Gemma: ``sqrt(hidden_size)``).
+        query_scale: attention scores are ``q.k * query_scale`` (``None``:
+            ``head_dim ** -0.5``; Gemma: ``query_pre_attn_scalar ** -0.5``).
+        attn_softcap: attention scores become ``c * tanh(s / c)`` (Gemma 2).
+        final_softcap: output logits become ``c * tanh(z / c)`` (Gemma 2).
+        qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3,
+            Gemma 3).
+        sandwich_norms: RMSNorm of the attention and MLP outputs before their
+            residual adds (Gemma 2/3: four norms per layer).
+        local_rope_theta: RoPE base of the sliding-window layers, unscaled
+            (Gemma 3; ``None``: every layer uses ``rope_theta`` and the scaling).
+        rotary_dim: RoPE turns the first ``rotary_dim`` channels of a head
+            (``None``: all; Phi's ``partial_rotary_factor``).
     """
 
     vocab_size: int
@@ -55,10 +81,28 @@ class LlamaConfig:
     mlp_bias: bool = False
     sliding_windows: tuple[int | None, ...] | None = None
     model_type: str = "llama"
+    hidden_act: str = "silu"
+    norm_offset: float = 0.0
+    embed_scale: float = 1.0
+    query_scale: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    qk_norm: bool = False
+    sandwich_norms: bool = False
+    local_rope_theta: float | None = None
+    rotary_dim: int | None = None
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any]) -> LlamaConfig:
         """Build from a Hugging Face ``config.json`` dict (transformers 4 or 5 layout).
+
+        ``model_type`` picks the family's mapping, as transformers' own config
+        classes do: ``llama``, ``mistral`` (sliding window), ``qwen2`` (q/k/v
+        biases, optional sliding layers), ``qwen3`` (q/k norms), ``phi3``
+        (partial rotary, sliding window; fused projections in the loader),
+        ``gemma2`` and ``gemma3_text`` (norm offset, embedding scale, query
+        scalar, soft-capping, sandwich norms, alternating sliding-window
+        layers; Gemma 3 with q/k norms and a local RoPE base).
 
         Raises:
             ValueError: unknown ``model_type``, activation or rope scaling type.
@@ -67,13 +111,19 @@ class LlamaConfig:
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model_type {mt!r} is not a Llama-family decoder; "
                              f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-        act = cfg.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise ValueError(f"hidden_act {act!r} is not supported (only silu)")
+        gemma = mt in _GEMMA
+        act = cfg.get("hidden_activation") or cfg.get("hidden_act") or ("gelu_pytorch_tanh" if gemma else "silu")
+        if act not in SUPPORTED_ACTIVATIONS:
+            raise ValueError(f"hidden_act {act!r} is not supported; supported: {', '.join(SUPPORTED_ACTIVATIONS)}")
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
+        head_dim = int(cfg.get("head_dim") or hidden // n_heads)
         rp = dict(cfg.get("rope_parameters") or {})
-        theta = cfg.get("rope_theta", rp.get("rope_theta", 10000.0))
+        local_rp = None
+        if "full_attention" in rp:                  # transformers 5, per layer type (Gemma 3)
+            local_rp = dict(rp.get("sliding_attention") or {})
+            rp = dict(rp["full_attention"] or {})
+        theta = cfg.get("rope_theta", rp.get("rope_theta", 1e6 if mt == "gemma3_text" else 10000.0))
         scaling = cfg.get("rope_scaling") or rp
         rtype = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
         if rtype not in SUPPORTED_ROPE_TYPES:
@@ -81,42 +131,51 @@ class LlamaConfig:
                              f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
         scaling = None if rtype == "default" else tuple(sorted(
             (k, v) for k, v in dict(scaling, rope_type=rtype).items()
-            if k not in ("type", "rope_theta") and not isinstance(v, (list, dict))))
+            if k not in ("type", "rope_theta", "partial_rotary_factor") and not isinstance(v, (list, dict))))
         n_layers = int(cfg["num_hidden_layers"])
         if mt == "qwen2":
             qkv_bias, o_bias = True, False
         else:
             qkv_bias = o_bias = bool(cfg.get("attention_bias", False))
-        windows = None
-        sw = cfg.get("sliding_window")
-        layer_types = cfg.get("layer_types")
-        if mt == "mistral" and sw:
-            windows = (int(sw),) * n_layers
-        elif mt == "qwen2" and cfg.get("use_sliding_window") and sw:
-            if not layer_types:
-                mwl = int(cfg.get("max_window_layers", n_layers))
-                layer_types = ["sliding_attention" if i >= mwl else "full_attention"
-                               for i in range(n_layers)]
-        if layer_types and sw and any(t == "sliding_attention" for t in layer_types):
-            windows = tuple(int(sw) if t == "sliding_attention" else None for t in layer_types)
         factors = cfg.get("rope_freq_factors")
-        return cls(
+        kw: dict[str, Any] = dict(
             vocab_size=int(cfg["vocab_size"]), hidden_size=hidden,
             intermediate_size=int(cfg["intermediate_size"]), num_hidden_layers=n_layers,
             num_attention_heads=n_heads,
             num_key_value_heads=int(cfg.get("num_key_value_heads") or n_heads),
-            head_dim=int(cfg.get("head_dim") or hidden // n_heads),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+            head_dim=head_dim, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
             rope_scaling=scaling,
             rope_freq_factors=tuple(float(f) for f in factors) if factors is not None else None,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
             max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             attention_bias=qkv_bias, o_bias=o_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
-            sliding_windows=windows, model_type=mt)
+            sliding_windows=_windows(mt, cfg, n_layers), model_type=mt, hidden_act=SUPPORTED_ACTIVATIONS[act],
+            qk_norm=mt in ("qwen3", "gemma3_text"))
+        if mt == "phi3":
+            prf = float(rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+            kw["rotary_dim"] = None if prf == 1.0 else int(head_dim * prf)
+        if gemma:
+            caps = [cfg.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping")]
+            kw.update(norm_offset=1.0, embed_scale=float(hidden ** 0.5), sandwich_norms=True,
+                      query_scale=float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5,
+                      attn_softcap=None if caps[0] is None else float(caps[0]),
+                      final_softcap=None if caps[1] is None else float(caps[1]))
+        if mt == "gemma3_text":
+            kw["local_rope_theta"] = float(cfg.get("rope_local_base_freq",
+                                                   (local_rp or {}).get("rope_theta", 10000.0)))
+        return cls(**kw)
 
-    def inv_freq(self) -> np.ndarray:
-        """RoPE inverse frequencies ``[head_dim // 2]`` (float32), scaling applied."""
-        d = self.head_dim
+    def inv_freq(self, local: bool = False) -> np.ndarray:
+        """RoPE inverse frequencies ``[rotary_dim // 2]`` (float32), scaling applied.
+
+        Args:
+            local: the frequencies of the sliding-window layers: base
+                ``local_rope_theta`` without scaling, where the config has one.
+        """
+        if local and self.local_rope_theta is not None:
+            d = self.rotary_dim or self.head_dim
+            return (1.0 / (self.local_rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))).astype(np.float32)
+        d = self.rotary_dim or self.head_dim
         inv = 1.0 / (self.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
         if self.rope_freq_factors is not None:
             inv = inv / np.asarray(self.rope_freq_factors, np.float32)
@@ -133,3 +192,29 @@ class LlamaConfig:
             medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
             inv = np.where(medium, smoothed, scaled)
         return inv.astype(np.float32)
+
+
+def _windows(mt: str, cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None, ...] | None:
+    """Per-layer sliding windows of a family (``None``: every layer attends to all its past)."""
+    sw = cfg.get("sliding_window")
+    if cfg.get("use_bidirectional_attention"):
+        raise ValueError("bidirectional attention (embedding models) is not supported")
+    layer_types = cfg.get("layer_types")
+    if not sw:
+        return None
+    if mt in ("mistral", "phi3") and not layer_types:
+        return (int(sw),) * n_layers
+    if mt in ("qwen2", "qwen3"):
+        if not cfg.get("use_sliding_window"):
+            return None
+        if not layer_types:
+            mwl = int(cfg.get("max_window_layers", n_layers))
+            layer_types = ["sliding_attention" if i >= mwl else "full_attention" for i in range(n_layers)]
+    if mt in _GEMMA and not layer_types:    # as transformers: Gemma 2 alternates, Gemma 3 has 5 local : 1 global
+        every = 2 if mt == "gemma2" else int(cfg.get("sliding_window_pattern", 6))
+        layer_types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n_layers)]
+    if layer_types and any(t == "sliding_attention" for t in layer_types):
+        if len(layer_types) != n_layers:
+            raise ValueError(f"layer_types has {len(layer_types)} entries for {n_layers} layers")
+        return tuple(int(sw) if t == "sliding_attention" else None for t in layer_types)
+    return None

