@@ -222,7 +222,7 @@ COMPARATIVE_VS_SCORING = (
      "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2)", False),
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "prompt_scoring/scoring-topicalchat-qwen2.5-coder-1.5b.jsonl", "score",
-     "prompt scoring: mean of 5 sampled 1-10 scores (LCA §4.3.2)",
+     "prompt scoring: one sampled 1-10 score, temperature 1, 5 tokens (LCA §4.3.2)",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4)",
      False),
 )
