@@ -9,8 +9,9 @@ This module reads them with the ``gguf`` package, dequantises to float32
 tensor names to the Hugging Face layout (``blk.N.attn_q.weight`` ->
 ``model.layers.N.self_attn.q_proj.weight``) and undoes llama.cpp's q/k row
 permutation for the ``llama`` architecture (``qwen2`` and ``gemma3`` files
-are not permuted; ``gemma3``'s norm gains lose the ``+ 1`` llama.cpp added), so :func:`jaxrank.models.llama.load_state_dict` loads them
-like a safetensors checkpoint.
+are not permuted; ``gemma3``'s norm gains lose the ``+ 1`` llama.cpp added),
+so :func:`jaxrank.models.llama.load_state_dict` loads them like a
+safetensors checkpoint.
 
 The tokenizer is rebuilt from the metadata as a ``tokenizers`` byte-level BPE
 (pre-tokenizer chosen by ``tokenizer.ggml.pre`` as llama.cpp does) wrapped in
