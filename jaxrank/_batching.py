@@ -18,6 +18,9 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+from jaxrank import _graph, _sparse_inverse, compilation
 
 
 def batched(fn, c, *args, **kwargs):
@@ -214,3 +217,224 @@ def while_per_context(cont, step, operands, state, *, compact: bool = True):
     take = lambda t: jax.tree.map(lambda x: x[idx], t)
     sub = loop(take(operands), take(state), 0)
     return jax.tree.map(lambda x, y: x.at[idx].set(y), state, sub)
+
+
+# ----------------------------------------------------------------------------- buckets of the first call
+
+SMALL_BUCKETS_UP_TO = 256
+"""Up to this many items (and for comparisons at every size) a bucket is ``2^k`` or ``3 * 2^k`` (at most 1.5x
+the size); above it ``m * 2^k`` with ``m`` in 4..7 (at most 1.25x), where a dense ``O(N^3)`` factorisation makes
+padded items dear."""
+
+MIN_ITEMS = 8
+"""The smallest item bucket."""
+
+MIN_COMPARISONS = 16
+"""The smallest comparison bucket."""
+
+
+def _next_size(n: int, fine: bool) -> int:
+    """The smallest ``2^k``/``3 * 2^k`` (or with ``fine``, ``m * 2^k``, ``m`` in 4..7) that is at least ``n``."""
+    if n <= 4:
+        return max(n, 1)
+    k = (n - 1).bit_length() - 3            # 2^(k+2) < n <= 2^(k+3)
+    steps = (4, 5, 6, 7, 8) if fine else (4, 6, 8)
+    return next(m << k for m in steps if m << k >= n)
+
+
+def bucket(n: int, least: int = 1, *, fine: bool = False, below: tuple[int, ...] = ()) -> int:
+    """The bucket of a size ``n``: the smallest bucket size at least ``max(n, least)``, never reaching a threshold.
+
+    Args:
+        n: the size needed.
+        least: the smallest bucket.
+        fine: ``m * 2^k`` with ``m`` in 4..7 (at most 1.25x ``n``) instead of ``2^k``/``3 * 2^k`` (1.5x).
+        below: sizes where an algorithm switches (``size >= t`` takes another path): a size below ``t`` is
+            never padded to ``t`` or beyond (its bucket is then ``t - 1``), so padding never changes the path.
+    """
+    n = max(int(n), int(least), 1)
+    size = max(_next_size(n, fine), least)
+    for t in below:
+        if n < t <= size:
+            size = t - 1
+    return size
+
+
+def item_thresholds() -> tuple[int, ...]:
+    """Item counts where a scorer's algorithm (and so its rounding) changes: conjugate gradients from
+    ``_graph.CG_MIN_ITEMS``, the sparse covariance above ``_sparse_inverse.DENSE_COVARIANCE_MAX_ITEMS``
+    (read now: tests and benchmarks may move them)."""
+    return (_graph.CG_MIN_ITEMS, _sparse_inverse.DENSE_COVARIANCE_MAX_ITEMS + 1)
+
+
+def bucket_sizes(num_items: int, num_comparisons: int, *, below: tuple[int, ...] = ()) -> tuple[int, int]:
+    """``(items, comparisons)`` of the bucket of a pool: what :func:`pad` pads it to.
+
+    Items: :func:`bucket` from :data:`MIN_ITEMS`, fine above :data:`SMALL_BUCKETS_UP_TO`, never across
+    :func:`item_thresholds` or ``below``; comparisons: :func:`bucket` from :data:`MIN_COMPARISONS`. Where the
+    pool's own sizes pick the dense edge space (``_graph.use_dense``) and the bucket's would not, or the other
+    way round, the comparisons' bucket is moved to the edge of that choice, so padding keeps the edge space.
+    A bucket is a function of the sizes only (a bucket's programs serve every pool in it), and a bucket's
+    own sizes are their bucket (padding twice pads once).
+
+    Args:
+        num_items: ``N`` of the pool.
+        num_comparisons: ``R`` of the pool.
+        below: further item thresholds of the caller's algorithm (see :func:`bucket`).
+    """
+    thresholds = item_thresholds() + tuple(below)
+    n = bucket(num_items, MIN_ITEMS, fine=num_items > SMALL_BUCKETS_UP_TO, below=thresholds)
+    r = bucket(num_comparisons, MIN_COMPARISONS)
+    dense, dense_b = _graph.use_dense(num_items, num_comparisons), _graph.use_dense(n, r)
+    if dense and not dense_b:            # more comparisons of weight 0: the bucket is dense too
+        r = bucket(math.ceil(n * n / _graph.DENSE_RATIO))
+    elif dense_b and not dense:          # fewer: the largest count that leaves the bucket sparse (>= R)
+        r = math.ceil(n * n / _graph.DENSE_RATIO) - 1
+    return n, r
+
+
+def _staged() -> bool:
+    """Whether a caller's ``jit`` (or ``vmap``, ``grad``) is tracing now, even a function of constants only."""
+    try:
+        from jax._src import core   # deferred: JAX's own test, private to it; without it assume top level
+        return not core.trace_state_clean()
+    except (ImportError, AttributeError):
+        return False
+
+
+def is_concrete(*trees) -> bool:
+    """No leaf of ``trees`` is a tracer and nothing is being traced: the call is at the top level, outside any
+    ``jit``, ``vmap`` or ``grad`` (a scorer of constants inside a caller's ``jit`` is staged into its program)."""
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(trees)) and not _staged()
+
+
+def _on_host(x) -> bool:
+    """``x`` is a NumPy array or a JAX array on the CPU (padded by NumPy: no compiled program per shape)."""
+    if isinstance(x, jax.core.Tracer):     # staged into a caller's program (a scorer of constants inside jit)
+        return False
+    if isinstance(x, np.ndarray) or not isinstance(x, jax.Array):
+        return True
+    return all(d.platform == "cpu" for d in x.devices())
+
+
+def pad_last(x, size: int, value):
+    """``x`` with its last axis padded to ``size`` with ``value`` (NumPy on the host; ``jnp`` on an accelerator)."""
+    extra = size - x.shape[-1]
+    if extra == 0:
+        return x
+    widths = [(0, 0)] * (x.ndim - 1) + [(0, extra)]
+    if _on_host(x):
+        return np.pad(np.asarray(x), widths, constant_values=value)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def pad(c, num_items: int, num_comparisons: int):
+    """``c`` with ``num_items`` items and ``num_comparisons`` comparisons: the padded items masked out, the
+    padded comparisons ``0 vs 0`` of weight 0 (the padding contract of :class:`jaxrank.Comparisons`: every
+    score of a real item is unchanged, a padded item gets the neutral score)."""
+    if c.num_items == num_items and c.i.shape[-1] == num_comparisons:
+        return c
+    r = num_comparisons
+    return type(c)(i=pad_last(c.i, r, 0), j=pad_last(c.j, r, 0), p=pad_last(c.p, r, 0.5),
+                   weight=pad_last(c.weight, r, 0), item_mask=pad_last(c.item_mask, num_items, False),
+                   num_items=num_items)
+
+
+def unpad(tree, num_items: int, batch_ndim: int):
+    """Every leaf of ``tree`` cut back to ``num_items`` along each axis after its ``batch_ndim`` batch axes
+    (scores ``[..., N]``, covariances ``[..., N, N]``; per-context leaves are left alone).
+
+    Cut on the host and returned as JAX arrays (an eager slice would compile a program per size).
+    """
+    def cut(x):
+        if x.ndim <= batch_ndim or all(k == num_items for k in x.shape[batch_ndim:]):
+            return x
+        idx = (slice(None),) * batch_ndim + tuple(slice(0, num_items) for _ in range(x.ndim - batch_ndim))
+        if _on_host(x):
+            return jax.device_put(np.asarray(x)[idx]) if isinstance(x, jax.Array) else np.asarray(x)[idx]
+        return x[idx]
+    return jax.tree.map(cut, tree)
+
+
+SMALL_PROGRAM_ITEMS = 64
+"""Buckets of at most this many items are compiled by XLA without its backend optimisations
+(:func:`compiler_options`)."""
+
+
+def compiler_options(num_items: int) -> dict | None:
+    """XLA options of a bucket's program: ``xla_backend_optimization_level=0`` for at most
+    :data:`SMALL_PROGRAM_ITEMS` items, else the defaults (``None``).
+
+    On a small pool the compiled code runs in a fraction of a millisecond either way, and LLVM's optimisations
+    are most of its compilation: the soft-BT fit of 24 items (2 cores, load ~10) compiled in 3.4 s instead of
+    6.0 s and ran in 0.24 ms against 0.22 ms; at 1,000 items they pay (0.0011 s a call against 0.016 s).
+    """
+    return {"xla_backend_optimization_level": 0} if num_items <= SMALL_PROGRAM_ITEMS else None
+
+
+_PROGRAMS: dict = {}
+
+
+def call(fn, name: str, *args, options: dict | None = None):
+    """``fn(*args)``, through a traced program kept on disk while the persistent compilation cache is on.
+
+    With the cache on (:func:`jaxrank.compilation.exported_directory`) and concrete ``args``, the program is a
+    :class:`jaxrank.compilation.ExportedProgram` of ``fn`` on the flattened ``args``: a later process with the
+    same shapes (a pool of the same bucket) loads it instead of tracing, and its compiled executable from the
+    cache. Otherwise (no cache, or tracers) a plain call.
+
+    Args:
+        fn: a function of pytrees of arrays (``None`` allowed) whose result is a tuple, list or dict of arrays
+            (no ``NamedTuple``: rebuild it from a tuple); jitted or not.
+        name: what ``fn`` is with every static setting it closes over (different settings, different names).
+        *args: its arguments.
+        options: XLA compiler options (:func:`compiler_options`); with them ``fn`` is compiled as a program of
+            its own even without the cache.
+    """
+    if not is_concrete(args):
+        return fn(*args)
+    directory = compilation.exported_directory()
+    opts = tuple(sorted((options or {}).items()))
+    if directory is None:
+        if not opts:
+            return fn(*args)
+        key = (name, opts)
+        program = _PROGRAMS.get(key)
+        if program is None:
+            program = _PROGRAMS[key] = jax.jit(fn, compiler_options=dict(opts))
+        return program(*args)
+    leaves, tree = jax.tree.flatten(args)
+    key = (name, tree, str(directory), opts)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        def flat(*xs):
+            return fn(*jax.tree.unflatten(tree, xs))
+        program = _PROGRAMS[key] = compilation.ExportedProgram(flat, name=f"{name}-{tree}", directory=directory,
+                                                               compiler_options=dict(opts) or None)
+    return program(*leaves)
+
+
+def bucketed(fn, name: str | None, c, *args, item_args: tuple[int, ...] = (), below: tuple[int, ...] = ()):
+    """``fn(c, *args)`` on ``c`` padded to its bucket (:func:`bucket_sizes`), its results cut back (:func:`unpad`).
+
+    The one way a scorer's public entry point runs its jitted program: every pool of a bucket runs one
+    program, through :func:`call` (kept on disk while the persistent cache is on). Inside a caller's
+    ``jit``, ``vmap`` or ``grad`` it is a plain ``fn(c, *args)``.
+
+    Args:
+        fn: ``(c, *args) -> tuple, list or dict of arrays`` (see :func:`call`).
+        name: ``fn`` with its static settings (see :func:`call`); ``None``: never kept on disk (a program whose
+            settings have no name that is the same in every process, such as a user's expert).
+        c: the comparisons, any batch shape.
+        *args: further arguments; those at positions ``item_args`` have ``c``'s items as their last axis
+            and are padded with 0 (the neutral score of a padded item).
+        item_args: positions in ``args`` of per-item arrays.
+        below: item thresholds of ``fn``'s algorithm beyond :func:`item_thresholds` (see :func:`bucket`).
+    """
+    if not is_concrete(c, args):
+        return fn(c, *args)
+    n, r = bucket_sizes(c.num_items, c.i.shape[-1], below=below)
+    args = tuple(pad_last(a, n, 0) if k in item_args else a for k, a in enumerate(args))
+    cp = pad(c, n, r)
+    out = fn(cp, *args) if name is None else call(fn, name, cp, *args, options=compiler_options(n))
+    return unpad(out, c.num_items, len(c.batch_shape))

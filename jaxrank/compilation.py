@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram"]
+__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory"]
 
 
 def default_cache_dir() -> Path:
@@ -71,6 +71,27 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     return path
+
+
+def exported_directory() -> Path | None:
+    """Where traced programs go while JAX's persistent compilation cache is on in this process, else ``None``.
+
+    Beside the cache folder: ``exported`` next to a folder named ``xla`` (the
+    layout of :func:`default_cache_dir`), else the cache folder's name with
+    ``-exported``. jaxrank's scorers keep their traced programs there
+    (:class:`ExportedProgram`) only while the cache is on: a caller who has
+    not asked for files on disk gets none.
+    """
+    import sys
+
+    jax = sys.modules.get("jax")          # no cache without JAX imported; importing it here would cost 0.5 s
+    if jax is None:
+        return None
+    cache = jax.config.jax_compilation_cache_dir
+    if not cache:
+        return None
+    cache = Path(cache).expanduser()
+    return cache.parent / "exported" if cache.name == "xla" else cache.with_name(cache.name + "-exported")
 
 
 def _source_digest() -> str:
@@ -117,14 +138,19 @@ class ExportedProgram:
             in ``fn`` (different settings must give different names).
         directory: where artifacts are kept; default ``exported`` beside
             :func:`default_cache_dir`.
+        compiler_options: XLA options of the compilation (``jax.jit``'s
+            ``compiler_options``); they change the compiled executable (and its
+            cache entry), not the traced program on disk.
     """
 
-    def __init__(self, fn: Callable, *, name: str, directory: str | os.PathLike | None = None):
+    def __init__(self, fn: Callable, *, name: str, directory: str | os.PathLike | None = None,
+                 compiler_options: dict | None = None):
         if not name or not isinstance(name, str):
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        self.fn, self.name = fn, name
+        self.fn, self.name, self.compiler_options = fn, name, dict(compiler_options or {}) or None
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir().parent / "exported"
         self._calls: dict[str, Callable] = {}
+        self._by_signature: dict[tuple, Callable] = {}
 
     def _key(self, *args) -> str:
         import jax  # deliberately lazy: see the module docstring
@@ -160,6 +186,14 @@ class ExportedProgram:
             return None
 
     def __call__(self, *args):
+        sig = tuple((getattr(a, "shape", ()), getattr(a, "dtype", type(a))) for a in args)
+        call = self._by_signature.get(sig)        # a call seen before: no key to build (a few microseconds)
+        if call is None:
+            call = self._by_signature[sig] = self._program(*args)
+        return call(*args)
+
+    def _program(self, *args):
+        """The jitted program of a call with ``args``: read from its artifact, or traced and written there."""
         import jax
 
         path = self.path(*args)
@@ -171,8 +205,8 @@ class ExportedProgram:
                 exported = jax.export.export(jax.jit(self.fn))(*args)
                 payload = bytes(exported.serialize())
                 self._write(path, _MAGIC + b" " + self._digest(key, payload) + b"\n" + payload)
-            call = self._calls[str(path)] = jax.jit(exported.call)
-        return call(*args)
+            call = self._calls[str(path)] = jax.jit(exported.call, compiler_options=self.compiler_options)
+        return call
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:

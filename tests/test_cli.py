@@ -143,7 +143,7 @@ def test_rank_poe_bt_scores_and_stderr_match_the_api_unpadded(tmp_path, debias):
 
 
 def test_bucket_sizes():
-    from jaxrank.cli.rank import _bucket
+    from jaxrank._batching import bucket as _bucket   # the coarse buckets jaxrank rank pads to
     for least in (8, 16):
         sizes = [_bucket(n, least) for n in range(1, 3000)]
         for n, size in zip(range(1, 3000), sizes):

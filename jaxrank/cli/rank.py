@@ -1,8 +1,8 @@
 """``jaxrank rank``: a file of pairwise comparisons in, scores and a ranking out.
 
 Options and the file are checked, and the file read, before JAX is imported; the scores come from one
-traced program on shapes padded to a few sizes (:func:`_bucket`), so the persistent compilation cache
-serves files of different sizes.
+traced program on shapes padded to a few sizes (``jaxrank._batching.bucket_sizes``, the buckets of the
+scorers' own entry points), so the persistent compilation cache serves files of different sizes.
 """
 
 from __future__ import annotations
@@ -108,34 +108,6 @@ OUTPUT_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
 """The score files ``jaxrank rank --output`` writes, by suffix."""
 
 
-def _bucket(n, least):
-    """The smallest size of the form ``2^k`` or ``3 * 2^k`` that is at least ``max(n, least)``.
-
-    Padding to these sizes lets files of different sizes share one compiled
-    program (and one entry of the persistent compilation cache), less than
-    1.5 times the size needed.
-    """
-    size = least
-    while size < n:
-        size = size // 2 * 3 if size & (size - 1) == 0 else size // 3 * 4
-    return size
-
-
-def _padded(c, num_items, num_comparisons):
-    """``c`` with padded items (masked) and padded comparisons (weight 0): scores of real items unchanged."""
-    import numpy as np
-
-    from jaxrank.comparisons import Comparisons
-
-    def pad(x, size, value):
-        x = np.asarray(x)
-        return np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])], constant_values=value)
-
-    r = num_comparisons
-    return Comparisons(i=pad(c.i, r, 0), j=pad(c.j, r, 0), p=pad(c.p, r, 0.5), weight=pad(c.weight, r, 0),
-                       item_mask=pad(c.item_mask, num_items, False), num_items=num_items)
-
-
 SEPARATED_STDERR = 10.0
 """A standard error above this (in score units, where a 1-point gap is a 73% win chance) marks an item whose
 maximum-likelihood score runs off: it never lost or never won."""
@@ -165,11 +137,13 @@ def _rank_scores(c, method, debias, score_prior):
 
 
 @functools.lru_cache(maxsize=None)
-def _rank_program(method, debias, score_prior, exported):
+def _rank_program(method, debias, score_prior, exported, options=()):
     """The jitted program of :func:`_rank_scores` for these settings, of the arrays of a ``Comparisons``.
 
     With ``exported`` its traced program is kept on disk beside the compilation cache
     (:class:`jaxrank.compilation.ExportedProgram`), so a later process neither traces nor compiles it.
+    ``options``: XLA compiler options as sorted pairs (``_batching.compiler_options``: a small bucket is
+    compiled without LLVM's optimisations).
     """
     import jax
 
@@ -182,18 +156,22 @@ def _rank_program(method, debias, score_prior, exported):
         out = _rank_scores(c, method, debias, score_prior)
         return {k: v for k, v in out.items() if v is not None}
 
+    opts = dict(options) or None
     if exported:
-        return ExportedProgram(program, name=f"rank-{method}-{debias}-{score_prior!r}")
-    return jax.jit(program)
+        return ExportedProgram(program, name=f"rank-{method}-{debias}-{score_prior!r}", compiler_options=opts)
+    return jax.jit(program, compiler_options=opts)
 
 
 def _score(c, method, debias, score_prior, *, exported=True):
-    """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to :func:`_bucket` sizes."""
+    """Scores ``[K, N]`` (and s.e., games, ...) of ``c``, computed on shapes padded to their bucket (``_batching.bucket_sizes``)."""
     import numpy as np
 
+    from jaxrank import _batching
+
     n, r = c.num_items, c.num_comparisons
-    cp = _padded(c, _bucket(n, 8), _bucket(r, 16))
-    program = _rank_program(method, debias, float(score_prior), bool(exported))
+    cp = _batching.pad(c, *_batching.bucket_sizes(n, r))
+    options = tuple(sorted((_batching.compiler_options(cp.num_items) or {}).items()))
+    program = _rank_program(method, debias, float(score_prior), bool(exported), options)
     out = program(cp.i, cp.j, cp.p, cp.weight, cp.item_mask)
     out = {k: np.asarray(v) for k, v in out.items()}
     out.setdefault("stderr", None)

@@ -374,7 +374,10 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels, loose=False):
     tol = jnp.clip(gn, floor, 1e-2)
     if loose:   # far from the optimum (|g| > 1e-2) a relative residual of 0.1 is step enough (SWEEP_NOTE)
         tol = jnp.where(gn > 1e-2, 0.1, tol)
-    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=n + 1, M=lambda u: u / diag)
+    # at most one iteration per item in a comparison, plus one (traced: items padded to a bucket, or in no
+    # comparison, keep a zero right-hand side and never need one; a padded pool iterates as its own size)
+    x, _ = jax.scipy.sparse.linalg.cg(matvec, -g_c, tol=tol, maxiter=jnp.sum(deg > 0) + 1,
+                                      M=lambda u: u / diag)
     x = x.at[:n].add(-pmean(x[:n]))
     return x, g, diag, scale, jnp.sum(deg)
 

@@ -169,12 +169,25 @@ def _smoothed(c, prior):
                        item_mask=c.item_mask, num_items=c.num_items)
 
 
+def _arrays(c):
+    """The arrays of ``c`` as a tuple (what an exported program may return)."""
+    return c.i, c.j, c.p, c.weight, c.item_mask
+
+
 def _fit_newton(c, prior, tol, max_iter):
     solver = BradleyTerrySolver(eps=0.0, tol=tol, max_iter=max_iter)
     # The smoothing keeps every score finite. On a large sparse pool Newman's updates start Newton
     # (items whose decisions are all one way sit far out, where Newton alone moves ~1 log-unit a step).
     start = "mm" if c.num_items >= _graph.CG_MIN_ITEMS else "least_squares"
-    sol = soft_bt.solve(_smoothed(c, prior), solver, check=False, start=start)
+    num_items, concrete = c.num_items, _batching.is_concrete(c)
+    if concrete:   # smoothed on the bucket's shapes that soft_bt.solve pads to (``_batching.bucket_sizes``)
+        c = _batching.pad(c, *_batching.bucket_sizes(num_items, c.i.shape[-1], below=soft_bt._below()))
+    smooth = _batching.call(lambda cc: _arrays(_smoothed(cc, prior)), f"bt.smoothed-{prior!r}", c,
+                            options=_batching.compiler_options(c.num_items))
+    smooth = Comparisons(*smooth, num_items=c.num_items)
+    sol = soft_bt.solve(smooth, solver, check=False, start=start)
+    if concrete:
+        sol = _batching.unpad(sol, num_items, len(c.batch_shape))
     return BradleyTerrySolution(sol.scores, sol.iterations, sol.converged)
 
 
@@ -218,7 +231,8 @@ def fit_bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3,
     _check(prior, method, tol, max_iter)
     if method == "newton":
         return _fit_newton(c, None if prior is None else float(prior), float(tol), int(max_iter))
-    return _fit(c, prior, method, float(tol), int(max_iter))
+    fit = lambda cc: tuple(_fit(cc, prior, method, float(tol), int(max_iter)))
+    return BradleyTerrySolution(*_batching.bucketed(fit, f"bt.{method}-{prior!r}-{float(tol)!r}-{int(max_iter)}", c))
 
 
 def bradley_terry(c: Comparisons, *, prior=None, method="newton", tol=1e-3, max_iter=None) -> jax.Array:

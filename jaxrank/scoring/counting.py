@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
@@ -33,6 +34,15 @@ def _counting(c, threshold, hard):
     return _batching.batched(one, c, jnp.broadcast_to(jnp.asarray(threshold, c.p.dtype), c.batch_shape))
 
 
+def _counting_bucketed(c, threshold, hard):
+    """:func:`_counting` on ``c`` padded to its bucket (``_batching.bucketed``: one program per bucket)."""
+    fn = lambda cc, t, h: (_counting(cc, t, h),)
+    t = threshold if isinstance(threshold, jax.Array) else np.asarray(threshold, c.p.dtype)
+    # not kept on disk (name None): tracing it is cheap, and loading an exported program would import SciPy's
+    # LAPACK (~0.3-0.6 s), which a program without a factorisation never needs
+    return _batching.bucketed(fn, None, c, t, np.asarray(hard))[0]
+
+
 def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
     """Fraction of games won (PoE eq. 6; llm-comparative-assessment §3.3).
 
@@ -54,7 +64,7 @@ def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
     """
     _validate.comparisons("c", c)
     _validate.number("threshold", threshold, low=0.0, high=1.0, array=True, batch_shape=c.batch_shape)
-    return _counting(c, threshold, True)
+    return _counting_bucketed(c, threshold, True)
 
 
 def average_probability(c: Comparisons) -> jax.Array:
@@ -66,4 +76,4 @@ def average_probability(c: Comparisons) -> jax.Array:
         ``[..., N]`` in ``[0, 1]``; items in no comparison and padded items get 0.5.
     """
     _validate.comparisons("c", c)
-    return _counting(c, 0.5, False)
+    return _counting_bucketed(c, 0.5, False)

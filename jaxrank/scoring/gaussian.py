@@ -97,8 +97,10 @@ def _solve_cg(e, w, rhs, labels, k):
     """
     sizes = _graph.component_sizes(labels, rhs.dtype)
     matvec = lambda v: _graph.incidence_t(e, w * _graph.incidence(e, v)) + k * _graph.component_mean(v, labels, sizes)
-    diag = _graph.item_sums(e, w, w) + k / sizes
-    s, _ = jax.scipy.sparse.linalg.cg(matvec, rhs, tol=CG_TOL, maxiter=e.num_items + 1,
+    deg = _graph.item_sums(e, w, w)
+    diag = deg + k / sizes
+    # at most one iteration per item in a comparison, plus one: padded items (a bucket) never add one
+    s, _ = jax.scipy.sparse.linalg.cg(matvec, rhs, tol=CG_TOL, maxiter=jnp.sum(deg > 0) + 1,
                                       M=lambda v: v / diag)
     return s
 
@@ -146,6 +148,17 @@ def _solve(c, debias, hard, alpha, with_cov):
     return _batching.batched(_solve_one, c, debias=debias, hard=hard, alpha=alpha, with_cov=with_cov)
 
 
+def _solve_bucketed(c, debias, hard, alpha, with_cov):
+    """:func:`_solve` on ``c`` padded to its bucket (``_batching.bucketed``: one program per bucket)."""
+    def fn(cc, d, h, a):
+        out = _solve(cc, d, h, a, with_cov)
+        return tuple(out) if with_cov else (out,)
+
+    a = alpha if isinstance(alpha, jax.Array) else np.asarray(alpha, c.p.dtype)
+    out = _batching.bucketed(fn, f"poe_gaussian-{with_cov}", c, np.asarray(debias), np.asarray(hard), a)
+    return GaussianPosterior(*out) if with_cov else out[0]
+
+
 def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.Array:
     """PoE with Gaussian experts (PoE-g), closed form (PoE eq. 11).
 
@@ -167,7 +180,7 @@ def poe_gaussian(c: Comparisons, *, debias=False, hard=False, alpha=1.0) -> jax.
     Raises:
         ValueError: a bad ``c``, ``debias``, ``hard`` or ``alpha`` (not a finite number > 0).
     """
-    return _solve(c, _check_debias(debias), _check(c, hard, alpha), alpha, False)
+    return _solve_bucketed(c, _check_debias(debias), _check(c, hard, alpha), alpha, False)
 
 
 def _marginals_one(c: Comparisons, key, debias, hard, alpha, num_probes):
@@ -218,5 +231,5 @@ def poe_gaussian_posterior(c: Comparisons, *, debias=False, hard=False, alpha=1.
     form = _sparse_inverse.covariance_form(covariance, c.num_items, c.i.shape[-1])
     num_probes = _validate.integer("num_probes", num_probes, low=1)
     if form == "dense":
-        return _solve(c, debias, hard, alpha, True)
+        return _solve_bucketed(c, debias, hard, alpha, True)
     return _solve_marginals(c, jax.random.key(0) if key is None else key, debias, hard, alpha, num_probes)

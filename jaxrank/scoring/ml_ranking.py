@@ -15,10 +15,9 @@ come from two cumulative sums. The loop stops when no move gains more than
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank import _batching, _graph, _validate
 from jaxrank.comparisons import Comparisons
@@ -77,8 +76,9 @@ def _local_search_one(c, init, eps, tol, max_moves):
     return jnp.where(active, centre - pos.astype(g.dtype), 0)
 
 
-@functools.partial(jax.jit, static_argnames=("eps", "tol", "max_moves"))
+@jax.jit
 def _search(c, init, eps, tol, max_moves):
+    # eps, tol and max_moves are traced: one program serves every setting (max_moves defaults to N^2)
     return _batching.batched(_local_search_one, c, init, eps=eps, tol=tol, max_moves=max_moves)
 
 
@@ -103,8 +103,13 @@ def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max
     max_moves = _validate.integer("max_moves", max_moves, low=0, none=True)
     if init is None:
         init = poe_gaussian(c)
-    init = jnp.asarray(init, c.p.dtype)
+    if isinstance(init, jax.Array):
+        init = init if init.dtype == c.p.dtype else init.astype(c.p.dtype)
+    else:
+        init = np.asarray(init, c.p.dtype)      # on the host: no staging program per shape
     if init.shape != c.batch_shape + (c.num_items,):
         raise ValueError(f"init must have shape {c.batch_shape + (c.num_items,)}, got {init.shape}")
     max_moves = c.num_items ** 2 if max_moves is None else int(max_moves)
-    return _search(c, init, float(eps), float(tol), max_moves)
+    settings = (np.asarray(eps, c.p.dtype), np.asarray(tol, c.p.dtype), np.asarray(min(max_moves, 2**31 - 1), np.int32))
+    fn = lambda cc, s0, *rest: (_search(cc, s0, *rest),)
+    return _batching.bucketed(fn, "max_likelihood_ranking", c, init, *settings, item_args=(0,))[0]

@@ -56,7 +56,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from jaxrank import _batching, _graph, _sparse_inverse
 from jaxrank.comparisons import Comparisons
@@ -205,6 +204,8 @@ def _lbfgs_one(ops: alg.Ops, expert: Expert, st):
         rhs = _graph.incidence_t(ops.e, w * alg.start_differences(ops, expert))
         x0 = x0.at[:n].set(_graph.psd_solve(lap, rhs))
     fun = lambda x: alg.objective(x, ops, expert, st)
+    import optax  # deferred: its import takes ~0.5 s, and only method="lbfgs" needs it
+
     opt = optax.lbfgs()
     value_and_grad = optax.value_and_grad_from_state(fun)
     gtol = st.tol * jnp.maximum(2 * jnp.sum(w) / n, jnp.finfo(dt).tiny)
@@ -332,8 +333,11 @@ def solve(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None 
     if not isinstance(solver, ProductOfExpertsSolver):
         raise ValueError(f"solver must be a ProductOfExpertsSolver, got {type(solver).__name__}")
     th = solver.theta(theta, c.p.dtype)
-    sol = _batching.run_single_threaded_lapack(_fit, c, th, solver.settings(c.p.dtype), solver.expert,
-                                               solver.method, num_items=c.num_items)
+    # padded to its bucket (``_batching.bucketed``), never kept on disk: an expert has no name that is the same
+    # in every process
+    fit = lambda cc, t, s: tuple(_fit(cc, t, s, solver.expert, solver.method))
+    sol = PoESolution(*_batching.run_single_threaded_lapack(_batching.bucketed, fit, None, c, th,
+                                                            solver.settings(c.p.dtype), num_items=c.num_items))
     solver.check(sol.result)
     return sol
 

@@ -156,6 +156,34 @@ def _ls_start(c, st, mode):
     return jax.vmap(functools.partial(_soft_bt_newton._ridge_start, mode=mode, st=st))(pr)
 
 
+def _below():
+    """Item counts where this solver switches path, beyond ``_batching.item_thresholds``: chord steps and the
+    overlapped start (read now: tests move them)."""
+    return (_soft_bt_newton.CHORD_MIN_ITEMS, OVERLAP_MIN_ITEMS)
+
+
+def _fit_call(c, st, mode, check=False, start_kind="least_squares", host=None, start_x=None):
+    """:func:`_fit` through ``_batching.call`` (its traced program kept on disk while the persistent cache is on)."""
+    sol, finite = _batching.call(_unpacked_fit(mode, check, start_kind), f"soft_bt.fit-{mode}-{check}-{start_kind}",
+                                 c, st, host, start_x, options=_batching.compiler_options(c.num_items))
+    return SoftBTSolution(*sol), finite
+
+
+@functools.lru_cache(maxsize=None)
+def _unpacked_fit(mode, check, start_kind):
+    """:func:`_fit` for these settings, its solution as a plain tuple (what an exported program may return)."""
+    def fn(c, st, host, start_x):
+        sol, finite = _fit(c, st, mode, check, start_kind, host, start_x)
+        return tuple(sol), finite
+    return fn
+
+
+def _ls_start_call(c, st, mode):
+    """:func:`_ls_start` through ``_batching.call``."""
+    return _batching.call(lambda cc, s: (_ls_start(cc, s, mode),), f"soft_bt.ls_start-{mode}", c, st,
+                          options=_batching.compiler_options(c.num_items))[0]
+
+
 def _single_concrete(c):
     """``c`` is one context (any batch shape of size 1) of concrete values: its existence check runs on the host."""
     return math.prod(c.batch_shape) == 1 and not any(isinstance(x, jax.core.Tracer)
@@ -187,9 +215,9 @@ def _fit_checked_on_host(c, st, solver, start):
                and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1]))
     with _batching.single_threaded_lapack() if c.num_items >= _batching.BLAS_SINGLE_THREAD_MIN_ITEMS \
             else contextlib.nullcontext():
-        start_x = _ls_start(c, st, solver.mode) if overlap else None
+        start_x = _ls_start_call(c, st, solver.mode) if overlap else None
         host, hc, (i, j, _, w) = _host_check(c, float(solver.eps))
-        out = _fit(c, st, solver.mode, True, start, host, start_x)
+        out = _fit_call(c, st, solver.mode, True, start, host, start_x)
         report = None if hc.finite else existence.check_report(i, w, j, c.num_items, hc)   # while it computes
         sol, finite = jax.block_until_ready(out)
     return sol, finite, report
@@ -230,12 +258,19 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         raise ValueError(f"start must be 'least_squares' or 'mm', got {start!r}")
     if start == "mm" and solver.mode != "off":
         raise ValueError(f"start='mm' needs a solver without a positional bias, got debias={solver.debias!r}")
+    # a concrete pool runs on its bucket's shapes (``_batching.bucket_sizes``: one program per bucket); the
+    # chord steps and the overlapped start switch on at 128 items, so no bucket crosses that size
+    num_items, concrete = c.num_items, _batching.is_concrete(c)
+    if concrete:
+        c = _batching.pad(c, *_batching.bucket_sizes(num_items, c.i.shape[-1], below=_below()))
     if check and _single_concrete(c):
         sol, finite, report = _fit_checked_on_host(c, st, solver, start)
     else:
-        sol, finite = _batching.run_single_threaded_lapack(_fit, c, st, solver.mode, check, start,
+        sol, finite = _batching.run_single_threaded_lapack(_fit_call, c, st, solver.mode, check, start,
                                                            num_items=c.num_items)
         report = None
+    if concrete:
+        sol = _batching.unpad(sol, num_items, len(c.batch_shape))
     if check and not isinstance(finite, jax.core.Tracer):
         existence.warn_if_infinite(c, np.asarray(finite), solver.eps, report=report)
     solver.check(sol.result)
