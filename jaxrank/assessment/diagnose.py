@@ -160,7 +160,8 @@ def diagnose_judge(judge, cs: ContextSet, *, num_pairs: int = 8, seed: int = 0, 
 
     Args:
         judge: a judge whose :class:`~jaxrank.judges.Judgement` carries ``label_mass``
-            and ``top_ids`` (:class:`~jaxrank.judges.PromptJudge`).
+            and ``top_ids`` (:class:`~jaxrank.judges.PromptJudge`), or a
+            :class:`~jaxrank.judges.ServerJudge` reading log-probabilities (its ``last_alternatives``).
         cs: the contexts (:func:`~jaxrank.assessment.contexts_of`).
         num_pairs: pairs to judge (:func:`sample_pairs`).
         seed: which pairs.
@@ -178,20 +179,22 @@ def diagnose_judge(judge, cs: ContextSet, *, num_pairs: int = 8, seed: int = 0, 
     p, mass = np.zeros((n, 2)), np.zeros((n, 2))
     tops: list = [[None, None] for _ in range(n)]
     human = np.full((n, 2), np.nan)
-    tok = judge.lm.tokenizer
+    tok = getattr(getattr(judge, "lm", None), "tokenizer", None)     # a server judge has none: it returns texts
     for k, rows in by_ctx.items():
         i = [pairs[r][1] for r in rows] + [pairs[r][2] for r in rows]
         j = [pairs[r][2] for r in rows] + [pairs[r][1] for r in rows]
         res = judge.compare(cs.texts[k], cs.candidates[k], i, j)
-        if getattr(res, "label_mass", None) is None or getattr(res, "top_ids", None) is None:
+        alts = getattr(judge, "last_alternatives", None)      # a server judge: the returned alternatives
+        if getattr(res, "label_mass", None) is None or (getattr(res, "top_ids", None) is None and alts is None):
             raise ValueError(f"judge {judge.name} does not report its label mass and top tokens; "
-                             "--diagnose needs an LLM judge")
+                             "--diagnose needs an LLM judge (a server judge: one returning log-probabilities)")
         m = len(rows)
         for q, r in enumerate(rows):
             for o, col in ((0, q), (1, m + q)):
                 p[r, o], mass[r, o] = res.p[col], res.label_mass[col]
-                tops[r][o] = [(tok.decode([int(t)]), float(pr)) for t, pr in
-                              zip(res.top_ids[col][:top], res.top_probs[col][:top])]
+                tops[r][o] = ([(t, float(np.exp(lp))) for t, lp in alts[col][:top]] if res.top_ids is None else
+                              [(tok.decode([int(t)]), float(pr)) for t, pr in
+                               zip(res.top_ids[col][:top], res.top_probs[col][:top])])
             if cs.labels is not None:
                 human[r] = cs.labels[k][pairs[r][1]], cs.labels[k][pairs[r][2]]
     ids = [(cs.ids[k], cs.candidate_ids[k][a], cs.candidate_ids[k][b]) for k, a, b in pairs]

@@ -81,8 +81,8 @@ def server_judge(args, *, answer_prefix=None):
     if not getattr(args, "base_url", None):
         raise UsageError("jaxrank: --judge server:MODEL needs --base-url URL (the OpenAI-compatible API, e.g. "
                          "http://127.0.0.1:8000/v1)")
-    if getattr(args, "soft_prompt", None) or getattr(args, "diagnose", None) is not None:
-        raise UsageError("jaxrank: --soft-prompt and --diagnose read a local model; not a server judge")
+    if getattr(args, "soft_prompt", None):
+        raise UsageError("jaxrank: --soft-prompt reads a local model; not a server judge")
     if args.max_concurrency < 1:
         raise UsageError(f"jaxrank: --max-concurrency must be at least 1 (requests in flight), got {args.max_concurrency}")
     try:

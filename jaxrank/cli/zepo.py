@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -21,7 +22,10 @@ def add_parser(sub):
     data_option(z)
     z.add_argument("--aspect", default="coherence", help="the aspect keyword (default coherence)")
     z.add_argument("--judge", default="smollm2-135m", help="the LLM judge (registry name, checkpoint or .gguf)")
-    z.add_argument("--paraphraser", default=None, help="the LLM optimiser (default: the judge's model)")
+    z.add_argument("--paraphraser", default=None,
+                   help="the LLM optimiser (default: the judge's model); server:MODEL for a model behind an "
+                        "OpenAI-compatible server (with --base-url)")
+    common.server_options(z)
     common.reading_options(z)
     z.add_argument("--contexts", default=":", help="contexts the sample is drawn from: START:STOP or i,j,k")
     z.add_argument("--candidates", type=int, default=None, help="only the first N candidates of each context")
@@ -58,12 +62,23 @@ def run(args):
         if value and Path(value).is_dir():
             raise UsageError(f"jaxrank: --{name} {value} is a folder; give a file name")
     cs = data_contexts(args, labels=False)      # a file of one's own texts needs no human scores here
-    judge = common.make_judge(args)
+    served = str(args.paraphraser or "").startswith("server:")
+    if served and not args.base_url:
+        raise UsageError("jaxrank: --paraphraser server:MODEL needs --base-url URL (the OpenAI-compatible API)")
+    local = served and not str(args.judge).startswith("server:")     # then --base-url is the paraphraser's
+    judge = common.make_judge(argparse.Namespace(**{**vars(args), "base_url": None}) if local else args)
     if not hasattr(judge, "compare_templates"):
         raise UsageError(f"jaxrank: --judge {args.judge} is not a prompt judge; ZEPO needs an LLM judge")
     try:
-        para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
-                                seed=args.seed)
+        if served:
+            from jaxrank.judges.server import ServerParaphraser     # httpx: only for a server
+            para = ServerParaphraser(args.base_url, args.paraphraser.split(":", 1)[1], args.aspect,
+                                     request=zepo.PARAPHRASE_INSTRUCTION, temperature=args.temperature,
+                                     seed=args.seed, api_key_env=args.api_key_env,
+                                     max_concurrency=args.max_concurrency)
+        else:
+            para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
+                                    seed=args.seed)
         sample = zepo.sample_pairs(cs, num_contexts=args.sample_contexts, pairs_per_context=args.budget,
                                    seed=args.seed)
     except (ValueError, FileNotFoundError) as e:
