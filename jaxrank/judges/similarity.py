@@ -15,10 +15,13 @@ again (in another context, or a rerun in the same process) costs none.
 sorted by length, padded to a few lengths of ``BUCKETS`` (chosen to trade
 padding against compiling another shape, :data:`COMPILE_COST_TOKENS`), in full
 passes, one compiled program per ``(rows, length)``; the pipeline
-(``jaxrank.assessment.judge_contexts``) calls it before judging. Where the
-main job's 346 s went before (``benchmarks/main_job_speed.py``): compiling
-dozens of shapes of small per-context batches, ``nnx.jit``'s per-call graph
-walk, and the passes' padded rows. ``p`` is exactly antisymmetric:
+(``jaxrank.assessment.judge_contexts``) calls it before judging. On the main
+job (1,648 distinct texts, 24,000 comparisons; ``benchmarks/main_job_speed.py``)
+this halved the judging's CPU time (128 -> 66 CPU s): before, each context's 17
+texts went in small passes of many shapes (dozens of compiles) through
+``nnx.jit``, whose per-call walk of the module graph cost about 50-150 ms on a
+busy CPU; now 79 full passes of 5 shapes, and the encoder's arithmetic is
+nearly all that is left. ``p`` is exactly antisymmetric:
 ``p(a, b) = 1 - p(b, a)``.
 
 Choice of ``k`` (default 20): on SummEval with MiniLM-L6 (first 10
