@@ -22,10 +22,10 @@ A second part times, inside one process with a warm cache, where ``jaxrank
 rank``'s time goes (imports, reading, JAX tracing, lowering, cache retrieval),
 from JAX's own monitoring events.
 
-With ``--baseline-root`` another checkout's ``--help`` and warm ``rank`` take
-their turns too (before/after a change, side by side).
+With ``--baseline-root`` another checkout's ``--help`` and cold and warm ``rank``
+take their turns too (before/after a change, side by side).
 
-    python benchmarks/cli_startup.py [--repeats 7] [--smoke] [--baseline-root ../main]
+    python benchmarks/cli_startup.py [--repeats 7] [--rows 4] [--smoke] [--baseline-root ../main]
 """
 
 from __future__ import annotations
@@ -53,6 +53,21 @@ winners = df["winner"].str.lower().map({"left": evalica.Winner.X, "right": evali
 result = evalica.bradley_terry(df["left"], df["right"], winners)
 result.scores.rename("score").to_csv(sys.argv[2])
 """
+
+
+def small_file(rows: int) -> str:
+    """The small input: :data:`SMALL` (4 rows), or ``rows`` random rows among 8 items (seed 0)."""
+    if rows == 4:
+        return SMALL
+    import random
+
+    rng = random.Random(0)
+    names = [f"m{k}" for k in range(8)]
+    out = ["left,right,winner"]
+    for _ in range(rows):
+        a, b = rng.sample(names, 2)
+        out.append(f"{a},{b},{rng.choice(['left', 'right', 'left', 'tie'])}")
+    return "\n".join(out) + "\n"
 
 
 def _timed(argv, env, cwd):
@@ -94,6 +109,9 @@ def main(argv=None):
                     help="another jaxrank checkout (e.g. the main branch) whose --help and warm rank run alongside")
     ap.add_argument("--breakdown-worker", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="markdown report (default results/cli_startup[_smoke].md)")
+    ap.add_argument("--rows", type=int, default=4,
+                    help="comparisons in the small file (default 4: the 4 rows below; more: random rows among "
+                         "8 items, seed 0)")
     args = ap.parse_args(argv)
     if args.breakdown_worker:
         print("JSON " + json.dumps(breakdown_worker(*args.breakdown_worker)))
@@ -106,7 +124,7 @@ def main(argv=None):
 
     tmp = Path(tempfile.mkdtemp(prefix="cli_startup_"))
     small = tmp / "small.csv"
-    small.write_text(SMALL)
+    small.write_text(small_file(args.rows))
     py = sys.executable
     base = {k: v for k, v in os.environ.items() if k not in ("JAXRANK_CACHE", "JAXRANK_COMPILATION_CACHE")}
     base["PYTHONPATH"] = str(ROOT) + (os.pathsep + base["PYTHONPATH"] if base.get("PYTHONPATH") else "")
@@ -127,10 +145,11 @@ def main(argv=None):
     if args.baseline_root:
         other = Path(args.baseline_root).resolve()
         ours = tmp / "small_ours.csv"  # the same comparisons in the layout every version reads
-        ours.write_text(SMALL.replace("left,right,winner", "item_a,item_b,outcome").replace(",left\n", ",win\n")
-                        .replace(",right\n", ",loss\n"))
+        ours.write_text(small_file(args.rows).replace("left,right,winner", "item_a,item_b,outcome")
+                        .replace(",left\n", ",win\n").replace(",right\n", ",loss\n"))
         rank_ours = [py, "-c", CONSOLE, "rank", str(ours), "-o", str(tmp / "scores_ours.csv")]
         for name, cmd, cache in (("jaxrank --help", [py, "-c", CONSOLE, "--help"], None),
+                                 ("jaxrank rank, cold cache", rank_ours, "cold"),
                                  ("jaxrank rank, warm cache", rank_ours, "warm")):
             commands[f"{name} [{other.name} checkout]"] = (cmd, cache)
             roots[f"{name} [{other.name} checkout]"] = other
@@ -161,8 +180,10 @@ def main(argv=None):
     lines = [f"# `jaxrank` start-up and a small `rank`, whole processes, against evalica", "",
              f"Python {sys.version.split()[0]}, jax {jax.__version__}, {os.cpu_count()} CPU cores; "
              f"{repeats} fresh process(es) per command, commands taking turns; load average (1, 5, 15 min) "
-             f"{load_before} before, {load_after} after. Input: 4 comparisons of 3 items "
-             "(`left,right,winner`, read by both without options).", "",
+             f"{load_before} before, {load_after} after. Input: "
+             + ("4 comparisons of 3 items" if args.rows == 4 else f"{args.rows} comparisons of 8 items (seed 0)")
+             + " (`left,right,winner`, read by both without options). Command: `python benchmarks/cli_startup.py "
+             + " ".join(argv if argv is not None else sys.argv[1:]) + "`.", "",
              "| command | median (s) | min - max (s) | vs `python -c pass` |", "|---|---:|---:|---:|"]
     for name, v in times.items():
         lines.append(f"| {name} | {med[name]:.2f} | {min(v):.2f} - {max(v):.2f} | {med[name] / med['python -c pass']:.0f}x |")
@@ -179,9 +200,10 @@ def main(argv=None):
               f"{med['jaxrank --help'] / jx:.2f}x of a bare `import jax` process."]
     if args.baseline_root:
         tag = f" [{Path(args.baseline_root).resolve().name} checkout]"
-        for name in ("jaxrank --help", "jaxrank rank, warm cache"):
+        for name in ("jaxrank --help", "jaxrank rank, cold cache", "jaxrank rank, warm cache"):
             lines.append(f"`{name}`: {med[name + tag]:.2f} s in the {tag[2:-1]} against {med[name]:.2f} s here "
-                         f"({med[name + tag] / med[name]:.1f}x faster here).")
+                         f"({med[name + tag] / med[name]:.1f}x faster here; {med[name + tag] / ev:.2f}x and "
+                         f"{med[name] / ev:.2f}x the evalica script).")
 
     if not args.smoke:
         parts = []
