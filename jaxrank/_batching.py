@@ -15,6 +15,7 @@ import ctypes
 import functools
 import math
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -328,16 +329,33 @@ def pad_last(x, size: int, value):
     return jnp.pad(x, widths, constant_values=value)
 
 
+_LAST_PAD: tuple = ()
+
+
 def pad(c, num_items: int, num_comparisons: int):
     """``c`` with ``num_items`` items and ``num_comparisons`` comparisons: the padded items masked out, the
     padded comparisons ``0 vs 0`` of weight 0 (the padding contract of :class:`jaxrank.Comparisons`: every
-    score of a real item is unchanged, a padded item gets the neutral score)."""
+    score of a real item is unchanged, a padded item gets the neutral score).
+
+    The last pool of JAX arrays (immutable) padded on the host is kept, moved to the device, while it lives:
+    a loop scoring one pool again and again pads and copies it once.
+    """
     if c.num_items == num_items and c.i.shape[-1] == num_comparisons:
         return c
+    global _LAST_PAD
+    last = _LAST_PAD
+    if last and last[0]() is c and last[1] == (num_items, num_comparisons):
+        return last[2]
     r = num_comparisons
-    return type(c)(i=pad_last(c.i, r, 0), j=pad_last(c.j, r, 0), p=pad_last(c.p, r, 0.5),
-                   weight=pad_last(c.weight, r, 0), item_mask=pad_last(c.item_mask, num_items, False),
-                   num_items=num_items)
+    out = type(c)(i=pad_last(c.i, r, 0), j=pad_last(c.j, r, 0), p=pad_last(c.p, r, 0.5),
+                  weight=pad_last(c.weight, r, 0), item_mask=pad_last(c.item_mask, num_items, False),
+                  num_items=num_items)
+    arrays = (c.i, c.j, c.p, c.weight, c.item_mask)
+    if all(isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) for x in arrays):
+        moved = jax.device_put([out.i, out.j, out.p, out.weight, out.item_mask])   # one transfer, no program
+        out = type(c)(*moved, num_items=num_items)
+        _LAST_PAD = (weakref.ref(c), (num_items, num_comparisons), out)
+    return out
 
 
 def unpad(tree, num_items: int, batch_ndim: int):

@@ -219,3 +219,17 @@ def test_exported_directory_only_while_the_cache_is_on(tmp_path):
         assert compilation.exported_directory() == tmp_path / "mine-exported"
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_the_last_padded_pool_is_reused_while_it_lives():
+    """A loop scoring one pool pads and moves it once; another pool (or host arrays, which may change) is padded
+    afresh."""
+    c, _ = _context(5, 10, 26)
+    a, b = _batching.pad(c, 12, 32), _batching.pad(c, 12, 32)
+    assert a is b and isinstance(a.i, jax.Array)
+    other, _ = _context(6, 10, 26)
+    assert _batching.pad(other, 12, 32) is not a
+    host = jr.Comparisons(*(np.array(x) for x in (c.i, c.j, c.p, c.weight, c.item_mask)), num_items=10)
+    first = _batching.pad(host, 12, 32)
+    host.p[0] = 0.0                                   # a NumPy array changed in place: the next pad sees it
+    assert float(_batching.pad(host, 12, 32).p[0]) == 0.0 and first is not _batching.pad(host, 12, 32)
