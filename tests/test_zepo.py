@@ -240,6 +240,12 @@ def test_whole_loop_tiny_paraphraser_resume_and_rejections(tmp_path):
     assert [e["reason"] for e in logged] == [r["reason"] for r in ref.rejected]
     assert all("aspect" in e["reason"] for e in logged)
     assert [e["epoch"] for e in log if e["event"] == "epoch"] == [0, 1, 2]
+    # every scored candidate's template_key is the key its judgements are stored under (the reading's hash in it)
+    stored = {r["template"] for r in JudgementStore(tmp_path / "full" / "store.jsonl").records()}
+    assert {c["template_key"] for c in ref.candidates} == stored
+    for c in ref.candidates:
+        assert set(sample.ids) <= set(JudgementStore(tmp_path / "full" / "store.jsonl").comparisons(
+            judge=judge.name, template=c["template_key"]).contexts)
 
     # Killed midway (after a few judging calls), then resumed: nothing judged twice, same result.
     tmp = tmp_path / "killed"

@@ -377,7 +377,7 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
         res = score_templates(judge, templates, sample, store, progress=progress)
         rows = []
         for k, (t, ins) in enumerate(zip(templates, instructions)):
-            row = {"event": "candidate", "epoch": epoch, "instruction": ins, "template_key": t.key,
+            row = {"event": "candidate", "epoch": epoch, "instruction": ins, "template_key": stored_key(judge, t),
                    "decision_rate": float(res["decision_rate"][k])}
             row.update({o: float(res[o][k]) for o in fair.OBJECTIVES})
             rows.append(row)
