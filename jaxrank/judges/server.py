@@ -787,9 +787,10 @@ class ServerParaphraser(_ServerBase):
     The same request as the local :class:`~jaxrank.assessment.zepo.Paraphraser` (``request`` with ``[ASPECT]``
     replaced, a blank line, ``"Instruction: "`` and the instruction), sent as a chat message (or, with
     ``endpoint="completions"``, rendered by ``chat_template`` or followed by ``"\n\nParaphrase:"``), one request
-    per paraphrase with its own ``seed`` (``seed``, the epoch and the paraphrase's number), so a server that
-    honours ``seed`` gives the same proposals on a rerun; the retries, the key, the concurrency and the
-    counting are the server judges' (:class:`ServerJudge`).
+    per paraphrase with its own ``seed`` (``seed``, the epoch and the paraphrase's number), so the proposals differ
+    from one another (a server need not sample the same twice for one seed: llama.cpp's does not when it reuses
+    its cache; the search log keeps the proposals, so a resumed search does not ask again); the retries, the
+    key, the concurrency and the counting are the server judges' (:class:`ServerJudge`).
 
     Args:
         base_url, model: the server and its model, as for :class:`ServerJudge`.
