@@ -242,8 +242,8 @@ def main(argv=None):
     for k, (label, t) in enumerate((("seed", seed_t), ("ZEPO", res.best))):
         kk = min(k, len(ev["fairness"]) - 1)
         for method, debias in variants:
-            rho = spearman_per_context(store, judge.name, t.key, eval_sample, e_labels, debias=debias,
-                                       method=method)
+            rho = spearman_per_context(store, judge.name, zepo.stored_key(judge, t), eval_sample, e_labels,
+                                       debias=debias, method=method)
             per[(label, method, debias)] = rho
             m, lo, hi = boot_mean(rho, rng, args.bootstrap)
             say(f"| {label} | {method} | {debias} | {ev['fairness'][kk]:+.3f} | {ev['decision_rate'][kk]:.2f} | "
