@@ -216,6 +216,9 @@ COMPARATIVE_VS_SCORING = (
     ("SummEval COH", "qwen2.5-0.5b", "summeval-coherence-qwen2.5-0.5b.jsonl", "geval/geval-summeval-qwen2.5-0.5b.jsonl",
      "weighted", "G-Eval weighted score with auto-CoT",
      "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", True),
+    ("SummEval COH", "qwen2.5-coder-1.5b", "summeval-coherence-qwen2.5-coder-1.5b-auto.jsonl",
+     "geval/geval-summeval-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
+     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", False),
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "geval/geval-topicalchat-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4; "
