@@ -364,7 +364,9 @@ def build(results: Path, *, boot: int = 1000) -> str:
                [[*r[:3], "current (the model's answer read)" if r[3] == "current" else "old"] for r in z]
                or [["left to fill", "-", "-", "-"]])
     L += ["", f"ZEPO rows of the old reading: {OLD}. All ZEPO rows: {SHAPE} (small local judges, a few held-out "
-          "contexts; paper: Mistral 7B / Llama-3 8B)."]
+          "contexts; paper: Mistral 7B / Llama-3 8B). "
+          "The label mass of each prompt a study scored is in its notes (`*.notes.md` beside it): a fairer prompt "
+          "can be one the judge answers less often with a label."]
     L += ["", "## HANNA: every stored LLM, coherence (variant share)", ""]
     rows = []
     for judge in ("Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT"):

@@ -102,7 +102,8 @@ def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
                 if (RESULTS / s[3]).is_file() and (RESULTS / "stores" / s[2]).is_file()]
     assert len(rows) <= len(settings)
     for row in rows:
-        label, judge, store, pointwise, field, method, *_ = next(s for s in settings if s[5] in row[1])
+        label, judge, store, pointwise, field, method, *_ = next(
+            s for s in settings if row[0].startswith(s[0]) and row[1].startswith(f"{s[1]} (local: {s[5]} vs"))
         ctxs = re.search(r"contexts \(([^)]*)\)", row[0]).group(1).split(", ")
         recs = [json.loads(x) for x in (RESULTS / "stores" / store).read_text().splitlines()]
         point_recs = [json.loads(x) for x in (RESULTS / pointwise).read_text().splitlines()]
