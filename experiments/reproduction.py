@@ -212,22 +212,24 @@ def store_rows(results: Path) -> list[list[str]]:
 
 
 COMPARATIVE_VS_SCORING = (
-    # (setting, judge, judgement store, pointwise records, their score field, pointwise method, paper, old reading)
+    # (setting, judge, judgement store, pointwise records, their score field, pointwise method, paper, old reading,
+    #  the store's template key when it holds several)
     ("SummEval COH", "qwen2.5-0.5b", "summeval-coherence-qwen2.5-0.5b.jsonl", "geval/geval-summeval-qwen2.5-0.5b.jsonl",
      "weighted", "G-Eval weighted score with auto-CoT",
-     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", True),
+     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", True, None),
     ("SummEval COH", "qwen2.5-coder-1.5b", "summeval-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "geval/geval-summeval-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
-     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", False),
+     "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", False,
+     "summeval-coherence-cab9ba0e-4ebd11"),     # the auto prefix 'Summary' (label_reading.md)
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "geval/geval-topicalchat-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4; "
-     "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2)", False),
+     "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2)", False, None),
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "prompt_scoring/scoring-topicalchat-qwen2.5-coder-1.5b.jsonl", "score",
      "prompt scoring: one sampled 1-10 score, temperature 1, 5 tokens (LCA §4.3.2)",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4)",
-     False),
+     False, None),
 )
 """LCA Table 1 / 3's question, one judge: its pointwise scores against its own comparisons, same contexts."""
 
@@ -248,7 +250,7 @@ def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0)
     from scipy.stats import spearmanr
 
     rows = []
-    for label, judge, store, pointwise, field, method, paper, old in COMPARATIVE_VS_SCORING:
+    for label, judge, store, pointwise, field, method, paper, old, template in COMPARATIVE_VS_SCORING:
         gpath, spath = results / pointwise, results / "stores" / store
         if not (gpath.is_file() and spath.is_file()):
             continue
@@ -259,7 +261,7 @@ def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0)
         judged = {}
         for x in spath.read_text().splitlines():
             r = json.loads(x) if x.strip() else None
-            if r and r.get("judge") == judge:
+            if r and r.get("judge") == judge and template in (None, r.get("template")):
                 judged[(r["context"], r["a"], r["b"])] = r["p"]
         point, pair, names = [], [], []
         for r in recs:

@@ -102,7 +102,7 @@ def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
                 if (RESULTS / s[3]).is_file() and (RESULTS / "stores" / s[2]).is_file()]
     assert len(rows) <= len(settings)
     for row in rows:
-        label, judge, store, pointwise, field, method, *_ = next(
+        label, judge, store, pointwise, field, method, paper, old, template = next(
             s for s in settings if row[0].startswith(s[0]) and row[1].startswith(f"{s[1]} (local: {s[5]} vs"))
         ctxs = re.search(r"contexts \(([^)]*)\)", row[0]).group(1).split(", ")
         recs = [json.loads(x) for x in (RESULTS / "stores" / store).read_text().splitlines()]
@@ -112,7 +112,8 @@ def test_pointwise_vs_pairwise_row_matches_a_hand_computation():
             g = [r for r in point_recs if r["context"] == ctx and r["aspect"] == "coherence" and r.get("cot", True)
                  and r.get("reading", "whole-text") == "whole-text"][-1]
             won = {}
-            for r in (r for r in recs if r["context"] == ctx and r["a"] in g["candidates"] and r["b"] in g["candidates"]):
+            for r in (r for r in recs if r["context"] == ctx and r["a"] in g["candidates"] and r["b"] in g["candidates"]
+                      and template in (None, r["template"])):
                 won.setdefault(r["a"], []).append(r["p"])          # average probability of winning, by hand
                 won.setdefault(r["b"], []).append(1 - r["p"])
             human = dict(zip(g["candidates"], g["human"]))
