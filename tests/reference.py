@@ -4,8 +4,10 @@ Nothing here imports jaxrank: these are the yardsticks the tests compare against
 All work on ONE context given as plain arrays ``(i, j, p, w, n)`` in float64.
 """
 
+import warnings
+
 import numpy as np
-from scipy import optimize
+from scipy import optimize, stats
 from scipy.special import expit, log_expit
 
 
@@ -131,3 +133,18 @@ def random_context(rng, n, r=None, symmetric=False, bias=0.0, weights=False):
     p = expit(true[i] - true[j] + bias + 0.5 * rng.normal(size=len(i)))
     w = rng.uniform(0.5, 2.0, size=len(i)) if weights else np.ones(len(i))
     return i, j, p, w, true
+
+
+SCIPY_CORRELATIONS = {"spearman": stats.spearmanr, "kendall_tau": lambda x, y: stats.kendalltau(x, y, variant="b"),
+                      "pearson": stats.pearsonr}
+"""The correlations of ``jaxrank.metrics.CORRELATIONS``, computed by SciPy."""
+
+
+def scipy_correlation(name, x, y):
+    """SciPy's correlation ``name`` of ``x`` and ``y``; NaN where it is undefined (fewer than 2, or a constant)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(SCIPY_CORRELATIONS[name](x, y).statistic)

@@ -1,29 +1,17 @@
 """The field's three correlations (Spearman, Kendall tau-b, Pearson) per context and at system level,
 against ``scipy.stats`` on the real entries, for padded batches drawn by hypothesis."""
 
-import warnings
 
 import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
 
 from jaxrank import metrics as M
+from reference import SCIPY_CORRELATIONS, scipy_correlation
 
-SCIPY = {"spearman": stats.spearmanr, "kendall_tau": lambda x, y: stats.kendalltau(x, y, variant="b"),
-         "pearson": stats.pearsonr}
 ATOL = 5e-5   # float32 sums of up to a few dozen entries
-
-
-def _scipy(name, x, y):
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return np.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(SCIPY[name](x, y).statistic)
 
 
 @st.composite
@@ -45,13 +33,13 @@ def padded(draw):
 @pytest.mark.parametrize("name", list(M.CORRELATIONS))
 @settings(max_examples=30, deadline=None)
 @given(data=padded())
-def test_masked_per_context_matches_scipy(name, data):
+def test_masked_per_context_matchesscipy_correlation(name, data):
     """Each context's value is SciPy's on its real entries (NaN where SciPy's is undefined), whatever the
     masked slots hold; the batch equals jit(vmap) of one context."""
     pred, gold, where = data
     fn = M.CORRELATIONS[name]
     got = np.asarray(fn(pred, gold, where=where))
-    want = np.array([_scipy(name, p[w], g[w]) for p, g, w in zip(pred, gold, where)])
+    want = np.array([scipy_correlation(name, p[w], g[w]) for p, g, w in zip(pred, gold, where)])
     assert np.array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], atol=ATOL)
     one = jax.jit(jax.vmap(lambda p, g, w: fn(p, g, where=w)))(pred, gold, where)
@@ -66,18 +54,18 @@ def _system_reference(pred, gold, system, where):
             sums.setdefault(int(s), []).append((p, g))
     m = np.array([np.mean([p for p, _ in v]) for v in sums.values()])
     h = np.array([np.mean([g for _, g in v]) for v in sums.values()])
-    return {name: _scipy(name, m, h) for name in SCIPY}
+    return {name: scipy_correlation(name, m, h) for name in SCIPY_CORRELATIONS}
 
 
 @settings(max_examples=30, deadline=None)
 @given(data=padded(), systems=st.integers(1, 7), seed=st.integers(0, 1000))
-def test_system_level_matches_means_then_scipy(data, systems, seed):
+def test_system_level_matches_means_thenscipy_correlation(data, systems, seed):
     pred, gold, where = data
     rng = np.random.default_rng(seed)
     system = rng.integers(-1, systems, size=pred.shape)
     got = M.system_level(pred, gold, system, where=where)
     want = _system_reference(pred, gold, system, where)
-    for name in SCIPY:
+    for name in SCIPY_CORRELATIONS:
         assert np.isnan(got[name]) == np.isnan(want[name]), name
         if not np.isnan(want[name]):
             assert float(got[name]) == pytest.approx(want[name], abs=ATOL), name
@@ -94,7 +82,7 @@ def test_system_level_weights_are_repeated_contexts():
     rep = np.repeat(np.arange(5), w[0])
     again = M.system_level(pred[rep], gold[rep], system[rep])
     plain = M.system_level(pred, gold, system)
-    for name in SCIPY:
+    for name in SCIPY_CORRELATIONS:
         assert got[name].shape == (2,)
         assert got[name][0] == pytest.approx(float(again[name]), abs=1e-6)
         assert got[name][1] == pytest.approx(float(plain[name]), abs=1e-6)

@@ -3,12 +3,13 @@ zipfile and scipy.stats only)."""
 
 import csv
 import json
-import warnings
 import zipfile
 
 import numpy as np
 import pytest
 from scipy import stats
+
+from reference import scipy_correlation
 
 from jaxrank.data import ASPECTS, label_matrix, load_dataset
 from jaxrank.data.loaders import data_dir
@@ -23,16 +24,6 @@ except FileNotFoundError:
 needs_data = pytest.mark.skipif(not HAVE, reason="data not present")
 
 
-def _corr(name, x, y):
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return np.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {"spearman": stats.spearmanr, "kendall_tau": stats.kendalltau,
-                "pearson": stats.pearsonr}[name](x, y)[0]
-
-
 def _by_hand(contexts, name):
     """``contexts``: per context, per candidate, the list of its ratings. Mean over contexts of the mean over
     raters of corr(rater k, mean of the others)."""
@@ -43,7 +34,7 @@ def _by_hand(contexts, name):
         for k in range(k_max):
             x = [r[k] for r in cands if len(r) > k and len(r) > 1]
             y = [np.mean(r[:k] + r[k + 1:]) for r in cands if len(r) > k and len(r) > 1]
-            v = _corr(name, x, y)
+            v = scipy_correlation(name, x, y)
             if not np.isnan(v):
                 vals.append(v)
         per_context.append(np.mean(vals) if vals else np.nan)
