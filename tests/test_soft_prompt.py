@@ -333,3 +333,36 @@ def test_study_summary_counts_contexts_with_constant_scores():
     assert raw["constant win ratio"] == 1 and raw["spearman win ratio"] == 0.0    # every item wins half: constant
     assert "(1 constant, as 0)" in mod._constant_note(raw, "win ratio")
     assert raw["constant avg-prob"] == 1          # each item averages 0.9 and 0.1: constant too
+
+
+def test_training_reads_soft_capped_logits_as_the_judge_does():
+    """Gemma 2 caps its output logits (``c * tanh(z / c)``): training's label logits must be the judge's.
+
+    With a learning rate of 0 the first step's ``p`` is the judge's ``p`` with the
+    same vectors on the same pairs (the pairs drawn here as the trainer draws them).
+    A small cap (0.5) moves ``p`` far from the uncapped value, so a missing cap fails.
+    """
+    import dataclasses as dc
+
+    from flax import nnx
+
+    from jaxrank.models.llama import LlamaModel
+
+    base = sharpen(tiny_lm(seed=1, chat=True), 3.0)
+    cfg = dc.replace(base.config, final_softcap=0.5)
+    capped = dc.replace(base, model=LlamaModel(cfg, params={n: np.asarray(w) for n, w in base.model.weights().items()}),
+                        config=cfg)
+    assert isinstance(capped.model, nnx.Module)
+    init = SoftPrompt.from_text(capped, " Judge fairly.", "before_question")
+    res = train_soft_prompt(PromptJudge(capped, TEMPLATE), [(CTX, CANDS)], init, steps=1, pairs_per_step=3,
+                            learning_rate=0.0, seed=3)
+    rng = np.random.default_rng(3)
+    i, j = [], []
+    for _ in range(3):
+        x, y = rng.choice(len(CANDS), 2, replace=False)
+        i += [x, y]
+        j += [y, x]
+    judged = PromptJudge(capped, TEMPLATE, soft_prompt=init).compare(CTX, CANDS, i, j)
+    np.testing.assert_allclose(res.history[0]["mean_p"], judged.p.mean(), atol=2e-5)
+    uncapped = PromptJudge(base, TEMPLATE, soft_prompt=init).compare(CTX, CANDS, i, j)
+    assert abs(uncapped.p.mean() - judged.p.mean()) > 1e-3        # the cap matters here

@@ -283,7 +283,8 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
     of its candidates in both orders, runs the ``2 * pairs_per_step`` rows with
     the vectors inserted against the context's prefix cache (computed once,
     constant: no gradient), reads the label logits ``l = h_last . E[label]``
-    (the output embedding rows of the two label tokens) and takes one adam step
+    (the output embedding rows of the two label tokens; soft-capped,
+    ``c * tanh(l / c)``, where the model caps its logits, as Gemma 2 does) and takes one adam step
     on :func:`fairness_loss`. The model's weights enter through
     ``jax.lax.stop_gradient``; only the vectors are differentiated. Rows are
     padded to one length and the prefix caches to one capacity, so the jitted
@@ -337,6 +338,8 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
         out = extend_with_vectors(cfg, frozen, cache, ids, mask, vectors, slots, remat=True)
         table = jnp.take(frozen["lm_head"] if "lm_head" in frozen else frozen["embed"], labels, axis=0)
         logits = jnp.einsum("bd,ld->bl", out.last_hidden, table, preferred_element_type=jnp.float32)
+        if cfg.final_softcap is not None:     # Gemma 2: the judge reads c * tanh(z / c), so training must too
+            logits = cfg.final_softcap * jnp.tanh(logits / cfg.final_softcap)
         return fairness_loss(logits, calibration_weight=calibration_weight), logits
 
     @jax.jit
