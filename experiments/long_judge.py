@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,14 @@ def parse_args(argv):
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--store", required=True, help="judgement store (.jsonl), created or continued")
     ap.add_argument("--until", default=None, help="UTC HH:MM after which no new context is started")
+    ap.add_argument("--contexts", default=None, help="slice of contexts, e.g. 0:30 (default all)")
+    ap.add_argument("--max-candidates", type=int, default=None, help="first N candidates of each context")
+    ap.add_argument("--answer-prefix", default=None,
+                    help="text before the label in the answer: 'auto' (the model's own), '' (none) or a word "
+                         "(default: the judge's default)")
+    ap.add_argument("--expect-template", default=None,
+                    help="stop unless the judge's template key (the prompt and its reading) is this one, so a "
+                         "run continues a store's judgements instead of starting new ones beside them")
     ap.add_argument("--report-only", action="store_true", help="only print P(A) and accuracy of the store")
     return ap.parse_args(argv)
 
@@ -82,7 +91,8 @@ def main(argv=None):
     from jaxrank.assessment.run import contexts_of, judge_contexts
     from jaxrank.data import load_dataset
 
-    cs = contexts_of(load_dataset(args.data), aspect=args.aspect)
+    cs = contexts_of(load_dataset(args.data), aspect=args.aspect, contexts=args.contexts,
+                     max_candidates=args.max_candidates)
     name = args.judge
     if not args.report_only:
         from jaxrank.judges.pairwise import PromptJudge
@@ -100,20 +110,34 @@ def main(argv=None):
         extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - base
         print(f"loaded {lm.name} ({args.dtype}) in {time.time() - t0:.0f} s; peak RSS - JAX baseline "
               f"{extra:.0f} MiB for {weights:.0f} MiB of weights ({extra / weights:.2f}x)", flush=True)
-        judge = PromptJudge(lm, pairwise_template(args.data, args.aspect), batch_size=args.batch_size)
+        from jaxrank.assessment.run import prepare_judge, template_key
+        from jaxrank.assessment.store import JudgementStore
+
+        kw = {} if args.answer_prefix is None else dict(answer_prefix=args.answer_prefix)
+        judge = PromptJudge(lm, pairwise_template(args.data, args.aspect), batch_size=args.batch_size, **kw)
         name = judge.name
+        prepare_judge(judge, cs)
+        key = template_key(judge)
+        print(f"template key {key} (answer prefix {judge.template.answer_prefix!r})", flush=True)
+        if args.expect_template and key != args.expect_template:
+            raise SystemExit(f"template key {key} is not --expect-template {args.expect_template}: stopping")
+        store = JudgementStore(args.store)
         per_context = None
         for k in range(len(cs.ids)):
             t1 = time.time()
             if per_context is not None and t1 + per_context > stop:
                 print(f"stopping before context {k}: it would end after --until", flush=True)
                 break
-            one = contexts_of(load_dataset(args.data), aspect=args.aspect, contexts=[k])
-            judge_contexts(judge, one, args.store, progress=False)
+            before = len(store.records(judge=name, template=key))
+            judge_contexts(judge, cs, store, progress=False, positions=[k])
             took = time.time() - t1
-            if took > 5:   # a context judged now (not only read back from the store)
+            new = len(store.records(judge=name, template=key)) - before
+            if new:   # a context judged now (not only read back from the store)
                 per_context = took if per_context is None else 0.5 * (per_context + took)
-            print(f"context {k} ({cs.ids[k]}): {took:.0f} s", flush=True)
+            load = os.getloadavg()[0]
+            print(f"{time.strftime('%H:%M:%S', time.gmtime())} context {k} ({cs.ids[k]}): {new} new comparisons "
+                  f"in {took:.0f} s" + (f" ({took / new:.2f} s each)" if new else "") + f"; load {load:.1f}",
+                  flush=True)
     report(args.store, name, args.data, args.aspect)
 
 
