@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._quant import QuantisedWeight, matmul as _quant_matmul, take_rows as _quant_rows
 from .llama_config import LlamaConfig
 
 _NO_WINDOW = 1 << 30
@@ -105,7 +106,12 @@ def _lin(x, w):
     (measured 2-5x faster than float32 at the judges' shapes,
     ``benchmarks/results/quantised_matmul.md``), where a bf16 x bf16 -> bf16
     product without it ran at half that speed.
+
+    A :class:`~jaxrank.models._quant.QuantisedWeight` is dequantised block by block inside the jit
+    (``w[o, i] = d * sc * (q - zp) + dm * mn``, see ``_quant``) and multiplies ``x`` in float32.
     """
+    if isinstance(w, QuantisedWeight):
+        return _quant_matmul(x, w)
     if w.dtype == jnp.float32:
         return jnp.einsum("...i,oi->...o", x, w)
     return jnp.einsum("...i,oi->...o", x.astype(w.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)
@@ -139,7 +145,8 @@ def _embed(w, ids, vectors=None, vector_index=None):
     """Input embeddings ``[B, T, D]``: the embedding rows of ``ids``, and where
     ``vector_index [B, T] >= 0`` the row ``vectors[vector_index]`` instead (learnt
     input vectors, differentiable; the ids there are ignored)."""
-    x = jnp.take(w["embed"], ids, axis=0)
+    table = w["embed"]
+    x = _quant_rows(table, ids) if isinstance(table, QuantisedWeight) else jnp.take(table, ids, axis=0)
     if vectors is None:
         return x
     at = vector_index >= 0
@@ -299,7 +306,9 @@ def _project(w, hidden, positions, token_ids, softcap=None):
         hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1).reshape(
             positions.shape + hidden.shape[-1:])
     table = w["lm_head"] if "lm_head" in w else w["embed"]
-    if token_ids is not None:
+    if isinstance(table, QuantisedWeight):      # only the rows scored are dequantised
+        table = table.dequantise() if token_ids is None else _quant_rows(table, token_ids)
+    elif token_ids is not None:
         table = jnp.take(table, token_ids, axis=0)
     return _softcap(jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32), softcap)
 

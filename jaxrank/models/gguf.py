@@ -5,7 +5,10 @@ A GGUF file (llama.cpp's format) carries the hyper-parameters
 (``tokenizer.ggml.*``: tokens, token types, BPE merges, special ids), the chat
 template (``tokenizer.chat_template``) and the weights, usually quantised.
 This module reads them with the ``gguf`` package, dequantises to float32
-(lazily, one tensor at a time), maps
+(lazily, one tensor at a time) or, with ``keep_quantised=True``, repacks the
+blocks of ``Q4_0``/``Q4_1``/``Q5_0``/``Q5_1``/``Q8_0``/``Q4_K``/``Q5_K``/``Q6_K``
+matrices into quantised weights that stay so in memory (dequantised inside the
+jitted matrix products; private ``_quant`` module), maps
 tensor names to the Hugging Face layout (``blk.N.attn_q.weight`` ->
 ``model.layers.N.self_attn.q_proj.weight``) and undoes llama.cpp's q/k row
 permutation for the ``llama`` architecture (``qwen2`` and ``gemma3`` files
@@ -37,6 +40,7 @@ import numpy as np
 
 from jaxrank._notices import quiet_torch_notice
 
+from ._quant import GGUF_QTYPES, decode_gguf
 from ._weights import release_pages
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFTensor", "read_gguf", "gguf_config", "gguf_tensors", "special_tokens",
@@ -256,13 +260,17 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 class _DequantisedTensors(Mapping):
     """Hugging Face name -> float32 tensor, dequantised from the mapped file only when read."""
 
-    def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]]):
-        self._by_name = by_name
+    def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]], keep_quantised: bool = False):
+        self._by_name, self._keep = by_name, keep_quantised
 
     def __getitem__(self, name: str) -> np.ndarray:
         from gguf import quants
 
         t, n_head = self._by_name[name]
+        if self._keep and int(t.qtype) in GGUF_QTYPES.values() and len(t.shape) == 2:
+            w = decode_gguf(t.data, t.qtype, t.shape)
+            release_pages(t.data)
+            return w.map(lambda a: unpermute_qk(a, n_head)) if n_head > 0 else w
         arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
         release_pages(t.data)
         if n_head < 0:      # Gemma: llama.cpp stores norm gains as 1 + weight; HF names hold the weight
@@ -276,8 +284,15 @@ class _DequantisedTensors(Mapping):
         return len(self._by_name)
 
 
-def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
+                 keep_quantised: bool = False) -> Mapping[str, np.ndarray]:
     """Dequantised float32 tensors under Hugging Face names, read lazily.
+
+    With ``keep_quantised=True`` the matrices in a block format the decoder
+    multiplies quantised (``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0``,
+    ``Q4_K``, ``Q5_K``, ``Q6_K``) come back as ``QuantisedWeight`` (codes and
+    block scales repacked, q/k rows unpermuted, nothing dequantised); other
+    tensors (norms, biases, float16/float32 matrices) as float32 arrays.
 
     The mapping dequantises a tensor (and undoes the ``llama`` q/k permutation)
     each time it is indexed (and takes back the ``+ 1`` that llama.cpp adds to
@@ -314,7 +329,7 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any]) -> Mappin
         elif gemma and kind.endswith("norm"):
             n_head = -1
         by_name[f"model.layers.{i}.{blk[kind]}.{wb}"] = (t, n_head)
-    return _DequantisedTensors(by_name)
+    return _DequantisedTensors(by_name, keep_quantised)
 
 
 def special_tokens(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,8 @@ from flax import nnx
 from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
     ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
 )
+from . import _quant
+from ._quant import QuantisedWeight
 from ._weights import checked_array, release_pages, stacked_param
 from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConfig  # noqa: F401  (re-exported)
 
@@ -121,7 +123,9 @@ class LlamaModel(nnx.Module):
             products run in bfloat16 with float32 accumulation.
         rngs: for random initialisation (normal, std 0.02; norm gains at one,
             i.e. weights at ``1 - norm_offset``).
-        params: optional ready arrays by name (see :func:`load_state_dict`).
+        params: optional ready arrays by name (see :func:`load_state_dict`); a linear weight or the
+            embedding may be a ``QuantisedWeight`` (kept quantised, dequantised inside the matrix
+            products: :func:`jaxrank.models.load_model` with ``weights="quantised"``).
     """
 
     def __init__(self, config: LlamaConfig, *, dtype=jnp.float32, rngs: nnx.Rngs | None = None,
@@ -137,12 +141,18 @@ class LlamaModel(nnx.Module):
         if missing:
             raise ValueError(f"missing parameters: {sorted(missing)}")
         for n, s in shapes.items():
-            setattr(self, n, nnx.Param(checked_array(n, params[n], s, dtype, _SHAPE_ERROR)))
+            setattr(self, n, nnx.Param(_checked(n, params[n], s, dtype)))
         self._names = tuple(shapes)
 
     def weights(self) -> dict[str, jax.Array]:
-        """The raw parameter arrays by name (what the jitted functions take)."""
-        return {n: getattr(self, n)[...] for n in self._names}
+        """The raw parameter arrays by name (what the jitted functions take; quantised weights as
+        ``QuantisedWeight`` pytrees)."""
+        return {n: getattr(self, n).get_value() for n in self._names}
+
+    @property
+    def quantised(self) -> bool:
+        """Whether any weight is kept quantised."""
+        return any(isinstance(v, QuantisedWeight) for v in self.weights().values())
 
     def hidden(self, ids: jax.Array, mask: jax.Array | None = None, *, vectors: jax.Array | None = None,
                vector_index: jax.Array | None = None) -> jax.Array:
@@ -222,6 +232,24 @@ class LlamaModel(nnx.Module):
         return _extend(self.config, self.weights(), cache, ids, mask, update, vectors, vector_index)
 
 
+def _checked(name, value, shape, dtype):
+    """``value`` as a parameter: a quantised weight kept as it is (on the device), else cast to ``dtype``."""
+    if isinstance(value, QuantisedWeight):
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(_SHAPE_ERROR.format(name=name, got=tuple(value.shape), want=tuple(shape)))
+        return _quant.to_device(value)
+    return checked_array(name, value, shape, dtype, _SHAPE_ERROR)
+
+
+def _stack(getters: list, dtype):
+    """The ``L`` layer tensors stacked: quantised weights stay quantised (``_quant.stack``), arrays go
+    through :func:`~jaxrank.models._weights.stacked_param` (one host buffer in ``dtype``)."""
+    first = getters[0]()
+    if isinstance(first, QuantisedWeight):
+        return _quant.stack([first] + [g() for g in getters[1:]])
+    return stacked_param([lambda: first] + list(getters[1:]), dtype)
+
+
 def _checked_vectors(cfg: LlamaConfig, ids, vectors, vector_index):
     """``(vectors, vector_index)`` as arrays after checking their shapes (``(None, None)`` for none)."""
     if vectors is None and vector_index is None:
@@ -278,7 +306,10 @@ def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float
         raise ValueError(f"checkpoint lacks tensor {name!r}")
 
     def get(name):
-        arr = np.asarray(t[key_of(name)])
+        value = t[key_of(name)]
+        if isinstance(value, QuantisedWeight):
+            return _quant.to_device(value)
+        arr = np.asarray(value)
         out = jax.device_put(arr.astype(np.dtype(dtype), copy=False))
         release_pages(arr)
         return out
@@ -286,8 +317,8 @@ def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float
     def stack(fmt, rows=None):
         keys = [key_of(fmt.format(i)) for i in range(cfg.num_hidden_layers)]
         if rows is None:
-            return stacked_param([lambda k=k: t[k] for k in keys], dtype)
-        return stacked_param([lambda k=k: np.asarray(t[k])[rows] for k in keys], dtype)
+            return _stack([lambda k=k: t[k] for k in keys], dtype)
+        return _stack([lambda k=k: _rows(t[k], rows) for k in keys], dtype)
 
     a = "model.layers.{}.self_attn."
     m = "model.layers.{}.mlp."
@@ -326,6 +357,13 @@ def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float
     return p
 
 
+def _rows(value, rows):
+    """Rows ``rows`` of a checkpoint tensor ``[out, in]`` (quantised or not)."""
+    if isinstance(value, QuantisedWeight):
+        return value.map(lambda a: np.asarray(a)[rows])
+    return np.asarray(value)[rows]
+
+
 def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
                     tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32) -> LlamaModel:
     """Map Hugging Face tensor names (``model.layers.N.self_attn.q_proj.weight``...)
@@ -340,7 +378,8 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
 
     Args:
         model_or_config: a model to fill in place, or a config to build one.
-        tensors: HF name -> array (``[out, in]`` linear weights as in PyTorch);
+        tensors: HF name -> array (``[out, in]`` linear weights as in PyTorch) or
+            ``QuantisedWeight`` (kept quantised; layers of mixed formats are brought to one form);
             memory-mapped arrays have their pages released once copied.
         dtype: parameter dtype when building from a config.
 
@@ -350,10 +389,10 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
     if isinstance(model_or_config, LlamaConfig):
         return LlamaModel(model_or_config, dtype=dtype, params=_hf_to_params(model_or_config, tensors, dtype))
     model = model_or_config
-    params = _hf_to_params(model.config, tensors, model.embed[...].dtype)
+    params = _hf_to_params(model.config, tensors, model.attn_norm.get_value().dtype)
     for n in model._names:
         var = getattr(model, n)
-        var.set_value(checked_array(n, params[n], var[...].shape, var[...].dtype, _SHAPE_ERROR))
+        var.set_value(_checked(n, params[n], var.get_value().shape, var.get_value().dtype))
     return model
 
 

@@ -7,6 +7,11 @@
 * A ``.gguf`` file (architectures ``llama``, ``qwen2``): see
   :mod:`jaxrank.models.gguf`.
 
+``weights="quantised"`` keeps the decoder's matrices quantised in memory (GGUF
+blocks as they are in the file; a safetensors checkpoint quantised on load to
+int8 with one scale per output channel), dequantised inside the jitted matrix
+products; the default ``"float"`` dequantises everything to ``dtype``.
+
 Only safetensors and GGUF are read: no pickle (``pytorch_model.bin``) and no
 remote code. ``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``phi3``, ``gemma2`` and
 ``gemma3_text`` go to :mod:`jaxrank.models.llama` (one config, family switches
@@ -33,7 +38,7 @@ import ml_dtypes
 import numpy as np
 
 from jaxrank._notices import quiet_torch_notice
-from jaxrank.models import gguf
+from jaxrank.models import _quant, gguf
 from jaxrank.models import registry
 from jaxrank.models.fingerprint import checkpoint_fingerprint, parameters_dtype, parameters_fingerprint
 
@@ -99,6 +104,8 @@ class LoadedModel:
             except (FileNotFoundError, TypeError):
                 content = parameters_fingerprint(self.model, self.tokenizer)
             fp = f"{content}-{parameters_dtype(self.model)}"
+            if getattr(self.model, "quantised", False):
+                fp += "-quantised"
             self.__dict__["_fingerprint"] = fp
         return fp
 
@@ -207,7 +214,31 @@ def _eos_ids(*values) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
+WEIGHTS = ("float", "quantised")
+"""The weight forms :func:`load_model` takes."""
+_LINEAR = ("_proj.weight", "lm_head.weight", "embed_tokens.weight")
+
+
+class _Int8Tensors(Mapping):
+    """HF name -> tensor, the linear weights and embeddings quantised to int8 per output row when read."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray]):
+        self._t = tensors
+
+    def __getitem__(self, name: str):
+        arr = self._t[name]
+        if name.endswith(_LINEAR) and np.ndim(arr) == 2:
+            return _quant.quantise_int8(np.asarray(arr, np.float32))
+        return arr
+
+    def __iter__(self):
+        return iter(self._t)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+
+def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float") -> LoadedModel:
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"no config.json in {d}")
@@ -219,7 +250,12 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
     if mt not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {mt!r} in {cfg_path}; "
                          f"supported: {', '.join(ARCHITECTURES)}")
-    model, config = build_model(mt, cfg, read_checkpoint(d), dtype=dtype)
+    tensors = read_checkpoint(d)
+    if weights == "quantised":
+        if ARCHITECTURES[mt][0] != "jaxrank.models.llama":
+            raise ValueError(f"weights='quantised' needs a decoder of the Llama family; {d} is {mt!r}")
+        tensors = _Int8Tensors(tensors)
+    model, config = build_model(mt, cfg, tensors, dtype=dtype)
     tok = None
     tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
     if want_tokenizer and any((d / f).is_file() for f in tok_files):
@@ -240,10 +276,10 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel
     return LoadedModel(model, config, tok, getattr(tok, "chat_template", None), name, mt, d, eos, pad)
 
 
-def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
+def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float") -> LoadedModel:
     meta, gts = gguf.read_gguf(p)
     cfg = gguf.gguf_config(meta, [t.name for t in gts])
-    tensors = gguf.gguf_tensors(gts, cfg)
+    tensors = gguf.gguf_tensors(gts, cfg, keep_quantised=weights == "quantised")
     try:
         model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype)
     except ValueError as e:
@@ -256,7 +292,8 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool) -> LoadedModel:
                        pad if isinstance(pad, int) else (sp["eos_ids"] or (0,))[0])
 
 
-def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True) -> LoadedModel:
+def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True,
+               weights: str = "float") -> LoadedModel:
     """Load a model by registry name (:mod:`jaxrank.models.registry`) or path.
 
     Args:
@@ -264,6 +301,10 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
             Hugging Face checkpoint directory or a ``.gguf`` file.
         dtype: parameter dtype (float32 default; ``jnp.bfloat16`` halves memory).
         tokenizer: also load the tokenizer.
+        weights: ``"float"`` (every weight dequantised to ``dtype``) or ``"quantised"``: the decoder's
+            matrices and embedding kept quantised (a GGUF file's ``Q4_0``...``Q6_K`` blocks; a
+            safetensors checkpoint of the Llama family quantised to int8 per output channel) and
+            dequantised inside the jitted matrix products; norms and biases in ``dtype``.
 
     Returns:
         A :class:`LoadedModel`.
@@ -274,6 +315,8 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
         ValueError: a corrupt file or an unsupported architecture (lists the
             supported ones).
     """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
     p = registry.resolve(path_or_name)
     key = registry.ALIASES.get(str(path_or_name).lower(), str(path_or_name).lower())
     local = Path(path_or_name).expanduser().exists()
@@ -281,9 +324,9 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
     if local and registry.ALIASES.get(name.lower(), name.lower()) in registry.MODELS:
         name += "-local"          # a folder named like a registered model is not that model: never its name
     if p.is_dir():
-        return _load_hf_dir(p, name, dtype, tokenizer)
+        return _load_hf_dir(p, name, dtype, tokenizer, weights)
     if p.suffix.lower() == ".gguf" or _is_gguf(p):
-        return _load_gguf(p, name, dtype, tokenizer)
+        return _load_gguf(p, name, dtype, tokenizer, weights)
     raise ValueError(f"{p} is neither a Hugging Face checkpoint directory nor a .gguf file")
 
 

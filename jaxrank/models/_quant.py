@@ -1,0 +1,320 @@
+"""Weights kept quantised in memory, dequantised inside the jitted matrix product (private).
+
+One block form covers GGUF's ``Q8_0``, ``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``,
+``Q4_K``, ``Q5_K``, ``Q6_K`` and a plain int8 form with one scale per output
+channel. Weight ``w[o, i]`` of a matrix ``[out, in]`` is
+
+    w[o, i] = d[o, i // S] * sc[o, i // s] * (q[o, i] - zp) + dm[o, i // S] * mn[o, i // s]
+
+with integer codes ``q`` (``bits`` wide), a block scale ``d`` (float16 in
+GGUF, float32 for the int8 form) per block of ``S`` inputs, an optional
+integer sub-block scale ``sc`` and offset pair ``dm`` (float) x ``mn``
+(integer) per sub-block of ``s`` inputs (llama.cpp's ``ggml-quants.c``: the
+legacy formats have ``S = 32`` and no ``sc``, ``Q4_1``/``Q5_1`` an offset
+``m = dm`` with ``mn = 1``; the K-quants ``S = 256`` super-blocks of 6-bit /
+8-bit sub-block scales and mins, ``dm = -dmin``). The codes are repacked at
+load time into a layout JAX unpacks with shifts: the low 4 bits two to a byte
+(``lo``), the remaining 1 or 2 high bits 8 or 4 to a byte (``hi``); 8-bit codes
+are stored as ``int8`` in ``lo``. Every array has the output rows on axis
+``-2`` (a leading ``[L]`` layer axis is allowed), so a ``lax.scan`` over
+stacked layers slices them and an embedding gathers rows before
+dequantising.
+
+:class:`QuantisedWeight` is a registered pytree (arrays as children, ``bits``
+and ``zp`` static), so it passes through ``jax.jit`` and ``lax.scan`` like an
+array; :func:`matmul` and :func:`take_rows` are what the decoder calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["QuantisedWeight", "decode_gguf", "quantise_int8", "stack", "matmul", "take_rows", "nbytes",
+           "GGUF_QTYPES"]
+
+GGUF_QTYPES = {"Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+"""GGUF block formats kept quantised: name -> ``GGMLQuantizationType`` value."""
+_FIELDS = ("lo", "hi", "d", "sc", "dm", "mn")
+
+
+@jax.tree_util.register_pytree_node_class
+class QuantisedWeight:
+    """A matrix ``[..., out, in]`` held as integer codes and block scales (see the module docstring).
+
+    Attributes:
+        lo: ``uint8 [..., out, in/2]`` low nibbles (``bits`` 4-6), or ``int8 [..., out, in]`` (``bits`` 8).
+        hi: ``uint8 [..., out, in*hb/8]`` the ``hb = bits - 4`` high bits, or ``None``.
+        d: ``[..., out, in/S]`` block scales (float16 or float32).
+        sc: ``int8 [..., out, in/s]`` sub-block scales, or ``None`` (one).
+        dm: ``[..., out, in/S]`` offset scales, or ``None`` (no offset).
+        mn: ``uint8 [..., out, in/s]`` offset multipliers, or ``None`` (one).
+        bits: code width (4, 5, 6 or 8); zp: the zero point subtracted from the codes.
+    """
+
+    def __init__(self, lo, hi, d, sc, dm, mn, bits: int, zp: int):
+        self.lo, self.hi, self.d, self.sc, self.dm, self.mn = lo, hi, d, sc, dm, mn
+        self.bits, self.zp = int(bits), int(zp)
+
+    def tree_flatten(self):
+        return tuple(getattr(self, f) for f in _FIELDS), (self.bits, self.zp)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, *aux)
+
+    # ------------------------------------------------------------- array-like
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the dequantised matrix ``[..., out, in]``."""
+        n = self.lo.shape[-1] * (1 if self.bits == 8 else 2)
+        return (*self.lo.shape[:-1], n)
+
+    @property
+    def dtype(self):
+        """What it dequantises to: float32."""
+        return jnp.dtype(jnp.float32)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def map(self, fn) -> "QuantisedWeight":
+        """The same weight with ``fn`` applied to every array (e.g. a row permutation on axis -2)."""
+        return QuantisedWeight(*(None if a is None else fn(a) for a in (getattr(self, f) for f in _FIELDS)),
+                               self.bits, self.zp)
+
+    def dequantise(self, dtype=jnp.float32) -> jax.Array:
+        """The matrix ``[..., out, in]`` in ``dtype`` (the module docstring's equation, in float32)."""
+        return _dequantise(self).astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"QuantisedWeight(shape={self.shape}, bits={self.bits}, zp={self.zp})"
+
+
+def _codes(w: QuantisedWeight):
+    """Integer codes ``[..., out, in]`` (int32) from the packed ``lo`` / ``hi``."""
+    if w.bits == 8:
+        return w.lo.astype(jnp.int32)
+    lo = w.lo.astype(jnp.int32)
+    q = jnp.stack([lo & 15, lo >> 4], -1).reshape(*lo.shape[:-1], -1)
+    if w.bits > 4:
+        hb = w.bits - 4
+        per = 8 // hb
+        h = w.hi.astype(jnp.int32)
+        shifts = jnp.arange(per, dtype=jnp.int32) * hb
+        h = ((h[..., None] >> shifts) & ((1 << hb) - 1)).reshape(q.shape)
+        q = q | (h << 4)
+    return q
+
+
+def _dequantise(w: QuantisedWeight) -> jax.Array:
+    q = _codes(w).astype(jnp.float32)
+    if w.zp:
+        q = q - w.zp
+    *lead, out, n = q.shape
+    nS = w.d.shape[-1]
+    S = n // nS
+
+    def split(a, k):        # [..., out, n] -> [..., out, n/k, k]
+        return a.reshape(*lead, out, n // k, k)
+
+    d = w.d.astype(jnp.float32)
+    if w.sc is None:
+        y = split(q, S) * d[..., None]
+    else:
+        s = n // w.sc.shape[-1]
+        scale = w.sc.astype(jnp.float32).reshape(*lead, out, nS, S // s) * d[..., None]   # [.., out, nS, S/s]
+        y = q.reshape(*lead, out, nS, S // s, s) * scale[..., None]
+    if w.dm is not None:
+        dm = w.dm.astype(jnp.float32)
+        if w.mn is None:
+            off = dm[..., None]
+            y = y.reshape(*lead, out, nS, S) + off
+        else:
+            s = n // w.mn.shape[-1]
+            off = w.mn.astype(jnp.float32).reshape(*lead, out, nS, S // s) * dm[..., None]
+            y = y.reshape(*lead, out, nS, S // s, s) + off[..., None]
+    return y.reshape(*lead, out, n)
+
+
+def matmul(x: jax.Array, w: QuantisedWeight) -> jax.Array:
+    """``x @ W.T`` for ``W [out, in]`` kept quantised: the blocks are dequantised inside the jit (XLA fuses
+    the unpacking into one producer of the float32 operand) and ``x`` multiplies them in float32."""
+    return jnp.einsum("...i,oi->...o", x, _dequantise(w).astype(x.dtype))
+
+
+def take_rows(w: QuantisedWeight, ids) -> jax.Array:
+    """Rows ``ids`` of the matrix (an embedding lookup): the packed rows are gathered, then dequantised."""
+    return _dequantise(w.map(lambda a: jnp.take(a, ids, axis=-2)))
+
+
+def nbytes(tree) -> int:
+    """Bytes held by the arrays of a pytree (quantised weights count their codes and scales)."""
+    return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in jax.tree_util.tree_leaves(tree))
+
+
+# ------------------------------------------------------------------ packing (NumPy, at load time)
+def _pack(q: np.ndarray, bits: int):
+    """``(lo, hi)`` from integer codes ``q [..., n]`` (0 <= q < 2**bits; int8 as they are for bits 8)."""
+    if bits == 8:
+        return q.astype(np.int8), None
+    q = q.astype(np.uint8)
+    lo = (q[..., 0::2] & 15) | ((q[..., 1::2] & 15) << 4)
+    if bits == 4:
+        return lo, None
+    hb = bits - 4
+    per = 8 // hb
+    h = (q >> 4).reshape(*q.shape[:-1], -1, per).astype(np.uint8)
+    hi = np.zeros(h.shape[:-1], np.uint8)
+    for j in range(per):
+        hi |= h[..., j] << (j * hb)
+    return lo, hi
+
+
+def _f16(raw, at):
+    return raw[..., at:at + 2].copy().view(np.float16)[..., 0]
+
+
+def _scale_min_k4(sc12):
+    """Q4_K / Q5_K's eight 6-bit scales and mins from their 12 bytes ``[..., 12]`` (ggml's get_scale_min_k4)."""
+    s = sc12.astype(np.uint8)
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
+    return sc, mn
+
+
+def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
+    """A GGUF tensor's blocks (``raw uint8 [rows, row bytes]``) repacked as a NumPy-backed
+    :class:`QuantisedWeight` of ``shape [rows, n]``.
+
+    Raises:
+        ValueError: a ``qtype`` not in :data:`GGUF_QTYPES`.
+    """
+    name = next((k for k, v in GGUF_QTYPES.items() if v == int(qtype)), None)
+    if name is None:
+        raise ValueError(f"qtype {qtype} cannot be kept quantised; supported: {', '.join(GGUF_QTYPES)}")
+    rows, n = math.prod(shape[:-1]), shape[-1]
+    r = np.asarray(raw, np.uint8).reshape(rows, -1)
+    bsz = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[name]
+    b = r.reshape(rows, -1, bsz)                                   # [rows, blocks, bytes]
+    sc = dm = mn = None
+    if name == "Q8_0":
+        d, q, bits, zp = _f16(b, 0), b[..., 2:].view(np.int8).reshape(rows, n), 8, 0
+    elif name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1"):
+        one = name.endswith("_1")
+        d = _f16(b, 0)
+        if one:
+            dm = _f16(b, 2)
+        qs = b[..., -16:]
+        q = np.concatenate([qs & 15, qs >> 4], -1)                   # element j, j + 16
+        bits, zp = (4, 0 if one else 8) if name.startswith("Q4") else (5, 0 if one else 16)
+        if bits == 5:
+            at = 4 if one else 2
+            qh = b[..., at:at + 4].copy().view("<u4")                 # [rows, blocks, 1]
+            q = q | (((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4)
+        q = q.reshape(rows, n)
+    elif name in ("Q4_K", "Q5_K"):
+        d, dmin = _f16(b, 0), _f16(b, 2)
+        sc, mn = _scale_min_k4(b[..., 4:16])
+        sc, dm = sc.astype(np.int8), -dmin
+        qs = b[..., -128:].reshape(rows, -1, 4, 32)                   # 4 chunks of 64 values
+        q = np.stack([qs & 15, qs >> 4], 3)                            # [rows, blocks, 4, 2, 32]
+        bits = 4
+        if name == "Q5_K":
+            qh = b[..., 16:48]                                         # [rows, blocks, 32]
+            bit = (qh[..., None, None, :] >> (2 * np.arange(4)[:, None, None] + np.arange(2)[None, :, None])) & 1
+            q = q | (bit.astype(np.uint8) << 4)
+            bits = 5
+        q, zp = q.reshape(rows, n), 0
+        mn = mn.reshape(rows, -1)
+    else:  # Q6_K: ql[128] qh[64] scales int8[16] d
+        ql, qh = b[..., 0:128].reshape(rows, -1, 2, 2, 32), b[..., 128:192].reshape(rows, -1, 2, 32)
+        sc, d = b[..., 192:208].view(np.int8), _f16(b, 208)
+        lo = np.stack([ql & 15, ql >> 4], 3)                           # [rows, blocks, half, 2(nib), 2(l/l+32), 32]
+        hi = (qh[..., None, None, :] >> (2 * (2 * np.arange(2)[:, None, None] + np.arange(2)[None, :, None]))) & 3
+        q = (lo | (hi.astype(np.uint8) << 4)).reshape(rows, n)         # order: half, nibble, l-offset, l
+        bits, zp = 6, 32
+    lo_, hi_ = _pack(q, bits)
+    shape2 = (*shape[:-1],)
+    fix = (lambda a: None if a is None else a.reshape(*shape2, -1))
+    return QuantisedWeight(fix(lo_), fix(hi_), fix(d), fix(None if sc is None else sc.reshape(rows, -1)),
+                           fix(dm), fix(mn), bits, zp)
+
+
+def quantise_int8(w: np.ndarray) -> QuantisedWeight:
+    """Symmetric int8 with one float32 scale per output row: ``q = round(w / d)``, ``d = max|w[o]| / 127``."""
+    w = np.asarray(w, np.float32)
+    d = np.abs(w).max(-1, keepdims=True) / 127.0
+    d = np.where(d > 0, d, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / d), -127, 127).astype(np.int8)
+    return QuantisedWeight(q, None, d, None, None, None, 8, 0)
+
+
+def _common(ws: list[QuantisedWeight]) -> list[QuantisedWeight]:
+    """The weights in one form (to stack layers of different formats): 8-bit codes ``q - zp``, the
+    smallest block and sub-block sizes, missing scales one and missing offsets zero (exact)."""
+    n = ws[0].shape[-1]
+    S = min(n // w.d.shape[-1] for w in ws)
+    subs = [n // a.shape[-1] for w in ws for a in (w.sc, w.mn) if a is not None]
+    s = min(subs + [S])
+    out = []
+    for w in ws:
+        q = np.asarray(_codes_np(w)) - w.zp
+        rows = q.shape[:-1]
+
+        def at(a, k, fill, dtype):      # per-block array of size-k blocks -> per-block of the target size
+            if a is None:
+                return np.full((*rows, n // k), fill, dtype)
+            return np.repeat(np.asarray(a), (n // a.shape[-1]) // k, axis=-1).astype(dtype)
+        dm = None if all(x.dm is None for x in ws) else at(w.dm, S, 0.0, np.float32)
+        d_dtype = np.result_type(*[x.d.dtype for x in ws] + ([x.dm.dtype for x in ws if x.dm is not None]))
+        out.append(QuantisedWeight(q.astype(np.int8), None, at(w.d, S, 1.0, d_dtype),
+                                   at(w.sc, s, 1, np.int8) if any(x.sc is not None for x in ws) else None,
+                                   None if dm is None else dm.astype(d_dtype),
+                                   (at(w.mn, s, 1 if w.dm is not None else 0, np.uint8)
+                                    if any(x.mn is not None for x in ws) else None), 8, 0))
+    return out
+
+
+def _codes_np(w: QuantisedWeight) -> np.ndarray:
+    if w.bits == 8:
+        return np.asarray(w.lo).astype(np.int32)
+    lo = np.asarray(w.lo).astype(np.int32)
+    q = np.stack([lo & 15, lo >> 4], -1).reshape(*lo.shape[:-1], -1)
+    if w.bits > 4:
+        hb = w.bits - 4
+        per = 8 // hb
+        h = np.asarray(w.hi).astype(np.int32)
+        h = ((h[..., None] >> (np.arange(per) * hb)) & ((1 << hb) - 1)).reshape(q.shape)
+        q = q | (h << 4)
+    return q
+
+
+def _form(w: QuantisedWeight):
+    return (w.bits, w.zp) + tuple(None if a is None else (a.shape, np.dtype(a.dtype).str)
+                                  for a in (getattr(w, f) for f in _FIELDS))
+
+
+def stack(items: list[Any]) -> QuantisedWeight:
+    """Layer weights stacked on a new leading axis into one device-resident :class:`QuantisedWeight`.
+
+    Layers of one format stack as they are; mixed formats (a GGUF file with ``Q4_K`` and ``Q6_K``
+    layers of one tensor) are first brought to one form by :func:`_common` (exact, 8-bit codes).
+    """
+    if len({_form(w) for w in items}) > 1:
+        items = _common(items)
+    fields = []
+    for f in _FIELDS:
+        parts = [getattr(w, f) for w in items]
+        fields.append(None if parts[0] is None else jax.device_put(np.stack([np.asarray(p) for p in parts])))
+    return QuantisedWeight(*fields, items[0].bits, items[0].zp)
+
+
+def to_device(w: QuantisedWeight) -> QuantisedWeight:
+    """The weight with its arrays on the default device."""
+    return w.map(lambda a: jax.device_put(np.asarray(a)))
