@@ -96,7 +96,7 @@ def test_config_mapping_per_family(tmp_path):
     hf = transformers.Gemma3TextConfig(**{**BASE, "num_hidden_layers": 7, "sliding_window": 8})
     assert LlamaConfig.from_hf(hf.to_dict()).sliding_windows == (8,) * 5 + (None, 8)
     with pytest.raises(ValueError, match="longrope"):
-        LlamaConfig.from_hf({**BASE, "model_type": "phi3", "rope_scaling": {"rope_type": "longrope"}})
+        LlamaConfig.from_hf({**BASE, "model_type": "phi3", "rope_scaling": {"rope_type": "longrope"}})  # no factors
     with pytest.raises(ValueError, match="bidirectional"):
         LlamaConfig.from_hf({**BASE, "model_type": "gemma3_text", "sliding_window": 4,
                              "use_bidirectional_attention": True})

@@ -17,7 +17,7 @@ import numpy as np
 __all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "SUPPORTED_ACTIVATIONS"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
                          "gelu_tanh": "gelu_tanh"}
 """Hugging Face ``hidden_act`` / ``hidden_activation`` names -> the core's activation."""
@@ -35,7 +35,9 @@ class LlamaConfig:
 
     Attributes:
         rope_scaling: ``None`` or sorted ``(key, value)`` items of the HF
-            ``rope_scaling`` dict (type ``linear`` or ``llama3``).
+            ``rope_scaling`` dict (type ``linear`` or ``llama3``; ``longrope``
+            is mapped to ``rope_freq_factors`` and ``query_scale`` by
+            :meth:`from_hf`).
         rope_freq_factors: optional per-frequency divisors of the inverse
             frequencies (GGUF ``rope_freqs.weight`` of Llama 3 conversions).
         attention_bias: biases on the q/k/v projections.
@@ -129,6 +131,9 @@ class LlamaConfig:
         if rtype not in SUPPORTED_ROPE_TYPES:
             raise ValueError(f"rope scaling type {rtype!r} is not supported; "
                              f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
+        longrope = _longrope(cfg, scaling, head_dim, rp) if rtype == "longrope" else None
+        if longrope is not None:
+            rtype = "default"
         scaling = None if rtype == "default" else tuple(sorted(
             (k, v) for k, v in dict(scaling, rope_type=rtype).items()
             if k not in ("type", "rope_theta", "partial_rotary_factor") and not isinstance(v, (list, dict))))
@@ -151,6 +156,8 @@ class LlamaConfig:
             attention_bias=qkv_bias, o_bias=o_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
             sliding_windows=_windows(mt, cfg, n_layers), model_type=mt, hidden_act=SUPPORTED_ACTIVATIONS[act],
             qk_norm=mt in ("qwen3", "gemma3_text"))
+        if longrope is not None:
+            kw.update(longrope)
         if mt == "phi3":
             prf = float(rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
             kw["rotary_dim"] = None if prf == 1.0 else int(head_dim * prf)
@@ -192,6 +199,44 @@ class LlamaConfig:
             medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
             inv = np.where(medium, smoothed, scaled)
         return inv.astype(np.float32)
+
+
+def _longrope(cfg: Mapping[str, Any], scaling: Mapping[str, Any], head_dim: int,
+              rp: Mapping[str, Any]) -> dict[str, Any]:
+    """LongRoPE (Phi-3) within its original window, as switches of the config.
+
+    transformers' ``_compute_longrope_parameters``: the inverse frequencies are
+    ``1 / (f_i * theta^(2i/d))`` with the *short* factors ``f`` while the
+    sequence is at most ``original_max_position_embeddings`` long (the long
+    factors beyond), and cos and sin are multiplied by the attention factor
+    ``a = sqrt(1 + ln(s) / ln(L_orig))`` (``s = L_max / L_orig``; 1 if
+    ``s <= 1``; or the config's ``attention_factor``). With every channel
+    turned, ``a`` scales both q and k, so the scores are ``a^2 q.k / sqrt(d)``:
+    ``query_scale = a^2 / sqrt(d)``. The judge's window is kept to
+    ``L_orig`` (``max_position_embeddings``), so the long factors (which
+    transformers switches to for a whole forward pass past ``L_orig``, keeping
+    earlier cache entries turned by the short ones) are never needed.
+
+    Raises:
+        ValueError: no short factors, or their count is not ``d / 2``; partial
+            rotary (``a`` would scale only the turned channels).
+    """
+    short = scaling.get("short_factor")
+    prf = float(rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)) or 1.0)
+    if prf != 1.0:
+        raise ValueError(f"rope scaling 'longrope' with partial_rotary_factor {prf} is not supported "
+                         "(only every channel turned, as Phi-3 and Phi-3.5 mini)")
+    if not isinstance(short, (list, tuple)) or len(short) != head_dim // 2:
+        raise ValueError(f"rope scaling 'longrope' needs short_factor: {head_dim // 2} numbers "
+                         f"(head_dim / 2), got {short!r}")
+    max_pos = int(cfg.get("max_position_embeddings", 2048))
+    orig = int(scaling.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+               or max_pos)
+    factor = float(scaling.get("factor") or max_pos / orig)
+    a = scaling.get("attention_factor")
+    a = float(a) if a is not None else (1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig)))
+    return {"rope_freq_factors": tuple(float(f) for f in short), "query_scale": a * a / math.sqrt(head_dim),
+            "max_position_embeddings": min(max_pos, orig)}
 
 
 def _windows(mt: str, cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None, ...] | None:
