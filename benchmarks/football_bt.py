@@ -24,9 +24,23 @@ reported apart. ``--busy K`` starts K CPU-spinning processes of its own for the
 timed rounds (a reproducible loaded machine); the load average is recorded
 either way.
 
-    python benchmarks/football_bt.py [--repeats 15] [--busy 0] [--smoke] [--out FILE]
+    python benchmarks/football_bt.py [--repeats 15] [--busy 0] [--parts counts rows] [--smoke] [--out FILE]
 
-``--smoke`` (5 rounds) writes ``results/football_bt_smoke.{md,csv}``.
+3. **Raw match rows, evalica's own input form** (parts 3 and 4: the strongly
+   connected set's rows and all rows): both get the same Python lists of team
+   names, home team first, built outside every timer, with evalica's ``Winner``
+   list or jaxrank's ``P(home better)`` (1, 0.5, 0); evalica runs
+   ``bradley_terry`` with its defaults (tolerance 1e-6, at most 100 iterations).
+   Timed for jaxrank: the names to indices, the rows to ``Comparisons``, the fit
+   (``fit_poe_bradley_terry(eps=0)``, the same likelihood, ties half a win) and
+   the scores back to NumPy, two ways: ``jaxrank.io.comparisons_from_rows`` (one
+   dictionary pass numbers the names, ``np.bincount`` sums the rows of each ordered
+   pair into one weighted comparison, exact for this likelihood) and, as a user
+   wrote it before that function existed, a dictionary comprehension and
+   ``Comparisons.from_pairs`` with one comparison a row ("per row").
+
+``--smoke`` (5 rounds) writes ``results/football_bt_smoke.{md,csv}``; ``--parts``
+picks parts (``counts``, ``rows``; default both).
 """
 
 from __future__ import annotations
@@ -113,17 +127,92 @@ def one_set(rep, label, counts, n, repeats, k_busy):
     return scores, ev_scores, warned
 
 
+def jaxrank_rows(xs, ys, p, aggregate):
+    """Raw rows (names, ``P(A better)``) -> ``fit_poe_bradley_terry(eps=0)`` -> NumPy scores (all timed)."""
+    import jaxrank as jr
+
+    if aggregate:
+        c, names = jr.io.comparisons_from_rows(xs, ys, p)
+    else:   # before comparisons_from_rows: a user's own numbering, one comparison a row
+        code = {k: n for n, k in enumerate(dict.fromkeys(xs + ys))}
+        names = list(code)
+        c = jr.Comparisons.from_pairs(np.fromiter(map(code.__getitem__, xs), np.int32, len(xs)),
+                                      np.fromiter(map(code.__getitem__, ys), np.int32, len(ys)),
+                                      p.astype(np.float32), num_items=len(names))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sol = jr.fit_poe_bradley_terry(c, eps=0.0)
+        scores = np.asarray(sol.scores, np.float64)
+    return dict(zip(names, scores)), int(sol.iterations), bool(sol.converged), len(caught)
+
+
+def evalica_rows(xs, ys, winners):
+    """``evalica.bradley_terry`` with its defaults on raw rows: natural-log scores by name, iterations."""
+    import evalica
+
+    r = evalica.bradley_terry(xs, ys, winners)
+    return dict(zip(r.scores.index, np.log(r.scores.to_numpy(np.float64)))), int(r.iterations)
+
+
+def rows_set(rep, label, xs, ys, outcome, repeats, k_busy):
+    """Raw rows: first calls, then interleaved steady rounds of evalica (defaults) and jaxrank's two paths."""
+    import evalica
+
+    p = np.asarray(outcome, np.float64)
+    winners = [evalica.Winner.X if o == 1 else (evalica.Winner.Y if o == 0 else evalica.Winner.Draw) for o in p]
+    first = {}
+    for agg in (True, False):
+        t0 = time.perf_counter()
+        jaxrank_rows(xs, ys, p, agg)
+        first[agg] = time.perf_counter() - t0
+    out = {}
+    fns = {"evalica": lambda: out.update(evalica=evalica_rows(xs, ys, winners)),
+           "rows": lambda: out.update(rows=jaxrank_rows(xs, ys, p, True)),
+           "per row": lambda: out.update(per_row=jaxrank_rows(xs, ys, p, False))}
+    with busy(k_busy):
+        times, loads = interleaved(fns, repeats)
+    ev = np.asarray(times["evalica"])
+    names = {"rows": "jaxrank `io.comparisons_from_rows` + `fit_poe_bradley_terry(eps=0)`, steady",
+             "per row": "jaxrank per row (dict numbering, `from_pairs`, one comparison a row), steady"}
+    table = []
+    for k in ("rows", "per row"):
+        table.append([names[k], spread(times[k], 1e3, "{:.1f}"), spread(ev / np.asarray(times[k]), 1, "{:.2f}") + "x"])
+    table.append([f"evalica {evalica.__version__} `bradley_terry(xs, ys, winners)`, defaults, steady",
+                  spread(ev, 1e3, "{:.1f}"), "1"])
+    table.append(["jaxrank first calls (incl. compilation): rows, per row",
+                  f"{1e3 * first[True]:.0f}, {1e3 * first[False]:.0f}", ""])
+    rep.table(["method", "ms, median [min, max]", "evalica / jaxrank, median of rounds [min, max]"], table)
+    s_rows, it_rows, conv_rows, warned = out["rows"]
+    s_per, it_per, conv_per, _ = out["per_row"]
+    s_ev, ev_iters = out["evalica"]
+    order = list(s_rows)
+    cen = lambda d: centred([d[k] for k in order])
+    rep.say(f"{repeats} rounds; load average over the rounds {min(loads):.2f}-{max(loads):.2f}"
+            f"{f' with {k_busy} spinning processes of this benchmark' if k_busy else ''}. jaxrank: {it_rows} "
+            f"Newton steps on the summed pairs (converged {conv_rows}), {it_per} per row (converged {conv_per}), "
+            f"{warned} warning(s) a call; evalica: {ev_iters} iterations. Max abs difference of centred scores, "
+            f"summed pairs vs per row: {np.abs(cen(s_rows) - cen(s_per)).max():.1e}; vs evalica: "
+            f"{np.nanmax(np.abs(cen(s_rows) - cen(s_ev))):.1e}.")
+    for k in ("rows", "per row", "evalica"):
+        t = np.asarray(times[k])
+        rep.row(part=label, method=k, median_ms=1e3 * np.median(t), min_ms=1e3 * t.min(), max_ms=1e3 * t.max(),
+                ratio_median=float(np.median(ev / t)), load_min=min(loads), load_max=max(loads), busy=k_busy,
+                first_call_ms=1e3 * first[k == "rows"] if k != "evalica" else "")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--busy", type=int, default=0, help="CPU-spinning processes during the timed rounds")
     ap.add_argument("--smoke", action="store_true", help="5 rounds")
+    ap.add_argument("--parts", nargs="*", choices=("counts", "rows"), default=["counts", "rows"],
+                    help="counts given (parts 1, 2) and/or raw match rows (parts 3, 4)")
     ap.add_argument("--out", default=None, help="output path without suffix (default results/football_bt)")
     args = ap.parse_args(argv)
     if args.smoke:
         args.repeats = min(args.repeats, 5)
     rep = Report("football_bt", smoke=args.smoke, out=args.out)
-    rep.say("# Football Bradley-Terry, counts given: jaxrank against evalica")
+    rep.say("# Football Bradley-Terry, counts given and raw match rows: jaxrank against evalica")
     rep.say()
     rep.say(machine() + ". See the module docstring for what is timed.")
     rep.say()
@@ -132,33 +221,45 @@ def main(argv=None):
     sa, sb, so, keep = _data.strongly_connected(a, b, o, n_all)
     n_scc = len(keep)
 
-    rep.say(f"## 1. Strongly connected set: {len(sa):,} matches among {n_scc} teams (ML scores finite)")
-    rep.say()
-    s_jr, s_ev, warned = one_set(rep, "strongly connected", _data.counts(sa, sb, so, n_scc), n_scc, args.repeats,
-                                 args.busy)
-    rep.say(f"Max abs difference of centred scores, jaxrank (float32) vs evalica: "
-            f"{np.abs(centred(s_jr) - centred(s_ev)).max():.1e}; warnings: {len(warned)}.")
-    rep.say()
+    if "counts" in args.parts:
+        rep.say(f"## 1. Strongly connected set: {len(sa):,} matches among {n_scc} teams (ML scores finite)")
+        rep.say()
+        s_jr, s_ev, warned = one_set(rep, "strongly connected", _data.counts(sa, sb, so, n_scc), n_scc, args.repeats,
+                                     args.busy)
+        rep.say(f"Max abs difference of centred scores, jaxrank (float32) vs evalica: "
+                f"{np.abs(centred(s_jr) - centred(s_ev)).max():.1e}; warnings: {len(warned)}.")
+        rep.say()
 
-    rep.say(f"## 2. All {n_all} teams, {len(a):,} matches (not strongly connected: no finite ML scores)")
-    rep.say()
-    m_jr, m_ev, warned = one_set(rep, "all teams", _data.counts(a, b, o, n_all), n_all, args.repeats, args.busy)
-    rep.say("jaxrank's warning (once per call): " + (f"`{warned[0]}`" if warned else "none (unexpected)"))
-    rep.say()
-    sub = centred(m_jr[keep])
-    rep.say(f"On the {n_scc} strongly connected teams, jaxrank's MAP scores (centred on them) differ from their "
-            f"ML scores by at most {np.abs(sub - centred(s_jr)).max():.3f}; outside it, jaxrank's scores span "
-            f"[{np.delete(m_jr, keep).min():.2f}, {np.delete(m_jr, keep).max():.2f}] against "
-            f"[{m_jr[keep].min():.2f}, {m_jr[keep].max():.2f}] inside. evalica's scores outside span "
-            f"[{np.nanmin(np.delete(m_ev, keep)):.2f}, {np.nanmax(np.delete(m_ev, keep)):.2f}] "
-            f"(no finite optimum exists; its values there depend on where its iteration stops); on the "
-            f"{n_scc} strongly connected teams its scores (centred on them) differ from its own ML scores of "
-            f"part 1 by up to {np.nanmax(np.abs(centred(m_ev[keep]) - centred(s_ev))):.2f}.")
-    rep.say()
-    top = np.argsort(-s_jr)[:5]
-    rep.say("jaxrank's top 5 (strongly connected set): " + ", ".join(
-        f"{names[keep[t]]} {s_jr[t] - s_jr.mean():+.2f}" for t in top) + f". Load now {load():.2f}.")
-    rep.say()
+        rep.say(f"## 2. All {n_all} teams, {len(a):,} matches (not strongly connected: no finite ML scores)")
+        rep.say()
+        m_jr, m_ev, warned = one_set(rep, "all teams", _data.counts(a, b, o, n_all), n_all, args.repeats, args.busy)
+        rep.say("jaxrank's warning (once per call): " + (f"`{warned[0]}`" if warned else "none (unexpected)"))
+        rep.say()
+        sub = centred(m_jr[keep])
+        rep.say(f"On the {n_scc} strongly connected teams, jaxrank's MAP scores (centred on them) differ from their "
+                f"ML scores by at most {np.abs(sub - centred(s_jr)).max():.3f}; outside it, jaxrank's scores span "
+                f"[{np.delete(m_jr, keep).min():.2f}, {np.delete(m_jr, keep).max():.2f}] against "
+                f"[{m_jr[keep].min():.2f}, {m_jr[keep].max():.2f}] inside. evalica's scores outside span "
+                f"[{np.nanmin(np.delete(m_ev, keep)):.2f}, {np.nanmax(np.delete(m_ev, keep)):.2f}] "
+                f"(no finite optimum exists; its values there depend on where its iteration stops); on the "
+                f"{n_scc} strongly connected teams its scores (centred on them) differ from its own ML scores of "
+                f"part 1 by up to {np.nanmax(np.abs(centred(m_ev[keep]) - centred(s_ev))):.2f}.")
+        rep.say()
+        top = np.argsort(-s_jr)[:5]
+        rep.say("jaxrank's top 5 (strongly connected set): " + ", ".join(
+            f"{names[keep[t]]} {s_jr[t] - s_jr.mean():+.2f}" for t in top) + f". Load now {load():.2f}.")
+        rep.say()
+    if "rows" in args.parts:
+        team = np.asarray(names, object)
+        sel = np.isin(a, keep) & np.isin(b, keep)
+        for part, (ra, rb, ro, what) in (("3", (a[sel], b[sel], o[sel], f"strongly connected set, {sel.sum():,} rows "
+                                                f"among {n_scc} teams")),
+                                         ("4", (a, b, o, f"all {n_all} teams, {len(a):,} rows"))):
+            rep.say(f"## {part}. Raw match rows, evalica's input form: {what}")
+            rep.say()
+            rows_set(rep, "rows, " + ("strongly connected" if part == "3" else "all teams"), team[ra].tolist(),
+                     team[rb].tolist(), ro, args.repeats, args.busy)
+            rep.say()
     rep.write()
 
 
