@@ -142,10 +142,35 @@ def _dequantise(w: QuantisedWeight) -> jax.Array:
     return y.reshape(*lead, out, n)
 
 
+CHUNK = 1 << 22
+"""Most weights (4M: 16 MB in float32) dequantised at once by :func:`matmul`; larger matrices go by chunks
+of output rows, so the float32 copy alive at any time stays small beside the quantised model."""
+
+
+def _chunks(out: int, n: int) -> int:
+    k = 1
+    while (out // k) * n > CHUNK and k < out:
+        k += 1
+        while out % k:
+            k += 1
+    return k
+
+
 def matmul(x: jax.Array, w: QuantisedWeight) -> jax.Array:
-    """``x @ W.T`` for ``W [out, in]`` kept quantised: the blocks are dequantised inside the jit (XLA fuses
-    the unpacking into one producer of the float32 operand) and ``x`` multiplies them in float32."""
-    return jnp.einsum("...i,oi->...o", x, _dequantise(w).astype(x.dtype))
+    """``x @ W.T`` for ``W [out, in]`` kept quantised.
+
+    The blocks are dequantised inside the jit (XLA fuses the unpacking into one producer of the float32
+    operand) and multiply ``x`` in float32; a matrix of more than :data:`CHUNK` weights is done in ``k``
+    chunks of ``out / k`` rows by ``lax.map`` (one chunk's float32 copy alive at a time):
+    ``y[..., c] = x @ dequantise(W[c]).T``.
+    """
+    out, n = w.shape[-2:]
+    k = _chunks(out, n)
+    if k == 1:
+        return jnp.einsum("...i,oi->...o", x, _dequantise(w).astype(x.dtype))
+    wc = w.map(lambda a: a.reshape(k, out // k, a.shape[-1]))
+    ys = jax.lax.map(lambda wi: jnp.einsum("...i,oi->...o", x, _dequantise(wi).astype(x.dtype)), wc)
+    return jnp.moveaxis(ys, 0, -2).reshape(*x.shape[:-1], out)
 
 
 def take_rows(w: QuantisedWeight, ids) -> jax.Array:
@@ -317,4 +342,4 @@ def stack(items: list[Any]) -> QuantisedWeight:
 
 def to_device(w: QuantisedWeight) -> QuantisedWeight:
     """The weight with its arrays on the default device."""
-    return w.map(lambda a: jax.device_put(np.asarray(a)))
+    return w.map(lambda a: a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a)))

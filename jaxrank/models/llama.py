@@ -54,14 +54,14 @@ from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
     ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
 )
 from . import _quant
-from ._quant import QuantisedWeight
+from ._quant import QuantisedWeight  # noqa: F401  (re-exported: weights kept quantised)
 from ._weights import checked_array, release_pages, stacked_param
 from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConfig  # noqa: F401  (re-exported)
 
 __all__ = [
     "LlamaConfig", "LlamaModel", "KVCache", "ExtendOutput", "GenerateOutput",
     "load_state_dict", "generate", "bucket_length", "SUPPORTED_MODEL_TYPES", "extend_with_vectors",
-    "parameter_shapes",
+    "parameter_shapes", "QuantisedWeight",
 ]
 
 _SHAPE_ERROR = "parameter {name}: shape {got}, expected {want}"
