@@ -26,11 +26,15 @@ def bucket(n: int, buckets: Sequence[int] = BUCKETS) -> int:
     return -(-n // top) * top
 
 
-def batch_sizes(batch_size: int) -> tuple[int, ...]:
-    """The padded batch sizes a judge compiles for: powers of two below ``batch_size``, and ``batch_size``."""
+def batch_sizes(batch_size: int, multiple: int = 1) -> tuple[int, ...]:
+    """The padded batch sizes a judge compiles for: powers of two below ``batch_size``, and ``batch_size``,
+    each rounded up to a multiple of ``multiple`` (the devices a batch is split over by rows)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return tuple(sorted({min(batch_size, 1 << k) for k in range(batch_size.bit_length() + 1)}))
+    if multiple < 1:
+        raise ValueError(f"multiple must be >= 1, got {multiple}")
+    return tuple(sorted({-(-min(batch_size, 1 << k) // multiple) * multiple
+                         for k in range(batch_size.bit_length() + 1)}))
 
 
 ACCELERATOR_BATCH_COST = 2048
@@ -44,7 +48,8 @@ CPU the cost is the tokens alone (0)."""
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int,
-                 buckets: Sequence[int] = BUCKETS, *, batch_cost: int = 0) -> list[tuple[int, int, int]]:
+                 buckets: Sequence[int] = BUCKETS, *, batch_cost: int = 0,
+                 multiple: int = 1) -> list[tuple[int, int, int]]:
     """Cut rows sorted by length into consecutive batches that run the fewest padded tokens.
 
     A batch of rows ``start:stop`` runs ``b * bucket(lengths[stop - 1])`` tokens,
@@ -62,16 +67,18 @@ def plan_batches(lengths: Sequence[int], batch_size: int,
         buckets: the padded lengths (:func:`bucket`).
         batch_cost: tokens' worth of fixed cost charged per batch (a forward
             call's overhead; 0: padded tokens alone).
+        multiple: padded batch sizes are multiples of it (:func:`batch_sizes`:
+            a batch split over ``multiple`` devices by rows).
 
     Returns:
         ``[(start, stop, b), ...]`` covering ``0:n`` in order.
 
     Raises:
-        ValueError: ``lengths`` not ascending, ``batch_size < 1`` or ``batch_cost < 0``.
+        ValueError: ``lengths`` not ascending, ``batch_size < 1``, ``batch_cost < 0`` or ``multiple < 1``.
     """
     if batch_cost < 0:
         raise ValueError(f"batch_cost must be >= 0, got {batch_cost}")
-    sizes = batch_sizes(batch_size)
+    sizes = batch_sizes(batch_size, multiple)
     n = len(lengths)
     if any(lengths[k] > lengths[k + 1] for k in range(n - 1)):
         raise ValueError("lengths must be sorted ascending")

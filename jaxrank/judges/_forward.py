@@ -47,8 +47,16 @@ def read_decoder(judge, pairs, progress=None):
     their rows share batches, each row reading its own A's cache
     (:meth:`~jaxrank.models.llama.KVCache.rows`); otherwise each A's batch-1
     cache is shared by its rows without a copy.
+
+    On a mesh (``PromptJudge(mesh=)``) ``judge.runner`` is a
+    :class:`~jaxrank.models.partition.ShardedLlama`: the same calls with the
+    weights and caches split over the model axis by heads, the batches (padded
+    to multiples of the data axis) over the data axis by rows; the batch-1
+    prefix and A caches are replicated over the data axis.
     """
-    model = judge.lm.model
+    model = judge.runner
+    multiple = getattr(model, "data_size", 1)
+    rows_of = getattr(model, "rows", None) or (lambda c, index: c.rows(index))
     prefix = pairs[0][0]
     if any(p != prefix for p, _, _ in pairs):            # one context per call
         raise AssertionError("comparisons of one call must share their prefix")
@@ -71,6 +79,8 @@ def read_decoder(judge, pairs, progress=None):
     # On a CPU (batch_cost 0) a call costs its tokens alone, so mixing A's gains nothing: keep each
     # A's batch-1 cache shared without copies.
     together = max(1, judge.batch_size // max(1, n * len(subs) // len(groups))) if judge.batch_cost else 1
+    if together > 1:                                      # A rows split evenly over the data axis
+        together = -(-together // multiple) * multiple
     items = list(groups.items())
     for g0 in range(0, len(items), together):
         chunk = items[g0:g0 + together]
@@ -81,14 +91,14 @@ def read_decoder(judge, pairs, progress=None):
             aid[k, :len(a)] = a
             amask[k, :len(a)] = True
         aid[len(chunk):], amask[len(chunk):] = aid[0], amask[0]     # filler A rows
-        base = cache if width_a == 1 else cache.rows(np.zeros(width_a, np.int32))
+        base = cache if width_a == 1 else rows_of(cache, np.zeros(width_a, np.int32))
         cache_a = model.extend(base, aid, amask, update=True).cache
         owner = {r: k for k, (_, rs) in enumerate(chunk) for r in rs}
         flat = [(r, s) for r in owner for s in range(len(subs))]
         seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
         flat.sort(key=lambda rs: len(seqs[rs]))            # similar lengths share a batch
         for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], judge.batch_size,
-                                           batch_cost=judge.batch_cost):
+                                           batch_cost=judge.batch_cost, multiple=multiple):
             part = flat[start:stop]
             ids, mask = padded(judge, [seqs[rs] for rs in part], b)
             pos = np.zeros((b, width), np.int32)
@@ -103,7 +113,7 @@ def read_decoder(judge, pairs, progress=None):
             else:
                 idx = np.full(b, owner[part[0][0]], np.int32)          # filler rows read row 0's A
                 idx[:len(part)] = [owner[r] for r, _ in part]
-                ca = cache_a.rows(idx)
+                ca = rows_of(cache_a, idx)
             out = model.extend(ca, ids, mask)
             # the positions a row reads are its last `width`: one label token read, the last hidden state
             logits = model.logits_at(out.last_hidden)[:, None] if width == 1 else \

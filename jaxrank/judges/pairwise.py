@@ -51,6 +51,7 @@ from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, a
                                     whole_text_ids)
 from jaxrank.judges.textgen import generate_texts, sample_key
 from jaxrank.models.loading import load_model
+from jaxrank.models.partition import shard_model
 
 __all__ = ["PromptJudge", "Judgement", "AnswerPrefixChoice", "bucket", "plan_batches", "batch_sizes", "BUCKETS",
            "ACCELERATOR_BATCH_COST", "READING_VERSION"]
@@ -165,17 +166,28 @@ class PromptJudge:
             judge warns once (:class:`~jaxrank.judges.reading.LabelMassWarning`),
             naming the model's top next tokens.
         strict: raise :class:`~jaxrank.judges.reading.LabelMassError` instead of warning.
+        mesh: a :class:`jax.sharding.Mesh` with axes ``"data"`` and/or
+            ``"model"`` (``jax.make_mesh((2, 4), ("data", "model"))``) to run a
+            decoder over several devices: its weights split tensor-parallel over
+            ``"model"`` (query heads and MLP columns, the key/value cache by heads;
+            :mod:`jaxrank.models.partition`), the comparisons data-parallel over
+            ``"data"`` (batches padded to multiples of its size). The judge runs a
+            sharded copy of the weights (the model passed in is unchanged; drop it
+            to free its memory); ``p`` is the single-device judge's up to float
+            rounding. ``None``: one device.
 
     Raises:
         ValueError: a model without a tokenizer, an architecture that is not a
             generative judge (BERT), label words whose tokenisations do not differ,
-            or ``min_label_mass`` outside ``[0, 1]``.
+            ``min_label_mass`` outside ``[0, 1]``, a ``mesh`` on an encoder-decoder
+            (T5), or a mesh whose ``"model"`` axis does not divide the attention
+            heads or the MLP width.
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, max_length: int | None = None, soft_prompt=None, batch_cost="auto",
                  cache_dtype="auto", answer_prefix: str | None = None, min_label_mass: float = MIN_LABEL_MASS,
-                 strict: bool = False):
+                 strict: bool = False, mesh=None):
         if not hasattr(model, "model"):
             model = load_model(model)
         if model.tokenizer is None:
@@ -203,6 +215,15 @@ class PromptJudge:
             raise ValueError(f"cache_dtype must be 'auto', None or a dtype, got {cache_dtype!r}") from e
         if self.cache_dtype is not None and not jnp.issubdtype(self.cache_dtype, jnp.floating):
             raise ValueError(f"cache_dtype must be a floating dtype, got {self.cache_dtype}")
+        self.mesh = None
+        self.runner = model.model                   # what the forward passes call (_forward.read_decoder)
+        if mesh is not None:
+            if model.architecture == "t5":
+                raise ValueError("mesh= shards decoder (Llama-family) judges; a T5 judge runs on one device "
+                                 "(mesh=None)")
+            sharded = shard_model(model.model, mesh)
+            model = dataclasses.replace(model, model=sharded.model)     # same fingerprint, weights on the mesh
+            self.mesh, self.runner = sharded.mesh, sharded
         self.lm = model
         self.decoder = model.architecture != "t5"
         self.chat = bool(model.chat_template) if chat is None else bool(chat)

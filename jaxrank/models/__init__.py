@@ -12,10 +12,22 @@ The bottom floor of the judging side (ARCHITECTURE.md): the judges
   beside the network's private core), an ``nnx.Module`` model class and
   ``load_state_dict(config_or_model, tensors)`` mapping Hugging Face tensor names
   onto it. :func:`load_model` imports the one a checkpoint needs, on demand.
+* :mod:`~jaxrank.models.partition`: a Llama-family decoder split over a device
+  mesh (:func:`shard_model`: tensor-parallel weights and caches, data-parallel
+  batches), imported on first use of its names here.
 """
 
 from jaxrank.models.loading import LoadedModel, build_model, load_model, read_checkpoint, read_safetensors
 from jaxrank.models.registry import MODELS, list_models
 
 __all__ = ["LoadedModel", "load_model", "build_model", "read_checkpoint", "read_safetensors", "MODELS",
-           "list_models"]
+           "list_models", "shard_model", "ShardedLlama"]
+
+_PARTITION = ("shard_model", "ShardedLlama")
+
+
+def __getattr__(name):
+    if name in _PARTITION:       # deferred: partition imports the Llama network and flax, which loading does not
+        from jaxrank.models import partition
+        return getattr(partition, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

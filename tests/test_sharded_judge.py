@@ -1,0 +1,185 @@
+"""PromptJudge(mesh=): a decoder split tensor-parallel over "model" and data-parallel over "data" judges as
+one device does.
+
+The 8-device checks run in a subprocess (``XLA_FLAGS=--xla_force_host_platform_device_count=8`` is read when
+jax starts; this process keeps its one CPU device, as ``tests/test_sharding.py`` does). There, tiny random
+decoders with a byte tokenizer (``tests/tiny_lm.py``) are judged on one device and on meshes ``(1, 8)``,
+``(2, 4)`` and ``(8, 1)`` (data x model): a multi-head Llama (key/value heads split, ``lm_head`` split over
+the vocabulary), a grouped-query Llama with 2 key/value heads (replicated over 4 or 8 model devices) and a
+Qwen2 with q/k/v biases and tied embeddings. The single-device judge is the reference (itself checked
+against full forward passes in ``tests/test_judging.py``); the sharded judge must give the same ``p`` within
+``P_TOL`` and the same label log-probabilities within ``LOGP_TOL`` (float32 sums in another order: observed
+up to 4.8e-7 and 1.9e-6). The weights' shards are compared with NumPy slices of the weights (each device
+holds its ``1/m`` of q_proj's columns), and the cache's shards with its heads and rows.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import PartitionSpec as P
+
+from jaxrank.judges._buckets import batch_sizes, plan_batches
+from jaxrank.judges.pairwise import PromptJudge
+from jaxrank.judges.prompts import pairwise_template
+from jaxrank.models.llama import LlamaConfig, LlamaModel
+from jaxrank.models.loading import LoadedModel
+from jaxrank.models.partition import param_specs, shard_model
+from tiny_lm import CHAT_TEMPLATE, EOS, PAD, ByteTokenizer, sharpen
+
+P_TOL, LOGP_TOL = 2e-6, 1e-5
+CTX = "The city council approved a new park on Monday. It will open next spring near the river."
+CANDS = ["A park was approved by the council.", "The council met on Monday to talk.",
+         "A new riverside park opens next spring."]
+I, J = [0, 1, 2, 1], [1, 0, 0, 2]
+
+
+def tiny_decoder(**overrides) -> LoadedModel:
+    """A random 2-layer decoder, 8 query heads of width 8, vocabulary 264 (the byte tokenizer's 259 ids and
+    5 never used, so that 4 and 8 devices divide it), weights scaled 3x so that ``p`` is far from 0.5."""
+    cfg = dict(vocab_size=264, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+               num_key_value_heads=8, head_dim=8, max_position_embeddings=4096, rope_theta=1e4,
+               tie_word_embeddings=False, model_type="llama")
+    cfg = LlamaConfig.from_hf({**cfg, **overrides})
+    lm = LoadedModel(LlamaModel(cfg, rngs=nnx.Rngs(1)), cfg, ByteTokenizer(), CHAT_TEMPLATE,
+                     f"tiny-{cfg.model_type}", "llama", Path("."), (EOS,), PAD)
+    return sharpen(lm, 3.0)
+
+
+def _check_shards(array, whole, axis, parts):
+    """Every device's shard is the NumPy slice of ``whole`` at its index, ``1/parts`` of ``axis``."""
+    assert len(array.addressable_shards) == 8
+    for shard in array.addressable_shards:
+        assert shard.data.shape[axis] == whole.shape[axis] // parts, (shard.data.shape, whole.shape, parts)
+        np.testing.assert_array_equal(np.asarray(shard.data), whole[shard.index])
+
+
+def multi_device_checks():
+    """Run with 8 CPU devices (see :func:`test_eight_devices`); raises on any failure."""
+    import warnings
+    warnings.simplefilter("ignore")                 # random tiny models: the label-mass warning
+    assert len(jax.devices()) == 8, jax.devices()
+    t = pairwise_template("summeval", "coherence")
+    cases = [({}, [(1, 8), (2, 4), (8, 1)]),                                    # multi-head: k/v split
+             ({"num_key_value_heads": 2}, [(2, 4)]),                           # GQA: k/v replicated
+             ({"model_type": "qwen2", "num_key_value_heads": 4, "tie_word_embeddings": True}, [(2, 4)])]
+    worst_p = worst_logp = 0.0
+    for overrides, shapes in cases:
+        lm = tiny_decoder(**overrides)
+        ref = PromptJudge(lm, t, batch_size=4).compare(CTX, CANDS, I, J)
+        assert np.ptp(ref.p) > 1e-3, ref.p                                    # the pairs really differ
+        weights = {n: np.asarray(a) for n, a in lm.model.weights().items()}
+        cfg = lm.config
+        for shape in shapes:
+            d, m = shape
+            mesh = jax.make_mesh(shape, ("data", "model"))
+            judge = PromptJudge(lm, t, batch_size=4, mesh=mesh)
+            res = judge.compare(CTX, CANDS, I, J)
+            worst_p = max(worst_p, float(np.abs(res.p - ref.p).max()))
+            worst_logp = max(worst_logp, float(np.abs(res.logits - ref.logits).max()))
+            np.testing.assert_allclose(res.p, ref.p, atol=P_TOL, err_msg=f"{overrides} {shape}")
+            np.testing.assert_allclose(res.logits, ref.logits, atol=LOGP_TOL, err_msg=f"{overrides} {shape}")
+            assert lm.model.wq[...].sharding.num_devices == 1                  # the model passed in is unchanged
+            w = judge.lm.model.weights()
+            _check_shards(w["wq"], weights["wq"], 1, m)                        # q_proj: 1/m of its columns
+            _check_shards(w["wo"], weights["wo"], 2, m)                        # o_proj: 1/m of its rows
+            _check_shards(w["w_gate"], weights["w_gate"], 1, m)
+            _check_shards(w["w_down"], weights["w_down"], 2, m)
+            kv = cfg.num_key_value_heads % m == 0
+            _check_shards(w["wk"], weights["wk"], 1, m if kv else 1)
+            _check_shards(w["embed"], weights["embed"], 0, 1)                  # replicated
+            if cfg.attention_bias:
+                _check_shards(w["bq"], weights["bq"], 1, m)
+            if "lm_head" in w:
+                _check_shards(w["lm_head"], weights["lm_head"], 0, m)
+            # the caches: prefix cache (batch 1) by heads; a batch of 8 rows by rows and heads
+            runner = judge.runner
+            ids = np.full((8, 16), 5, np.int32)
+            cache = runner.prefill(ids[:1], capacity=32)
+            assert cache.k.shape == (2, 1, 32, cfg.num_key_value_heads, 8)
+            for s in cache.k.addressable_shards:
+                assert s.data.shape == (2, 1, 32, cfg.num_key_value_heads // (m if kv else 1), 8)
+            rows = runner.rows(cache, np.zeros(8, np.int32))
+            out = runner.extend(rows, ids, update=True)
+            for s in out.cache.k.addressable_shards:
+                assert s.data.shape == (2, 8 // d, 32, cfg.num_key_value_heads // (m if kv else 1), 8)
+            for s in out.hidden.addressable_shards:
+                assert s.data.shape == (8 // d, 16, 64)
+    # the mixed-A path (several A caches in one batch, KVCache.rows) on the mesh too
+    lm = tiny_decoder()
+    ref = PromptJudge(lm, t, batch_size=4, batch_cost=10**6).compare(CTX, CANDS, I, J)
+    res = PromptJudge(lm, t, batch_size=4, batch_cost=10**6,
+                      mesh=jax.make_mesh((2, 4), ("data", "model"))).compare(CTX, CANDS, I, J)
+    np.testing.assert_allclose(res.p, ref.p, atol=P_TOL)
+    # a model axis that does not divide the heads: a clear error
+    with pytest.raises(ValueError, match="'model' has 3 devices.*num_attention_heads=8"):
+        PromptJudge(lm, t, mesh=jax.make_mesh((1, 3), ("data", "model"), devices=jax.devices()[:3]))
+    with pytest.raises(ValueError, match="'model' has 8 devices.*num_attention_heads=4"):
+        shard_model(tiny_decoder(num_attention_heads=4, num_key_value_heads=4, head_dim=16).model,
+                    jax.make_mesh((1, 8), ("data", "model")))
+    print(f"max |dp| {worst_p:.2e}, max |dlogp| {worst_logp:.2e}")
+    print("8 devices: OK")
+
+
+def test_eight_devices():
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip())
+    res = subprocess.run([sys.executable, "-c", "import test_sharded_judge as t; t.multi_device_checks()"],
+                         cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and "8 devices: OK" in res.stdout, res.stdout + res.stderr[-5000:]
+
+
+# --------------------------------------------------------------------- this process (its devices, one CPU)
+def test_mesh_errors_name_the_argument():
+    lm = tiny_decoder()
+    t = pairwise_template("summeval", "coherence")
+    with pytest.raises(ValueError, match="mesh must be a jax.sharding.Mesh"):
+        PromptJudge(lm, t, mesh=(2, 4))
+    with pytest.raises(ValueError, match="mesh has axes .*'x'"):
+        PromptJudge(lm, t, mesh=jax.make_mesh((1, 1), ("x", "model")))
+    import dataclasses
+    with pytest.raises(ValueError, match="T5 judge runs on one device"):
+        PromptJudge(dataclasses.replace(lm, architecture="t5"), t, mesh=jax.make_mesh((1, 1), ("data", "model")))
+
+
+def test_param_specs_split_heads_and_mlp():
+    """The specs by hand: q/k/v and gate/up split by output rows ([L, out, in]), o/down by input columns."""
+    cfg = LlamaConfig.from_hf(dict(vocab_size=264, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=2, head_dim=8,
+                                   tie_word_embeddings=False, model_type="qwen2"))
+    shapes = {"wq": (2, 64, 64), "wk": (2, 16, 64), "wo": (2, 64, 64), "w_gate": (2, 128, 64),
+              "w_down": (2, 64, 128), "bq": (2, 64), "bk": (2, 16), "embed": (264, 64), "lm_head": (264, 64),
+              "norm": (64,)}
+    shapes = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+
+    class FakeMesh:                 # param_specs reads only the axis sizes
+        axis_names, shape = ("data", "model"), {"data": 1, "model": 4}
+
+    s = param_specs(cfg, shapes, FakeMesh())
+    assert s["wq"] == P(None, "model", None) and s["wo"] == P(None, None, "model")
+    assert s["w_gate"] == P(None, "model", None) and s["w_down"] == P(None, None, "model")
+    assert s["bq"] == P(None, "model")
+    assert s["wk"] == P(None, None, None) and s["bk"] == P(None, None)       # 2 kv heads on 4 devices
+    assert s["embed"] == P(None, None) and s["norm"] == P(None)
+    assert s["lm_head"] == P("model", None)                                      # 264 = 66 * 4
+    FakeMesh.shape = {"data": 1, "model": 2}
+    s = param_specs(cfg, shapes, FakeMesh())
+    assert s["wk"] == P(None, "model", None) and s["bk"] == P(None, "model")
+    FakeMesh.shape = {"data": 8, "model": 1}
+    assert all(all(a is None for a in spec) for spec in param_specs(cfg, shapes, FakeMesh()).values())
+
+
+def test_batch_sizes_round_up_to_the_data_axis():
+    assert batch_sizes(8, 1) == (1, 2, 4, 8)
+    assert batch_sizes(8, 2) == (2, 4, 8) and batch_sizes(8, 8) == (8,) and batch_sizes(5, 2) == (2, 4, 6)
+    for n in range(1, 12):
+        plan = plan_batches(list(range(n)), 4, multiple=2)
+        assert [s for s, _, _ in plan] == [0] + [e for _, e, _ in plan][:-1] and plan[-1][1] == n
+        assert all(b % 2 == 0 and e - s <= min(b, 4) for s, e, b in plan)
+    with pytest.raises(ValueError, match="multiple"):
+        batch_sizes(4, 0)
