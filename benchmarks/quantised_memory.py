@@ -207,13 +207,13 @@ def speed(rep: Report, args):
         import llama_cpp
 
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(512, t + 8), n_batch=max(512, t + 8),
-                              n_threads=2, n_threads_batch=2, logits_all=False, verbose=False)
+                              n_ubatch=512, n_threads=2, n_threads_batch=2, logits_all=False, verbose=False)
 
-        def cpp():
+        def cpp():          # the whole prompt from an empty cache; the last token's logits (the only row computed)
             llm.reset()
             llm.eval(ids)
-            row = np.asarray(llm.scores[llm.n_tokens - 1])
-            return row[labels]
+            row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+            return np.ctypeslib.as_array(row, shape=(llm.n_vocab(),))[labels].astype(np.float64)
         outs["llama.cpp (Q4_1 kernels), batch 1"] = cpp()
         fns["llama.cpp (Q4_1 kernels), batch 1"] = cpp
         lc = getattr(llama_cpp, "__version__", "?")

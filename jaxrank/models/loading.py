@@ -279,7 +279,8 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
 def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float") -> LoadedModel:
     meta, gts = gguf.read_gguf(p)
     cfg = gguf.gguf_config(meta, [t.name for t in gts])
-    tensors = gguf.gguf_tensors(gts, cfg, keep_quantised=weights == "quantised")
+    tensors = (gguf.gguf_tensors(gts, cfg, keep_quantised=True) if weights == "quantised"
+               else gguf.gguf_tensors(gts, cfg))
     try:
         model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype)
     except ValueError as e:
