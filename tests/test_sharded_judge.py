@@ -29,7 +29,7 @@ from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import pairwise_template
 from jaxrank.models.llama import LlamaConfig, LlamaModel
 from jaxrank.models.loading import LoadedModel
-from jaxrank.models.partition import param_specs, shard_model
+from jaxrank.models.partition import param_specs, shard_model, shard_params
 from tiny_lm import CHAT_TEMPLATE, EOS, PAD, ByteTokenizer, sharpen
 
 P_TOL, LOGP_TOL = 2e-6, 1e-5
@@ -59,70 +59,73 @@ def _check_shards(array, whole, axis, parts):
         np.testing.assert_array_equal(np.asarray(shard.data), whole[shard.index])
 
 
+def _check_judge(lm, judge, ref, what):
+    res = judge.compare(CTX, CANDS, I, J)
+    np.testing.assert_allclose(res.p, ref.p, atol=P_TOL, err_msg=what)
+    np.testing.assert_allclose(res.logits, ref.logits, atol=LOGP_TOL, err_msg=what)
+    assert lm.model.wq[...].sharding.num_devices == 1                          # the model passed in is unchanged
+    return float(np.abs(res.p - ref.p).max()), float(np.abs(res.logits - ref.logits).max())
+
+
+def _check_weights_and_cache(lm, judge, d, m):
+    """Each device holds 1/m of the split weights, and the caches are split by heads and rows."""
+    cfg, w = lm.config, judge.lm.model.weights()
+    weights = {n: np.asarray(a) for n, a in lm.model.weights().items()}
+    kv = m if cfg.num_key_value_heads % m == 0 else 1              # fewer kv heads than devices: replicated
+    _check_shards(w["wq"], weights["wq"], 1, m)                    # q_proj: 1/m of its columns (whole heads)
+    _check_shards(w["wo"], weights["wo"], 2, m)                    # o_proj: 1/m of its rows
+    _check_shards(w["w_gate"], weights["w_gate"], 1, m)
+    _check_shards(w["w_down"], weights["w_down"], 2, m)
+    _check_shards(w["wk"], weights["wk"], 1, kv)
+    _check_shards(w["embed"], weights["embed"], 0, 1)              # replicated
+    if cfg.attention_bias:
+        _check_shards(w["bq"], weights["bq"], 1, m)
+        _check_shards(w["bv"], weights["bv"], 1, kv)
+    if "lm_head" in w:
+        _check_shards(w["lm_head"], weights["lm_head"], 0, m)      # split over the vocabulary
+    runner, hkv = judge.runner, cfg.num_key_value_heads
+    ids = np.full((8, 16), 5, np.int32)
+    cache = runner.prefill(ids[:1], capacity=32)                   # a prefix: batch 1, replicated over "data"
+    assert {s.data.shape for s in cache.k.addressable_shards} == {(2, 1, 32, hkv // kv, 8)}
+    out = runner.extend(runner.rows(cache, np.zeros(8, np.int32)), ids, update=True)
+    assert {s.data.shape for s in out.cache.k.addressable_shards} == {(2, 8 // d, 32, hkv // kv, 8)}
+    assert {s.data.shape for s in out.hidden.addressable_shards} == {(8 // d, 16, 64)}
+
+
 def multi_device_checks():
     """Run with 8 CPU devices (see :func:`test_eight_devices`); raises on any failure."""
     import warnings
     warnings.simplefilter("ignore")                 # random tiny models: the label-mass warning
     assert len(jax.devices()) == 8, jax.devices()
     t = pairwise_template("summeval", "coherence")
-    cases = [({}, [(1, 8), (2, 4), (8, 1)]),                                    # multi-head: k/v split
-             ({"num_key_value_heads": 2}, [(2, 4)]),                           # GQA: k/v replicated
-             ({"model_type": "qwen2", "num_key_value_heads": 4, "tie_word_embeddings": True}, [(2, 4)])]
-    worst_p = worst_logp = 0.0
-    for overrides, shapes in cases:
-        lm = tiny_decoder(**overrides)
-        ref = PromptJudge(lm, t, batch_size=4).compare(CTX, CANDS, I, J)
-        assert np.ptp(ref.p) > 1e-3, ref.p                                    # the pairs really differ
-        weights = {n: np.asarray(a) for n, a in lm.model.weights().items()}
-        cfg = lm.config
-        for shape in shapes:
-            d, m = shape
-            mesh = jax.make_mesh(shape, ("data", "model"))
-            judge = PromptJudge(lm, t, batch_size=4, mesh=mesh)
-            res = judge.compare(CTX, CANDS, I, J)
-            worst_p = max(worst_p, float(np.abs(res.p - ref.p).max()))
-            worst_logp = max(worst_logp, float(np.abs(res.logits - ref.logits).max()))
-            np.testing.assert_allclose(res.p, ref.p, atol=P_TOL, err_msg=f"{overrides} {shape}")
-            np.testing.assert_allclose(res.logits, ref.logits, atol=LOGP_TOL, err_msg=f"{overrides} {shape}")
-            assert lm.model.wq[...].sharding.num_devices == 1                  # the model passed in is unchanged
-            w = judge.lm.model.weights()
-            _check_shards(w["wq"], weights["wq"], 1, m)                        # q_proj: 1/m of its columns
-            _check_shards(w["wo"], weights["wo"], 2, m)                        # o_proj: 1/m of its rows
-            _check_shards(w["w_gate"], weights["w_gate"], 1, m)
-            _check_shards(w["w_down"], weights["w_down"], 2, m)
-            kv = cfg.num_key_value_heads % m == 0
-            _check_shards(w["wk"], weights["wk"], 1, m if kv else 1)
-            _check_shards(w["embed"], weights["embed"], 0, 1)                  # replicated
-            if cfg.attention_bias:
-                _check_shards(w["bq"], weights["bq"], 1, m)
-            if "lm_head" in w:
-                _check_shards(w["lm_head"], weights["lm_head"], 0, m)
-            # the caches: prefix cache (batch 1) by heads; a batch of 8 rows by rows and heads
-            runner = judge.runner
-            ids = np.full((8, 16), 5, np.int32)
-            cache = runner.prefill(ids[:1], capacity=32)
-            assert cache.k.shape == (2, 1, 32, cfg.num_key_value_heads, 8)
-            for s in cache.k.addressable_shards:
-                assert s.data.shape == (2, 1, 32, cfg.num_key_value_heads // (m if kv else 1), 8)
-            rows = runner.rows(cache, np.zeros(8, np.int32))
-            out = runner.extend(rows, ids, update=True)
-            for s in out.cache.k.addressable_shards:
-                assert s.data.shape == (2, 8 // d, 32, cfg.num_key_value_heads // (m if kv else 1), 8)
-            for s in out.hidden.addressable_shards:
-                assert s.data.shape == (8 // d, 16, 64)
-    # the mixed-A path (several A caches in one batch, KVCache.rows) on the mesh too
+    mesh = lambda d, m: jax.make_mesh((d, m), ("data", "model"))
+    errors = []
+    # multi-head Llama: k/v heads split on every model axis; the mixed-A path (KVCache.rows) on (2, 4)
     lm = tiny_decoder()
-    ref = PromptJudge(lm, t, batch_size=4, batch_cost=10**6).compare(CTX, CANDS, I, J)
-    res = PromptJudge(lm, t, batch_size=4, batch_cost=10**6,
-                      mesh=jax.make_mesh((2, 4), ("data", "model"))).compare(CTX, CANDS, I, J)
-    np.testing.assert_allclose(res.p, ref.p, atol=P_TOL)
+    ref = PromptJudge(lm, t, batch_size=4).compare(CTX, CANDS, I, J)
+    assert np.ptp(ref.p) > 1e-3, ref.p                                          # the pairs really differ
+    for d, m, cost in ((1, 8, 0), (2, 4, 10**6), (8, 1, 0)):
+        judge = PromptJudge(lm, t, batch_size=4, batch_cost=cost, mesh=mesh(d, m))
+        errors.append(_check_judge(lm, judge, ref, f"llama {(d, m)}"))
+        if (d, m) == (2, 4):
+            _check_weights_and_cache(lm, judge, d, m)
+    # Qwen2 (q/k/v biases, tied embeddings) with 2 key/value heads on 4 model devices: k/v replicated
+    lm = tiny_decoder(model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True)
+    assert lm.config.attention_bias
+    ref = PromptJudge(lm, t, batch_size=4).compare(CTX, CANDS, I, J)
+    judge = PromptJudge(lm, t, batch_size=4, mesh=mesh(2, 4))
+    errors.append(_check_judge(lm, judge, ref, "qwen2 GQA (2, 4)"))
+    _check_weights_and_cache(lm, judge, 2, 4)
+    # host parameters placed straight onto their shards keep them in a model built from them
+    built = LlamaModel(lm.config, params=shard_params(lm.config, {n: np.asarray(a) for n, a in
+                                                                  lm.model.weights().items()}, mesh(2, 4)))
+    assert built.wq[...].sharding.spec == P(None, "model", None) and built.wk[...].sharding.spec == P(None, None, None)
     # a model axis that does not divide the heads: a clear error
     with pytest.raises(ValueError, match="'model' has 3 devices.*num_attention_heads=8"):
         PromptJudge(lm, t, mesh=jax.make_mesh((1, 3), ("data", "model"), devices=jax.devices()[:3]))
     with pytest.raises(ValueError, match="'model' has 8 devices.*num_attention_heads=4"):
-        shard_model(tiny_decoder(num_attention_heads=4, num_key_value_heads=4, head_dim=16).model,
-                    jax.make_mesh((1, 8), ("data", "model")))
-    print(f"max |dp| {worst_p:.2e}, max |dlogp| {worst_logp:.2e}")
+        shard_model(tiny_decoder(num_attention_heads=4, num_key_value_heads=4, head_dim=16).model, mesh(1, 8))
+    print(f"max |dp| {max(e[0] for e in errors):.2e}, max |dlogp| {max(e[1] for e in errors):.2e}")
     print("8 devices: OK")
 
 
@@ -132,6 +135,7 @@ def test_eight_devices():
     res = subprocess.run([sys.executable, "-c", "import test_sharded_judge as t; t.multi_device_checks()"],
                          cwd=Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and "8 devices: OK" in res.stdout, res.stdout + res.stderr[-5000:]
+    print(res.stdout)
 
 
 # --------------------------------------------------------------------- this process (its devices, one CPU)

@@ -215,15 +215,14 @@ class PromptJudge:
             raise ValueError(f"cache_dtype must be 'auto', None or a dtype, got {cache_dtype!r}") from e
         if self.cache_dtype is not None and not jnp.issubdtype(self.cache_dtype, jnp.floating):
             raise ValueError(f"cache_dtype must be a floating dtype, got {self.cache_dtype}")
-        self.mesh = None
-        self.runner = model.model                   # what the forward passes call (_forward.read_decoder)
+        self.mesh, self._sharded = None, None
         if mesh is not None:
             if model.architecture == "t5":
                 raise ValueError("mesh= shards decoder (Llama-family) judges; a T5 judge runs on one device "
                                  "(mesh=None)")
             sharded = shard_model(model.model, mesh)
             model = dataclasses.replace(model, model=sharded.model)     # same fingerprint, weights on the mesh
-            self.mesh, self.runner = sharded.mesh, sharded
+            self.mesh, self._sharded = sharded.mesh, sharded
         self.lm = model
         self.decoder = model.architecture != "t5"
         self.chat = bool(model.chat_template) if chat is None else bool(chat)
@@ -258,6 +257,12 @@ class PromptJudge:
         else:      # T5 reads the decoder's first token: the first differing token (checked by _label_tokens)
             self.reading = LabelContinuations(((int(self._label_ids[0]),), (int(self._label_ids[1]),)),
                                               tuple(template.labels))
+
+    @property
+    def runner(self):
+        """What the forward passes call (``prefill``, ``extend``, ``logits_at``): the model, or on a mesh its
+        :class:`~jaxrank.models.partition.ShardedLlama` (caches and batches pinned to their shardings)."""
+        return self.lm.model if self._sharded is None else self._sharded
 
     # ------------------------------------------------------------------ naming
     @property
