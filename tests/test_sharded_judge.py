@@ -13,7 +13,9 @@ up to 4.8e-7 and 1.9e-6). The weights' shards are compared with NumPy slices of 
 holds its ``1/m`` of q_proj's columns), and the cache's shards with its heads and rows.
 """
 
+import collections
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +92,15 @@ def _check_weights_and_cache(lm, judge, d, m):
     out = runner.extend(runner.rows(cache, np.zeros(8, np.int32)), ids, update=True)
     assert {s.data.shape for s in out.cache.k.addressable_shards} == {(2, 8 // d, 32, hkv // kv, 8)}
     assert {s.data.shape for s in out.hidden.addressable_shards} == {(8 // d, 16, 64)}
+    return cache, ids
+
+
+def _collectives(runner, cache, ids):
+    """The collectives of the compiled ``extend`` (its layer scan's body once): ``{(op, shape): count}``."""
+    hlo = runner._extend.lower(nnx.state(runner.model), cache, runner.place(ids), runner.place(ids > 0),
+                               update=False).compile().as_text()
+    found = re.findall(r"= (\S+?)\{[^}]*\} (all-reduce|all-gather|all-to-all|reduce-scatter)\(", hlo)
+    return collections.Counter((op, shape) for shape, op in found)
 
 
 def multi_device_checks():
@@ -108,7 +119,13 @@ def multi_device_checks():
         judge = PromptJudge(lm, t, batch_size=4, batch_cost=cost, mesh=mesh(d, m))
         errors.append(_check_judge(lm, judge, ref, f"llama {(d, m)}"))
         if (d, m) == (2, 4):
-            _check_weights_and_cache(lm, judge, d, m)
+            cache, ids = _check_weights_and_cache(lm, judge, d, m)
+            # Megatron's layer: one all-reduce of the [B/d, T, D] activations after the attention's output
+            # projection and one after the MLP's down projection (the rest: the last rows' [B/d, D] states);
+            # nothing is gathered (no weight travels)
+            found = _collectives(judge.runner, cache, ids)
+            assert found[("all-reduce", "f32[4,16,64]")] == 2 and found.total() <= 3, found
+            assert not any(op == "all-gather" for op, _ in found), found
     # Qwen2 (q/k/v biases, tied embeddings) with 2 key/value heads on 4 model devices: k/v replicated
     lm = tiny_decoder(model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True)
     assert lm.config.attention_bias
