@@ -24,6 +24,8 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
 from jaxrank.judges._buckets import batch_sizes, plan_batches
@@ -204,3 +206,37 @@ def test_batch_sizes_round_up_to_the_data_axis():
         assert all(b % 2 == 0 and e - s <= min(b, 4) for s, e, b in plan)
     with pytest.raises(ValueError, match="multiple"):
         batch_sizes(4, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(heads=st.integers(1, 16), group=st.sampled_from([1, 2, 4]), head_dim=st.sampled_from([2, 4, 8]),
+       ffn=st.integers(1, 64), vocab=st.integers(8, 80), m=st.sampled_from([1, 2, 3, 4, 8]), tied=st.booleans())
+def test_param_specs_split_whole_heads_or_refuse(heads, group, head_dim, ffn, vocab, m, tied):
+    """For any config and model axis: a ValueError exactly when ``m`` does not divide the query heads or the MLP
+    width; else every split dimension splits into ``m`` whole heads (or whole MLP columns, vocabulary rows), and
+    keys/values are split exactly when ``m`` divides their heads."""
+    kv = max(1, heads // group) if heads % group == 0 else heads
+    cfg = LlamaConfig.from_hf(dict(vocab_size=vocab, hidden_size=16, intermediate_size=ffn, num_hidden_layers=2,
+                                   num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+                                   tie_word_embeddings=tied, model_type="qwen2"))
+    shapes = {"wq": (2, heads * head_dim, 16), "wk": (2, kv * head_dim, 16), "bv": (2, kv * head_dim),
+              "wo": (2, 16, heads * head_dim), "w_up": (2, ffn, 16), "w_down": (2, 16, ffn), "embed": (vocab, 16)}
+    if not tied:
+        shapes["lm_head"] = (vocab, 16)
+
+    class FakeMesh:
+        axis_names, shape = ("data", "model"), {"data": 1, "model": m}
+
+    if m > 1 and (heads % m or ffn % m):
+        with pytest.raises(ValueError, match="mesh axis 'model' has"):
+            param_specs(cfg, shapes, FakeMesh())
+        return
+    specs = param_specs(cfg, shapes, FakeMesh())
+    for name, shape in shapes.items():
+        split = [d for d, a in enumerate(specs[name]) if a == "model"]
+        assert len(specs[name]) == len(shape) and len(split) <= 1
+        want = {"wq": m > 1, "wo": m > 1, "w_up": m > 1, "w_down": m > 1, "embed": False,
+                "wk": m > 1 and kv % m == 0, "bv": m > 1 and kv % m == 0, "lm_head": m > 1 and vocab % m == 0}
+        assert bool(split) == want[name], (name, specs[name])
+        if split and name in ("wq", "wo", "wk", "bv"):
+            assert (shape[split[0]] // m) % head_dim == 0                      # whole heads per device
