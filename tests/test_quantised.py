@@ -28,14 +28,14 @@ _F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2]
 DATA = Path(os.environ.get("JAXRANK_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-def _random_blocks(name, rows, n_blocks, seed):
+def _random_blocks(name, rows, n_blocks, seed, scale=0.05):
     """Random bytes for every field (all codes and sub-block scales occur), finite float16 scales."""
     qt = GGMLQuantizationType[name]
     block, size = GGML_QUANT_SIZES[qt]
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, (rows, n_blocks, size), dtype=np.uint8)
     for at in _F16_AT[name]:
-        raw[..., at:at + 2] = rng.normal(0, 0.05, (rows, n_blocks)).astype(np.float16)[..., None].view(np.uint8)
+        raw[..., at:at + 2] = rng.normal(0, scale, (rows, n_blocks)).astype(np.float16)[..., None].view(np.uint8)
     return raw.reshape(rows, -1), qt, (rows, n_blocks * block)
 
 
@@ -111,6 +111,37 @@ def test_quantised_matmul_equals_dequantised_product_under_jit(name, chunk, monk
     np.testing.assert_allclose(np.asarray(g), gw, rtol=1e-5, atol=1e-5 * np.abs(gw).max())
 
 
+def test_full_vocabulary_projection_and_generation_with_quantised_weights(monkeypatch):
+    """A tiny random Llama whose matrices are Q8_0 blocks: full logits (the lm_head in chunks of rows) and
+    greedy generation equal the same model with the reference-dequantised float32 weights."""
+    from jaxrank.models.llama import LlamaConfig, LlamaModel, generate
+
+    monkeypatch.setattr(_quant, "CHUNK", 64 * 32)
+    cfg = LlamaConfig.from_hf(dict(model_type="llama", vocab_size=96, hidden_size=64, intermediate_size=96,
+                                   num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                   tie_word_embeddings=False))
+    base = LlamaModel(cfg).weights()
+    qp, fp = {}, {}
+    for k, (n, v) in enumerate(base.items()):
+        v = np.asarray(v)
+        if n.endswith("norm") or v.shape[-1] % 32:
+            qp[n] = fp[n] = v
+            continue
+        layers = [_random_blocks("Q8_0", v.shape[-2], v.shape[-1] // 32, 100 * k + i, scale=3e-4)
+                  for i in range(v.shape[0] if v.ndim == 3 else 1)]
+        ws = [_quant.decode_gguf(*b) for b in layers]
+        refs = [_reference(*b) for b in layers]
+        qp[n] = _quant.stack(ws) if v.ndim == 3 else _quant.to_device(ws[0])
+        fp[n] = np.stack(refs) if v.ndim == 3 else refs[0]
+    q, f = LlamaModel(cfg, params=qp), LlamaModel(cfg, params=fp)
+    assert q.quantised and not f.quantised
+    ids = jnp.asarray([[3, 17, 40, 5, 88]])
+    np.testing.assert_allclose(np.asarray(q(ids)), np.asarray(f(ids)), rtol=1e-5, atol=1e-5)
+    gq = generate(q, ids, max_new_tokens=4)
+    gf = generate(f, ids, max_new_tokens=4)
+    np.testing.assert_array_equal(np.asarray(gq.tokens), np.asarray(gf.tokens))
+
+
 def test_embedding_of_a_quantised_table_with_learnt_vectors():
     raw, qt, shape = _random_blocks("Q8_0", 10, 2, 6)
     w = {"embed": _quant.to_device(_quant.decode_gguf(raw, qt, shape))}
@@ -132,9 +163,11 @@ def _load_or_skip(name, **kw):
         pytest.skip(str(e))
 
 
-P_TOL = 1e-3
-"""Largest |p(A) quantised - p(A) float32| allowed; the measured difference on SmolLM2 is ~1e-7 (the same
-float32 weights, multiplied in a different order only where a matrix is split in chunks)."""
+P_TOL = 1e-4
+"""Largest |p(A) quantised - p(A) float32| allowed. Measured: 0 (bit-identical p and label log-probabilities)
+for six SummEval comparisons on SmolLM2 and on Qwen2.5-Coder-0.5B (mixed Q4_K/Q6_K/Q5_0/Q8_0 layers): the
+dequantisation is exact and chunks split output rows, never a sum; up to 3e-6 in the label logits of a
+batch of 4 in ``benchmarks/results/quantised_memory.md`` (another product kernel)."""
 
 
 def test_real_gguf_judge_quantised_agrees_with_float32():
@@ -166,4 +199,5 @@ def test_real_gguf_judge_quantised_agrees_with_float32():
         res[key] = judge.compare(ctx, cands, i, j)
     dp = np.abs(np.asarray(res["q"].p) - np.asarray(res["f"].p))
     assert dp.max() <= P_TOL, dp
-    np.testing.assert_allclose(res["q"].logits, res["f"].logits, atol=1e-3)
+    np.testing.assert_allclose(res["q"].logits, res["f"].logits, atol=1e-4)
+    np.testing.assert_allclose(res["q"].label_mass, res["f"].label_mass, rtol=1e-4)

@@ -306,8 +306,10 @@ def _project(w, hidden, positions, token_ids, softcap=None):
         hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1).reshape(
             positions.shape + hidden.shape[-1:])
     table = w["lm_head"] if "lm_head" in w else w["embed"]
-    if isinstance(table, QuantisedWeight):      # only the rows scored are dequantised
-        table = table.dequantise() if token_ids is None else _quant_rows(table, token_ids)
+    if isinstance(table, QuantisedWeight):      # only the rows scored; all of them in chunks of rows
+        if token_ids is None:
+            return _softcap(_quant_matmul(hidden.astype(jnp.float32), table), softcap)
+        table = _quant_rows(table, token_ids)
     elif token_ids is not None:
         table = jnp.take(table, token_ids, axis=0)
     return _softcap(jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32), softcap)
