@@ -201,3 +201,52 @@ def test_real_gguf_judge_quantised_agrees_with_float32():
     assert dp.max() <= P_TOL, dp
     np.testing.assert_allclose(res["q"].logits, res["f"].logits, atol=1e-4)
     np.testing.assert_allclose(res["q"].label_mass, res["f"].label_mass, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "phi3"])
+def test_safetensors_checkpoint_quantised_to_int8_on_load(tmp_path, model_type):
+    """``weights="quantised"`` on a safetensors folder: the linear weights and the embedding held as int8
+    with one scale a row; the logits equal a float32 model loaded from the same weights rounded by NumPy
+    (``round(w / d) * d``, ``d = max|w[o]| / 127``), Phi-3's fused qkv / gate_up rows split after rounding."""
+    from safetensors.numpy import save_file
+
+    from jaxrank.models import load_model
+
+    cfg = dict(model_type=model_type, vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    rng = np.random.default_rng(0)
+    d_, f_, hq, hk = 32, 48, 32, 16
+    t = {"model.embed_tokens.weight": rng.normal(0, 0.2, (64, d_)), "lm_head.weight": rng.normal(0, 0.2, (64, d_)),
+         "model.norm.weight": 1 + rng.normal(0, 0.1, d_)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": np.ones(d_), p + "post_attention_layernorm.weight": np.ones(d_),
+                  p + "self_attn.o_proj.weight": rng.normal(0, 0.2, (d_, hq)),
+                  p + "mlp.down_proj.weight": rng.normal(0, 0.2, (d_, f_))})
+        if model_type == "phi3":
+            t.update({p + "self_attn.qkv_proj.weight": rng.normal(0, 0.2, (hq + 2 * hk, d_)),
+                      p + "mlp.gate_up_proj.weight": rng.normal(0, 0.2, (2 * f_, d_))})
+        else:
+            t.update({p + "self_attn.q_proj.weight": rng.normal(0, 0.2, (hq, d_)),
+                      p + "self_attn.k_proj.weight": rng.normal(0, 0.2, (hk, d_)),
+                      p + "self_attn.v_proj.weight": rng.normal(0, 0.2, (hk, d_)),
+                      p + "mlp.gate_proj.weight": rng.normal(0, 0.2, (f_, d_)),
+                      p + "mlp.up_proj.weight": rng.normal(0, 0.2, (f_, d_))})
+    t = {k: v.astype(np.float32) for k, v in t.items()}
+    rounded = {}
+    for k, v in t.items():
+        if k.endswith(("_proj.weight", "lm_head.weight", "embed_tokens.weight")):
+            d = np.abs(v).max(1, keepdims=True) / 127
+            v = (np.rint(v / d) * d).astype(np.float32)
+        rounded[k] = v
+    for name, tensors in (("q", t), ("r", rounded)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        save_file(tensors, str(tmp_path / name / "model.safetensors"))
+    q = load_model(tmp_path / "q", weights="quantised", tokenizer=False)
+    r = load_model(tmp_path / "r", tokenizer=False)
+    assert q.model.quantised and q.model.weights()["wq"].lo.dtype == jnp.int8
+    ids = jnp.asarray([[1, 5, 9, 60, 2]])
+    np.testing.assert_allclose(np.asarray(q.model(ids)), np.asarray(r.model(ids)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        load_model(tmp_path / "q", weights="int4")
