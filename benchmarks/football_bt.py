@@ -1,4 +1,4 @@
-"""Maximum-likelihood Bradley-Terry on the real football results, counts given: jaxrank against evalica.
+"""Maximum-likelihood Bradley-Terry on the real football results, counts given and raw match rows: jaxrank against evalica.
 
 The men's international results of ``shared/data`` (49,520 matches, 337 teams;
 home team in position A, a draw half a win each way, no home advantage) are
