@@ -32,8 +32,10 @@ partitioner (GSPMD) inserts the communication.
 Grouped-query attention with fewer key/value heads than devices on ``"model"``
 (``num_key_value_heads % m != 0``): the key/value projections and the cache
 are replicated over ``"model"`` (each device keeps every key/value head and its
-own query heads). The input embedding and the norms are replicated; the output
-embedding (``lm_head``) is split over the vocabulary when ``m`` divides it.
+own query heads). The input and output embeddings (``embed``, ``lm_head``) are
+split over their vocabulary rows when ``m`` divides the vocabulary (Megatron's
+vocabulary-parallel embedding: one more all-reduce after the lookup); the
+norms are replicated.
 """
 
 from __future__ import annotations
@@ -60,9 +62,9 @@ MODEL_AXIS = "model"
 # parameter name -> (the axis of the stacked [L, ...] array split over "model", kind of split)
 _SPLIT = {"wq": (1, "q"), "bq": (1, "q"), "wk": (1, "kv"), "wv": (1, "kv"), "bk": (1, "kv"), "bv": (1, "kv"),
           "wo": (2, "q"), "w_gate": (1, "mlp"), "w_up": (1, "mlp"), "b_gate": (1, "mlp"), "b_up": (1, "mlp"),
-          "w_down": (2, "mlp"), "lm_head": (0, "vocab")}
+          "w_down": (2, "mlp"), "lm_head": (0, "vocab"), "embed": (0, "vocab")}
 _NDIM = {"wq": 3, "wk": 3, "wv": 3, "wo": 3, "w_gate": 3, "w_up": 3, "w_down": 3, "bq": 2, "bk": 2, "bv": 2,
-         "b_gate": 2, "b_up": 2, "lm_head": 2}
+         "b_gate": 2, "b_up": 2, "lm_head": 2, "embed": 2}
 
 
 def gspmd_mesh(mesh: Mesh, *, data_axis: str = DATA_AXIS, model_axis: str = MODEL_AXIS) -> Mesh:
@@ -113,9 +115,10 @@ def param_specs(config: LlamaConfig, params: Mapping[str, Any], mesh: Mesh, *,
     ``[L, D, H*Dh]`` its input columns; gate/up ``[L, F, D]`` their rows, down
     ``[L, D, F]`` its columns; the q/k/v and gate/up biases follow their
     matrices. Keys and values are replicated when ``m`` does not divide
-    ``num_key_value_heads`` (:func:`kv_heads_split`), ``lm_head`` ``[V, D]`` is
-    split over its vocabulary rows when ``m`` divides ``V``, everything else
-    (embeddings, norms, the down/output biases, names not known here) is replicated.
+    ``num_key_value_heads`` (:func:`kv_heads_split`); ``embed`` and ``lm_head``
+    ``[V, D]`` are split over their vocabulary rows when ``m`` divides ``V``;
+    everything else (norms, the down/output biases, names not known here) is
+    replicated.
 
     Args:
         config: the model's config.
@@ -226,8 +229,7 @@ class ShardedLlama:
         for n, a in weights.items():
             getattr(self.model, n).set_value(jax.device_put(a, shardings[n]))
         self._graphdef = graphdef
-        self._vocab_split = (self.model_size > 1 and "lm_head" in weights
-                             and self.config.vocab_size % self.model_size == 0)
+        self._vocab_split = self.model_size > 1 and self.config.vocab_size % self.model_size == 0
         self._prefill = jax.jit(self._prefill_fn, static_argnames=("capacity", "cache_dtype"))
         self._extend = jax.jit(self._extend_fn, static_argnames=("update",))
         self._logits = jax.jit(self._logits_fn)
@@ -296,7 +298,7 @@ class ShardedLlama:
 
     def logits_at(self, hidden: jax.Array, positions=None) -> jax.Array:
         """:meth:`LlamaModel.logits_at` over the whole vocabulary, rows over the data axis (and the vocabulary
-        over the model axis where ``lm_head`` is split)."""
+        over the model axis where the output embedding is split)."""
         pos = None if positions is None else self.place(np.asarray(positions, np.int32))
         return self._logits(nnx.state(self.model), hidden, pos)
 
