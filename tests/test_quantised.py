@@ -73,9 +73,22 @@ def test_layers_of_mixed_formats_stack_exactly():
         blocks = [_random_blocks(n, 3, 256 // GGML_QUANT_SIZES[GGMLQuantizationType[n]][0], k)
                   for k, n in enumerate(names)]
         stacked = _quant.stack([_quant.decode_gguf(*b) for b in blocks])
-        got = np.asarray(stacked.dequantise())
-        for k, b in enumerate(blocks):
-            np.testing.assert_array_equal(got[k], _reference(*b), err_msg=str(names))
+        lazily = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b) for b in blocks])   # one layer at a time
+        for got in (np.asarray(stacked.dequantise()), np.asarray(lazily.dequantise())):
+            for k, b in enumerate(blocks):
+                np.testing.assert_array_equal(got[k], _reference(*b), err_msg=str(names))
+    same = [_random_blocks("Q5_K", 3, 1, k) for k in range(3)]
+    got = np.asarray(_quant.stack_layers([lambda b=b: _quant.decode_gguf(*b) for b in same]).dequantise())
+    for k, b in enumerate(same):
+        np.testing.assert_array_equal(got[k], _reference(*b))
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q4_1"])
+def test_large_tensors_decode_in_chunks_of_rows(name, monkeypatch):
+    monkeypatch.setattr(_quant, "DECODE_ROWS", 2)
+    raw, qt, shape = _random_blocks(name, 7, 1, 11)
+    np.testing.assert_array_equal(np.asarray(_quant.decode_gguf(raw, qt, shape).dequantise()),
+                                  _reference(raw, qt, shape))
 
 
 @settings(max_examples=10, deadline=None)

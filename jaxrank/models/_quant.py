@@ -27,6 +27,7 @@ array; :func:`matmul` and :func:`take_rows` are what the decoder calls.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -213,13 +214,28 @@ def _scale_min_k4(sc12):
     return sc, mn
 
 
+DECODE_ROWS = 8192
+"""Rows decoded at a time (the NumPy temporaries of one chunk, not of a whole 150k-row embedding)."""
+
+
 def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
     """A GGUF tensor's blocks (``raw uint8 [rows, row bytes]``) repacked as a NumPy-backed
-    :class:`QuantisedWeight` of ``shape [rows, n]``.
+    :class:`QuantisedWeight` of ``shape [rows, n]``, :data:`DECODE_ROWS` rows at a time.
 
     Raises:
         ValueError: a ``qtype`` not in :data:`GGUF_QTYPES`.
     """
+    if len(shape) != 2 or shape[0] <= DECODE_ROWS:
+        return _decode(raw, qtype, shape)
+    r = np.asarray(raw).reshape(shape[0], -1)
+    parts = [_decode(r[i:i + DECODE_ROWS], qtype, (min(DECODE_ROWS, shape[0] - i), shape[1]))
+             for i in range(0, shape[0], DECODE_ROWS)]
+    first = parts[0]
+    return QuantisedWeight(*(None if getattr(first, f) is None else
+                             np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS), first.bits, first.zp)
+
+
+def _decode(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
     name = next((k for k, v in GGUF_QTYPES.items() if v == int(qtype)), None)
     if name is None:
         raise ValueError(f"qtype {qtype} cannot be kept quantised; supported: {', '.join(GGUF_QTYPES)}")
@@ -252,7 +268,8 @@ def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> Quantise
         bits = 4
         if name == "Q5_K":
             qh = b[..., 16:48]                                         # [rows, blocks, 32]
-            bit = (qh[..., None, None, :] >> (2 * np.arange(4)[:, None, None] + np.arange(2)[None, :, None])) & 1
+            shift = (2 * np.arange(4)[:, None, None] + np.arange(2)[None, :, None]).astype(np.uint8)
+            bit = (qh[..., None, None, :] >> shift) & 1
             q = q | (bit.astype(np.uint8) << 4)
             bits = 5
         q, zp = q.reshape(rows, n), 0
@@ -261,7 +278,8 @@ def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> Quantise
         ql, qh = b[..., 0:128].reshape(rows, -1, 2, 2, 32), b[..., 128:192].reshape(rows, -1, 2, 32)
         sc, d = b[..., 192:208].view(np.int8), _f16(b, 208)
         lo = np.stack([ql & 15, ql >> 4], 3)                           # [rows, blocks, half, 2(nib), 2(l/l+32), 32]
-        hi = (qh[..., None, None, :] >> (2 * (2 * np.arange(2)[:, None, None] + np.arange(2)[None, :, None]))) & 3
+        shift = (2 * (2 * np.arange(2)[:, None, None] + np.arange(2)[None, :, None])).astype(np.uint8)
+        hi = (qh[..., None, None, :] >> shift) & 3
         q = (lo | (hi.astype(np.uint8) << 4)).reshape(rows, n)         # order: half, nibble, l-offset, l
         bits, zp = 6, 32
     lo_, hi_ = _pack(q, bits)
@@ -338,6 +356,40 @@ def stack(items: list[Any]) -> QuantisedWeight:
         parts = [getattr(w, f) for w in items]
         fields.append(None if parts[0] is None else jax.device_put(np.stack([np.asarray(p) for p in parts])))
     return QuantisedWeight(*fields, items[0].bits, items[0].zp)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _put(buf, i, x):
+    return jax.lax.dynamic_update_index_in_dim(buf, x, i, 0)
+
+
+def stack_layers(getters: list) -> QuantisedWeight:
+    """:func:`stack` of ``[g() for g in getters]`` read one layer at a time: each layer is written into
+    device buffers of the whole stack (donated, updated in place), so the host holds one decoded layer,
+    not ``L`` of them and their stacked copy. A layer in another form than the first falls back to
+    :func:`stack` (the layers so far read back)."""
+    first = getters[0]()
+    if not isinstance(first, QuantisedWeight):
+        raise TypeError(f"expected a QuantisedWeight, got {type(first).__name__}")
+    n, form = len(getters), _form(first)
+    bufs = [None if a is None else jnp.zeros((n, *a.shape), a.dtype) for a in (getattr(first, f) for f in _FIELDS)]
+
+    def write(bufs, i, w):
+        return [None if b is None else _put(b, i, np.asarray(getattr(w, f))) for b, f in zip(bufs, _FIELDS)]
+    bufs = write(bufs, 0, first)
+    del first
+    for i in range(1, n):
+        w = getters[i]()
+        if not isinstance(w, QuantisedWeight) or _form(w) != form:
+            if not isinstance(w, QuantisedWeight):
+                raise ValueError(f"layer {i} is not quantised where layer 0 is (dequantise the tensor: "
+                                 "weights='float')")
+            done = [QuantisedWeight(*(None if b is None else np.asarray(b[k]) for b in bufs), form[0], form[1])
+                    for k in range(i)]
+            del bufs
+            return stack(done + [w] + [g() for g in getters[i + 1:]])
+        bufs = write(bufs, i, w)
+    return QuantisedWeight(*bufs, form[0], form[1])
 
 
 def to_device(w: QuantisedWeight) -> QuantisedWeight:

@@ -246,7 +246,7 @@ def _stack(getters: list, dtype):
     through :func:`~jaxrank.models._weights.stacked_param` (one host buffer in ``dtype``)."""
     first = getters[0]()
     if isinstance(first, QuantisedWeight):
-        return _quant.stack([first] + [g() for g in getters[1:]])
+        return _quant.stack_layers([lambda: first] + list(getters[1:]))
     return stacked_param([lambda: first] + list(getters[1:]), dtype)
 
 
