@@ -31,6 +31,7 @@ from jax.sharding import PartitionSpec as P
 from jaxrank.judges._buckets import batch_sizes, plan_batches
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import pairwise_template
+from jaxrank.models._quant import quantise_int8
 from jaxrank.models.llama import LlamaConfig, LlamaModel
 from jaxrank.models.loading import LoadedModel
 from jaxrank.models.partition import param_specs, shard_model, shard_params
@@ -74,12 +75,13 @@ def _check_judge(lm, judge, ref, what):
 def _check_weights_and_cache(lm, judge, d, m):
     """Each device holds 1/m of the split weights, and the caches are split by heads and rows."""
     cfg, w = lm.config, judge.lm.model.weights()
-    weights = {n: np.asarray(a) for n, a in lm.model.weights().items()}
+    weights = {n: np.asarray(a) for n, a in lm.model.weights().items() if isinstance(a, jax.Array)}
     kv = m if cfg.num_key_value_heads % m == 0 else 1              # fewer kv heads than devices: replicated
     _check_shards(w["wq"], weights["wq"], 1, m)                    # q_proj: 1/m of its columns (whole heads)
     _check_shards(w["wo"], weights["wo"], 2, m)                    # o_proj: 1/m of its rows
     _check_shards(w["w_gate"], weights["w_gate"], 1, m)
-    _check_shards(w["w_down"], weights["w_down"], 2, m)
+    if "w_down" in weights:
+        _check_shards(w["w_down"], weights["w_down"], 2, m)
     _check_shards(w["wk"], weights["wk"], 1, kv)
     _check_shards(w["embed"], weights["embed"], 0, m)              # vocabulary-parallel (264 rows)
     if cfg.attention_bias:
@@ -129,16 +131,25 @@ def multi_device_checks():
             found = _collectives(judge.runner, cache, ids)
             assert found[("all-reduce", "f32[4,16,64]")] == 3 and found.total() <= 4, found
             assert not any(op == "all-gather" for op, _ in found), found
-    # Qwen2 (q/k/v biases, tied embeddings) with 2 key/value heads on 4 model devices: k/v replicated
+    # Qwen2 (q/k/v biases, tied embeddings) with 2 key/value heads on 4 model devices: k/v replicated; its MLP
+    # up and down projections kept quantised (int8 codes, one float32 scale per output row)
     lm = tiny_decoder(model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True)
     assert lm.config.attention_bias
+    floats = {n: np.asarray(a) for n, a in lm.model.weights().items()}
+    for n in ("w_up", "w_down"):
+        getattr(lm.model, n).set_value(quantise_int8(floats[n]))
     ref = PromptJudge(lm, t, batch_size=4).compare(CTX, CANDS, I, J)
     judge = PromptJudge(lm, t, batch_size=4, mesh=mesh(2, 4))
-    errors.append(_check_judge(lm, judge, ref, "qwen2 GQA (2, 4)"))
+    errors.append(_check_judge(lm, judge, ref, "qwen2 GQA int8 MLP (2, 4)"))
     _check_weights_and_cache(lm, judge, 2, 4)
+    sharded, q = judge.lm.model.weights(), lm.model.weights()
+    up, down, q_up, q_down = sharded["w_up"], sharded["w_down"], q["w_up"], q["w_down"]
+    _check_shards(up.lo, np.asarray(q_up.lo), 1, 4)                  # codes and scales: output rows split
+    _check_shards(up.d, np.asarray(q_up.d), 1, 4)
+    _check_shards(down.lo, np.asarray(q_down.lo), 2, 4)              # codes: input columns split
+    _check_shards(down.d, np.asarray(q_down.d), 2, 1)                # a per-row scale [L, D, 1]: replicated
     # host parameters placed straight onto their shards keep them in a model built from them
-    built = LlamaModel(lm.config, params=shard_params(lm.config, {n: np.asarray(a) for n, a in
-                                                                  lm.model.weights().items()}, mesh(2, 4)))
+    built = LlamaModel(lm.config, params=shard_params(lm.config, floats, mesh(2, 4)))
     assert built.wq[...].sharding.spec == P(None, "model", None) and built.wk[...].sharding.spec == P(None, None, None)
     # a model axis that does not divide the heads: a clear error
     with pytest.raises(ValueError, match="'model' has 3 devices.*num_attention_heads=8"):

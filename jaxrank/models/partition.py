@@ -35,7 +35,9 @@ are replicated over ``"model"`` (each device keeps every key/value head and its
 own query heads). The input and output embeddings (``embed``, ``lm_head``) are
 split over their vocabulary rows when ``m`` divides the vocabulary (Megatron's
 vocabulary-parallel embedding: one more all-reduce after the lookup); the
-norms are replicated.
+norms are replicated. Weights kept quantised (``QuantisedWeight``: codes and
+block scales, output rows on axis ``-2``) are split array by array the same
+way, a dimension that the axis does not divide (a per-row scale) replicated.
 """
 
 from __future__ import annotations
@@ -149,13 +151,33 @@ def param_specs(config: LlamaConfig, params: Mapping[str, Any], mesh: Mesh, *,
     return out
 
 
+def _fit(spec: P, shape: tuple[int, ...], mesh: Mesh) -> P:
+    """``spec`` with each mesh axis dropped where it does not divide its dimension of ``shape``."""
+    return P(*[a if a is None or (d < len(shape) and shape[d] % axis_size(mesh, a) == 0) else None
+               for d, a in enumerate(spec)])
+
+
 def param_shardings(config: LlamaConfig, params: Mapping[str, Any], mesh: Mesh, *,
-                    model_axis: str = MODEL_AXIS) -> dict[str, NamedSharding]:
-    """:func:`param_specs` as ``NamedSharding`` on ``mesh`` (made automatic, :func:`gspmd_mesh`)."""
+                    model_axis: str = MODEL_AXIS) -> dict[str, Any]:
+    """:func:`param_specs` as ``NamedSharding`` on ``mesh`` (made automatic, :func:`gspmd_mesh`).
+
+    A parameter that is a pytree of arrays (a quantised weight: codes and block
+    scales, each with the output rows on axis ``-2``) gets a matching pytree of
+    shardings: each array takes the parameter's spec where its own dimension
+    divides by the axis (codes of a row-split input dimension), else that
+    dimension is replicated (a per-row scale of width 1).
+    """
     if not isinstance(mesh, Mesh):
         raise ValueError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
     mesh = _auto(mesh)
-    return {n: NamedSharding(mesh, s) for n, s in param_specs(config, params, mesh, model_axis=model_axis).items()}
+    specs = param_specs(config, params, mesh, model_axis=model_axis)
+    out = {}
+    for n, value in params.items():
+        if isinstance(value, (jax.Array, np.ndarray, tuple)):
+            out[n] = NamedSharding(mesh, specs[n])
+        else:
+            out[n] = jax.tree.map(lambda leaf, s=specs[n]: NamedSharding(mesh, _fit(s, np.shape(leaf), mesh)), value)
+    return out
 
 
 def shard_params(config: LlamaConfig, params: Mapping[str, Any], mesh: Mesh, *,
