@@ -22,6 +22,7 @@ them dequantised to float32 (the default), and llama.cpp (``llama_cpp.Llama``,
 compared across the three.
 
     python benchmarks/quantised_memory.py [--smoke] [--format Q4_0] [--tokens 64] [--batch 2]
+        [--no-memory | --no-speed] [--out results/quantised_memory_speed]
 """
 
 from __future__ import annotations
@@ -269,6 +270,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--out", help="results path without suffix (default results/quantised_memory[_smoke])")
     ap.add_argument("--child", nargs=4, metavar=("SHAPE", "FORMAT", "TOKENS", "BATCH"))
     args = ap.parse_args(argv)
     if args.child:
@@ -277,7 +279,7 @@ def main(argv=None):
         return
     if args.smoke:
         args.repeats, args.speed_tokens = 2, 64
-    rep = Report("quantised_memory", smoke=args.smoke)
+    rep = Report("quantised_memory", smoke=args.smoke, out=args.out)
     rep.say("# Weights kept quantised: memory of a 7B-shaped judge, speed of SmolLM2")
     rep.say()
     rep.say(f"{machine()}.")
