@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -289,6 +290,54 @@ def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0)
     return rows
 
 
+def large_pool_module():
+    """``experiments/hanna_large_pool.py`` loaded by path (its summary, cells and the paper's Table 3)."""
+    spec = importlib.util.spec_from_file_location("hanna_large_pool", HERE / "hanna_large_pool.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def large_pool_section(results: Path) -> list[str]:
+    """PoE §5.3 / Table 3: HANNA's 1,056 stories as one pool, from ``hanna_large_pool.csv`` only."""
+    L = ["## PoE §5.3: HANNA as one pool of 1,056 stories (Table 3, Figure 3)", ""]
+    rows = read_csv(results / "hanna_large_pool.csv")
+    if not rows:
+        return L + ["left to fill (`experiments/hanna_large_pool.py`)"]
+    lp = large_pool_module()
+    sp, n = lp.summary(rows), lp.N
+    seeds = len({r["seed"] for r in rows if r["selection"] == "random"})
+    L += [f"Spearman x 100 over the whole pool against the human mean per story; ours: mean over {seeds} seeds of "
+          "nested symmetric random comparisons [95 % t interval over seeds]. "
+          f"{SHAPE}: our judges are the HANNA release's stored 1-5 ratings replayed as pairwise probabilities "
+          "(variant share), not the paper's pairwise-prompted Llama2/Mistral probabilities; the paper's rows are "
+          "read as R = 5N, 10N, 20N, 50N. Full tables (every rater, scorer, greedy, PairS, Kendall, Pearson): "
+          "`experiments/results/hanna_large_pool.md`.", ""]
+    body = []
+    for aspect in lp.ASPECTS:
+        for k, b in enumerate(lp.PAPER_BUDGETS):
+            got = [f"{lp.cell(sp, (aspect, j, 'random', b, 'average_probability', 'none'))} / "
+                   f"{lp.cell(sp, (aspect, j, 'random', b, 'poe_bradley_terry', 'none'))}"
+                   for j in ("Mistral-7B", "Llama-13B")]
+            body.append([aspect, f"{b // n}N", "{:.1f} / {:.1f}".format(*lp.PAPER["Mistral-7B"][aspect][k]), got[0],
+                         "{:.1f} / {:.1f}".format(*lp.PAPER["Llama2-13B"][aspect][k]), got[1]])
+    L += table(["aspect", "R", "paper Mistral-7B avg-prob / PoE-BT", "ours Mistral-7B (stored ratings)",
+                "paper Llama2-13B", "ours Llama-13B (stored ratings)"], body)
+    judges = [j for j in dict.fromkeys(r["judge"] for r in rows) if j != "human"]
+    body = []
+    for aspect in lp.ASPECTS:
+        ceiling = lp.cell(sp, (aspect, "human", "ceiling", 0, "one rater vs the others", "none"))
+        for j in judges:
+            body.append([aspect, j] + [f"{lp.cell(sp, (aspect, j, 'random', b, 'average_probability', 'none'))} / "
+                                       f"{lp.cell(sp, (aspect, j, 'random', b, 'poe_bradley_terry', 'none'))}"
+                                       for b in (2 * n, 10 * n, 200_000)]
+                        + [lp.cell(sp, (aspect, j, "reference", 0, "mean_rating (pointwise)", "none")), ceiling])
+    L += ["", "Every stored rater, avg-prob / PoE-BT:", ""]
+    L += table(["aspect", "rater", "R = 2N", "R = 10N", "R = 200,000", "mean stored rating (pointwise)",
+                "human ceiling (one rater vs the others)"], body)
+    return L
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -377,6 +426,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
                      hanna_row(hanna, judge, "coherence", "average_probability"),
                      hanna_row(hanna, judge, "coherence", "poe_bradley_terry")])
     L += table(["judge", "mean rating", "win ratio", "average probability", "PoE-BT"], rows)
+    L += [""] + large_pool_section(results)
     return "\n".join(L) + "\n"
 
 
