@@ -340,7 +340,7 @@ def plot(res, path, title):
                [(k, "random", s) for k in ("real", "sim-matched", "sim-flant5")
                 for s in ("win_ratio", "average_probability", "poe_gaussian")])]
     ls = {"random": "-", "greedy": "--", "active": ":", "real": "-", "sim-matched": "--", "sim-flant5": ":"}
-    colour = {s: f"C{k}" for k, s in enumerate(dict.fromkeys(MAIN + DEBIAS))}
+    colour = {s: plt.cm.tab20(k) for k, s in enumerate(dict.fromkeys(MAIN + DEBIAS))}
     for ax, (name, lines) in zip(axes.flat, panels):
         for kind, sel, s in lines:
             pts = get(kind, sel, s)
