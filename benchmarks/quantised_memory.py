@@ -17,7 +17,8 @@ the quantised bytes.
 embedding) judged three ways on the same token ids, in one process,
 interleaved rounds: jaxrank with its weights kept quantised, jaxrank with
 them dequantised to float32 (the default), and llama.cpp (``llama_cpp.Llama``,
-2 threads) evaluating the same prompt from an empty cache. One forward of a
+1 and 2 threads: on a loaded machine its 2 threads wait for each other)
+evaluating the same prompt from an empty cache. One forward of a
 ``T``-token prompt, batch 1, and for jaxrank also batch 4; the label logits are
 compared across the three.
 
@@ -207,16 +208,19 @@ def speed(rep: Report, args):
     try:
         import llama_cpp
 
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(512, t + 8), n_batch=max(512, t + 8),
-                              n_ubatch=512, n_threads=2, n_threads_batch=2, logits_all=False, verbose=False)
+        for threads in args.cpp_threads:
+            llm = llama_cpp.Llama(model_path=str(path), n_ctx=max(512, t + 8), n_batch=max(512, t + 8),
+                                  n_ubatch=512, n_threads=threads, n_threads_batch=threads, logits_all=False,
+                                  verbose=False)
 
-        def cpp():          # the whole prompt from an empty cache; the last token's logits (the only row computed)
-            llm.reset()
-            llm.eval(ids)
-            row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-            return np.ctypeslib.as_array(row, shape=(llm.n_vocab(),))[labels].astype(np.float64)
-        outs["llama.cpp (Q4_1 kernels), batch 1"] = cpp()
-        fns["llama.cpp (Q4_1 kernels), batch 1"] = cpp
+            def cpp(llm=llm):   # the whole prompt from an empty cache; the last token's logits (the only row)
+                llm.reset()
+                llm.eval(ids)
+                row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+                return np.ctypeslib.as_array(row, shape=(llm.n_vocab(),))[labels].astype(np.float64)
+            key = f"llama.cpp (Q4_1 kernels), {threads} thread{'s' if threads > 1 else ''}, batch 1"
+            outs[key] = cpp()
+            fns[key] = cpp
         lc = getattr(llama_cpp, "__version__", "?")
     except Exception as e:  # noqa: BLE001  (an optional peer)
         rep.say(f"llama.cpp unavailable: {e}")
@@ -232,7 +236,7 @@ def speed(rep: Report, args):
     rep.say()
     rep.say(f"Loading: quantised {tq:.1f} s, float32 {tf:.1f} s. Weights held: quantised "
             f"{q.model.quantised and _bytes(q.model) / 1e6:.1f} MB, float32 {_bytes(f.model) / 1e6:.1f} MB "
-            f"(file {path.stat().st_size / 1e6:.1f} MB). llama.cpp {lc}, 2 threads. {args.repeats} interleaved "
+            f"(file {path.stat().st_size / 1e6:.1f} MB). llama.cpp {lc}. {args.repeats} interleaved "
             f"rounds, load {np.mean(loads):.2f} (1 min average, 2 cores).")
     rep.say()
     ref = np.asarray(outs["jaxrank float32, batch 1"]).reshape(-1)[:2]
@@ -268,6 +272,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--speed-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cpp-threads", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
+                    help="llama.cpp thread counts to time (comma-separated)")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--out", help="results path without suffix (default results/quantised_memory[_smoke])")
