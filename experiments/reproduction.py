@@ -338,6 +338,29 @@ def large_pool_section(results: Path) -> list[str]:
     return L
 
 
+def real_efficiency_section(results: Path) -> list[str]:
+    """PoE Tables 1-2 / LCA Figure 4 with a real judge: every ``efficiency_<data>_<judge>.csv`` written by
+    ``experiments/efficiency_real.py`` (its own :func:`reproduction_section`, from the CSV alone)."""
+    L = ["## PoE efficiency with a real judge (Tables 1-2, LCA Figure 4)", ""]
+    found = []
+    for path in sorted(results.glob("efficiency_*.csv")):
+        with open(path, newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if {"judge_kind", "versus", "data"} <= set(header):   # the real-judge protocol's files
+            found.append(path)
+    if not found:
+        return L + ["left to fill (`experiments/efficiency_real.py`)"]
+    spec = importlib.util.spec_from_file_location("efficiency_real", HERE / "efficiency_real.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    L += [f"{SHAPE}: a 1.5B Coder judge on the slices its store holds (every ordered pair judged once, then "
+          "subsampled); the simulated judges beside it are matched to its accuracy and to FlanT5-3B's. Each "
+          "file's notes (`*.notes.md`) give the slice, the judge's speed and how to grow it.", ""]
+    for path in found:
+        L += mod.reproduction_section(path) + [""]
+    return L
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -427,6 +450,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
                      hanna_row(hanna, judge, "coherence", "poe_bradley_terry")])
     L += table(["judge", "mean rating", "win ratio", "average probability", "PoE-BT"], rows)
     L += [""] + large_pool_section(results)
+    L += [""] + real_efficiency_section(results)
     return "\n".join(L) + "\n"
 
 
