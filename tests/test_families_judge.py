@@ -41,7 +41,7 @@ def _tiny(smollm2, family):
         var = getattr(model, n)
         var.set_value(np.asarray(w) * 10 if not n.endswith("norm") else
                       (1.0 - cfg.norm_offset + 0.3 * rng.standard_normal(w.shape)).astype(np.float32))
-    return dataclasses.replace(smollm2, model=model, config=cfg, name=f"tiny-{family}")
+    return dataclasses.replace(smollm2, model=model, config=cfg, name=f"tiny-{family}", architecture=family)
 
 
 def _full_forward_p(lm, judge, pairs):
@@ -82,3 +82,17 @@ def test_prompt_judge_cached_equals_full_forward(smollm2, family):
     assert shortest > 4 * 16                              # the windows are far shorter than the prompts
     np.testing.assert_allclose(res.p, ref, atol=1e-5)
     assert np.ptp(res.p) > 1e-3                           # the pairs are told apart: p is not constant
+
+
+def test_every_decoder_family_is_a_generative_judge_model(smollm2):
+    """A checkpoint of each family, as load_model names it (its model_type), makes a prompt and a G-Eval judge."""
+    from jaxrank.judges.pointwise import GEvalJudge
+    from jaxrank.judges.prompts import pointwise_template
+    from jaxrank.models.loading import ARCHITECTURES, GENERATIVE
+
+    assert set(GENERATIVE) == {k for k in ARCHITECTURES if k != "bert"}
+    for family in FAMILIES:
+        lm = _tiny(smollm2, family)
+        assert lm.architecture == family
+        PromptJudge(lm, pairwise_template("summeval", "coherence"))
+        GEvalJudge(lm, pointwise_template("coherence"))

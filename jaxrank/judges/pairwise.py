@@ -50,7 +50,7 @@ from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, a
                                     cut_text, format_top_tokens, label_continuations, naming_word, shared_split,
                                     whole_text_ids)
 from jaxrank.judges.textgen import generate_texts, sample_key
-from jaxrank.models.loading import load_model
+from jaxrank.models.loading import GENERATIVE, load_model
 from jaxrank.models.partition import shard_model
 
 __all__ = ["PromptJudge", "Judgement", "AnswerPrefixChoice", "bucket", "plan_batches", "batch_sizes", "BUCKETS",
@@ -192,7 +192,7 @@ class PromptJudge:
             model = load_model(model)
         if model.tokenizer is None:
             raise ValueError(f"model {model.name} has no tokenizer; a prompt judge needs one")
-        if model.architecture not in ("llama", "mistral", "qwen2", "t5"):
+        if model.architecture not in GENERATIVE:
             raise ValueError(f"{model.architecture} models are not generative; use SimilarityJudge for encoders")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -40,12 +40,13 @@ from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, _common_prefix, check_label_mass, cut_text, format_top_tokens,
                                     read_tokens, whole_text_ids)
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows, sample_key
+from jaxrank.models.loading import GENERATIVE
 
 __all__ = ["GEvalJudge", "PromptScoringJudge", "PointwiseResult", "pointwise_comparisons", "scores_judgement", "parse_score",
            "scoring_prompt", "FALLBACK_SCORE"]
 
 _CTX, _CAND = "\ue010", "\ue011"
-_GENERATIVE = ("llama", "mistral", "qwen2", "t5")
+_GENERATIVE = GENERATIVE      # every decoder family and T5
 FALLBACK_SCORE = 5.5
 """Score given to an answer with no number in 1..10: the middle of the scale."""
 

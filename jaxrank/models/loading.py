@@ -60,6 +60,9 @@ ARCHITECTURES: dict[str, tuple[str, str]] = {
 }
 """``model_type`` -> (module, config class) of each supported architecture."""
 
+GENERATIVE = tuple(k for k, (mod, _) in ARCHITECTURES.items() if mod.endswith((".llama", ".t5")))
+"""The architectures a prompt judge runs on: every decoder family of :mod:`jaxrank.models.llama`, and T5."""
+
 _ST_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
               "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
