@@ -176,3 +176,29 @@ def test_a_template_with_an_unknown_placeholder_or_a_folder_is_refused(tmp_path)
     with pytest.raises(SystemExit, match="is a folder; give a template file"):
         cli.main(["judge", "--judge", "minilm-l6", "--template", str(tmp_path / "tdir"), "--store",
                   str(tmp_path / "s.jsonl")])
+
+
+def test_weights_quantised_judges_into_its_own_store_keys(smollm2, monkeypatch, tmp_path, capsys):
+    """``--weights quantised`` judges with the GGUF's blocks kept: the same p as float32 within the quantised tests'
+    tolerance, under a fingerprint of its own (never read as the float judge's); an encoder is refused in one line."""
+    import json
+
+    monkeypatch.setenv("JAXRANK_DATA", str(DATA))
+    monkeypatch.chdir(tmp_path)
+    recs = {}
+    for w in ("float", "quantised"):
+        store = tmp_path / f"{w}.jsonl"
+        cli.main(["judge", "--judge", "smollm2-135m", "--contexts", "0:1", "--candidates", "2", "--no-progress",
+                  "--answer-prefix", "Summary", "--weights", w, "--store", str(store)])
+        recs[w] = [json.loads(x) for x in store.read_text().splitlines() if x.strip()]
+        recs[w] = [r for r in recs[w] if "p" in r]
+    assert len(recs["float"]) == len(recs["quantised"]) == 2
+    for a, b in zip(recs["float"], recs["quantised"]):
+        assert abs(a["p"] - b["p"]) < 1e-4
+    fps = {w: {str(r.get("fingerprint", r.get("judge_fingerprint"))) for r in rs} for w, rs in recs.items()}
+    assert all(f.endswith("-quantised") or "-quantised-" in f for f in fps["quantised"]), fps
+    assert not fps["float"] & fps["quantised"]
+    with pytest.raises(SystemExit, match="quantised") as e:
+        cli.main(["judge", "--judge", "minilm-l6", "--contexts", "0:1", "--candidates", "2", "--no-progress",
+                  "--weights", "quantised", "--store", str(tmp_path / "m.jsonl")])
+    assert "Traceback" not in capsys.readouterr().err

@@ -119,7 +119,7 @@ def make_judge(args, *, answer_prefix=None):
         if getattr(args, "soft_prompt", None):
             from jaxrank.judges.soft_prompt import SoftPrompt   # optax and safetensors: only when asked for
             soft = SoftPrompt.load(args.soft_prompt)
-        lm = load_model(args.judge)
+        lm = load_model(args.judge, weights=getattr(args, "weights", "float"))
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"jaxrank: {e}")
     if lm.architecture == "bert":

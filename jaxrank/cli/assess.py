@@ -44,6 +44,10 @@ def add_parsers(sub):
                             "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
         j.add_argument("--soft-prompt", default=None, metavar="FILE",
                        help="learnt input vectors (safetensors, experiments/soft_prompt.py) for an LLM judge")
+        j.add_argument("--weights", choices=("float", "quantised"), default="float",
+                       help="an LLM judge's weights: float32 (default, the fastest on a CPU) or kept quantised "
+                            "(a GGUF file's blocks, int8 for safetensors), dequantised inside each matrix product: "
+                            "a 7B model at 4 bits in about 4 GB")
         common.reading_options(j)
         common.server_options(j)
         j.add_argument("--batch-size", type=int, default=8)
