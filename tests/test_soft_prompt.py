@@ -366,3 +366,22 @@ def test_training_reads_soft_capped_logits_as_the_judge_does():
     np.testing.assert_allclose(res.history[0]["mean_p"], judged.p.mean(), atol=2e-5)
     uncapped = PromptJudge(base, TEMPLATE, soft_prompt=init).compare(CTX, CANDS, i, j)
     assert abs(uncapped.p.mean() - judged.p.mean()) > 1e-3        # the cap matters here
+
+
+def test_soft_prompt_on_quantised_weights_equals_float(smollm2):
+    """A judge with weights kept quantised (SmolLM2's GGUF blocks): the vectors of a text are the float model's
+    rows (the GGUF decodes exactly), and judging and one training step run and agree with the float judge."""
+    from jaxrank.models import load_model
+
+    q = load_model("smollm2-135m", weights="quantised")
+    assert q.model.quantised
+    init_f = SoftPrompt.from_text(smollm2, " Judge fairly.", "before_question")
+    init_q = SoftPrompt.from_text(q, " Judge fairly.", "before_question")
+    np.testing.assert_allclose(np.asarray(init_q.vectors), np.asarray(init_f.vectors), rtol=0, atol=1e-6)
+    i, j = [0, 1], [1, 0]
+    pf = PromptJudge(smollm2, TEMPLATE, soft_prompt=init_f).compare(CTX, CANDS, i, j).p
+    pq = PromptJudge(q, TEMPLATE, soft_prompt=init_q).compare(CTX, CANDS, i, j).p
+    np.testing.assert_allclose(pq, pf, atol=1e-4)
+    res = train_soft_prompt(PromptJudge(q, TEMPLATE), [(CTX, CANDS)], init_q, steps=1, pairs_per_step=1,
+                            learning_rate=0.0, seed=0)
+    assert np.isfinite(res.history[0]["loss"])

@@ -89,8 +89,8 @@ class SoftPrompt:
         """
         ids = list(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
         embed = lm.model.weights()["embed"]
-        vectors = jnp.take(embed, jnp.asarray(ids, jnp.int32), axis=0) if ids else \
-            jnp.zeros((0, embed.shape[1]), embed.dtype)
+        vectors = rows_of(embed, jnp.asarray(ids, jnp.int32)) if ids else \
+            jnp.zeros((0, embed.shape[1]), jnp.float32)
         return cls(vectors.astype(jnp.float32), position)
 
     # ----------------------------------------------------------- safetensors
@@ -226,6 +226,14 @@ def _padded(rows, b, length, pad_id):
 
 
 # ---------------------------------------------------------------------- loss
+def rows_of(table, ids) -> jax.Array:
+    """Rows ``ids`` of an embedding table ``[V, D]``, float32 or kept quantised
+    (:class:`~jaxrank.models.llama.QuantisedWeight`: the packed rows gathered, then dequantised)."""
+    if hasattr(table, "dequantise"):
+        return table.map(lambda a: jnp.take(a, ids, axis=-2)).dequantise()
+    return jnp.take(table, ids, axis=0)
+
+
 def fairness_loss(logits: jax.Array, weight: jax.Array | None = None, *,
                   calibration_weight: float = 1.0) -> jax.Array:
     """Differentiable fairness loss of a batch holding both orders of every pair (eq. SP-1).
@@ -336,7 +344,7 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
     def loss_fn(vectors, weights, cache, ids, mask, slots):
         frozen = jax.lax.stop_gradient(weights)
         out = extend_with_vectors(cfg, frozen, cache, ids, mask, vectors, slots, remat=True)
-        table = jnp.take(frozen["lm_head"] if "lm_head" in frozen else frozen["embed"], labels, axis=0)
+        table = rows_of(frozen["lm_head"] if "lm_head" in frozen else frozen["embed"], labels)
         logits = jnp.einsum("bd,ld->bl", out.last_hidden, table, preferred_element_type=jnp.float32)
         if cfg.final_softcap is not None:     # Gemma 2: the judge reads c * tanh(z / c), so training must too
             logits = cfg.final_softcap * jnp.tanh(logits / cfg.final_softcap)
