@@ -87,7 +87,7 @@ class TimedModel:
         self.calls[stage] += 1
         if ids is not None:
             self.padded[stage] += int(np.prod(np.shape(ids)))
-            self.real[stage] += int(np.asarray(mask).sum())
+            self.real[stage] += real_tokens(ids, mask)
             self.shapes.add((stage, np.shape(ids)))
         return out
 
@@ -100,6 +100,16 @@ class TimedModel:
 
     def logits_at(self, *a, **kw):
         return self._timed("projection", self._model.logits_at, *a, **kw)
+
+
+def real_tokens(ids, mask) -> int:
+    """Unmasked tokens of the rows a batch really holds: trailing rows equal to row 0 (ids and mask) are
+    the judge's filler copies (``_forward.padded``) and count as padding, not as real tokens."""
+    ids, mask = np.asarray(ids), np.asarray(mask)
+    k = len(ids)
+    while k > 1 and np.array_equal(ids[k - 1], ids[0]) and np.array_equal(mask[k - 1], mask[0]):
+        k -= 1
+    return int(mask[:k].sum())
 
 
 def stats(values) -> str:
