@@ -353,11 +353,13 @@ def real_efficiency_section(results: Path) -> list[str]:
     spec = importlib.util.spec_from_file_location("efficiency_real", HERE / "efficiency_real.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    L += [f"{SHAPE}: a 1.5B Coder judge on the slices its store holds (every ordered pair judged once, then "
-          "subsampled); the simulated judges beside it are matched to its accuracy and to FlanT5-3B's. Each "
-          "file's notes (`*.notes.md`) give the slice, the judge's speed and how to grow it.", ""]
+    L += [f"{SHAPE}: local judges (Qwen2.5-Coder-1.5B; the MiniLM similarity judge as a non-LLM reference) on "
+          "the slices their stores hold (every ordered pair judged once, then subsampled); the simulated judges "
+          "beside each are matched to its accuracy and to FlanT5-3B's. Each file's notes (`*.notes.md`) give "
+          "the slice, the judge's speed and how to grow it.", ""]
     for path in found:
-        L += mod.reproduction_section(path) + [""]
+        name = path.stem.removeprefix("efficiency_")
+        L += mod.reproduction_section(path, title=f"Real judge efficiency: {name}") + [""]
     return L
 
 

@@ -158,7 +158,7 @@ def test_real_judge_efficiency_section_reads_each_csv_cell():
                 and r["scorer"] == "poe_bradley_terry" and int(r["budget"]) == full and not r["versus"])
     lines = _generator().real_efficiency_section(RESULTS)
     assert lines[0].startswith("## PoE efficiency with a real judge")
-    start = next(k for k, x in enumerate(lines) if x.startswith("### ") and "topicalchat" in x)
+    start = next(k for k, x in enumerate(lines) if x.startswith("### ") and "topicalchat_qwen2.5-coder-1.5b" in x)
     row = next(x for x in lines[start:] if x.startswith("| real | poe_bradley_terry |"))
     last = row.strip("|").split("|")[-1].strip()
     assert last.startswith(f"{100 * float(want['mean']):.1f} [{100 * float(want['ci_lo']):.1f},")
