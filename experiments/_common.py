@@ -127,9 +127,10 @@ STORE_METHODS = ("win_ratio", "average_probability", "poe_gaussian", "poe_bradle
 
 
 def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debias: str = "none",
-                 methods=STORE_METHODS):
+                 methods=STORE_METHODS, template: str | None = None):
     """A judgement store's comparisons against the data set's human scores (``assess_comparisons``).
 
+    ``template``: the template key (prompt and reading) to assess, for a store holding several.
     Every context of the store is kept with all the candidates the data set gives it
     (items never judged stay in, masked out of nothing: their score is the scorer's
     default); a candidate without a human score is left out of the correlation.
@@ -141,14 +142,14 @@ def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debi
     from jaxrank.assessment.run import contexts_of
 
     store = JudgementStore(path)
-    recs = store.records(judge=judge)
+    recs = store.records(judge=judge, template=template)
     if not recs:
         return None, None
     judge = judge or recs[0]["judge"]
     cs = contexts_of(load_dataset(data), aspect=aspect)
     labels = {cs.ids[k]: dict(zip(cs.candidate_ids[k], cs.labels[k])) for k in range(len(cs.ids))}
     order = {cs.ids[k]: list(cs.candidate_ids[k]) for k in range(len(cs.ids))}
-    sc = store.comparisons(judge=judge, candidates=order)
+    sc = store.comparisons(judge=judge, candidates=order, template=template)
     lab = np.full((len(sc.contexts), max(map(len, sc.candidates))), np.nan)   # NaN: no human score, left out
     for r, (ctx, ids) in enumerate(zip(sc.contexts, sc.candidates)):
         lab[r, :len(ids)] = [labels.get(ctx, {}).get(cid, np.nan) for cid in ids]

@@ -60,7 +60,7 @@ def deadline(hhmm: str | None) -> float:
     return at.timestamp()
 
 
-def report(store_path, judge_name, data, aspect):
+def report(store_path, judge_name, data, aspect, template=None):
     """Write (next to the store, as .md) and print the judge's bias and its agreement with the humans.
 
     Through :func:`jaxrank.assessment.report.assess_comparisons` (``_common.assess_store``),
@@ -72,7 +72,7 @@ def report(store_path, judge_name, data, aspect):
 
     parts = []
     for debias in ("none", "permutation"):
-        a, _ = assess_store(store_path, data=data, aspect=aspect, judge=judge_name, debias=debias)
+        a, _ = assess_store(store_path, data=data, aspect=aspect, judge=judge_name, debias=debias, template=template)
         if a is None:
             print(f"{judge_name}: no comparisons in {store_path}", flush=True)
             return
@@ -93,7 +93,7 @@ def main(argv=None):
 
     cs = contexts_of(load_dataset(args.data), aspect=args.aspect, contexts=args.contexts,
                      max_candidates=args.max_candidates)
-    name = args.judge
+    name, key = args.judge, args.expect_template
     if not args.report_only:
         from jaxrank.judges.pairwise import PromptJudge
         from jaxrank.judges.prompts import pairwise_template
@@ -138,7 +138,7 @@ def main(argv=None):
             print(f"{time.strftime('%H:%M:%S', time.gmtime())} context {k} ({cs.ids[k]}): {new} new comparisons "
                   f"in {took:.0f} s" + (f" ({took / new:.2f} s each)" if new else "") + f"; load {load:.1f}",
                   flush=True)
-    report(args.store, name, args.data, args.aspect)
+    report(args.store, name, args.data, args.aspect, key)
 
 
 if __name__ == "__main__":
