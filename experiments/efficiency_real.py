@@ -11,7 +11,8 @@ to FlanT5-3B's, LCA Tables 5 and 7) and the paper's numbers.
 * Selections: ``random`` (a random spanning tree, then uniform; PoE §4.2), ``greedy`` (D-optimal for the
   Gaussian PoE, PoE eq. 16, no repeats: up to ``N(N-1)/2``) and ``active`` (Laplace-BT, PoE §3.6 and
   App. A.6: a random spanning tree, then one Laplace-BT pick a round on the stored matrix, as
-  :func:`jaxrank.selection.active_assess` without its stopping rule, up to ``N(N-1)``). Every selection is nested: budget ``R`` keeps its first ``R`` comparisons.
+  :func:`jaxrank.selection.active_assess` without its stopping rule, up to ``N(N-1)``). Every selection
+  is nested: budget ``R`` keeps its first ``R`` comparisons.
 * Scorers: win ratio, BT, average probability, PoE-g, PoE-g-hard, PoE-BT, ML ranking, and the debiased
   variants (threshold win ratio, PoE-g beta = mean p, PoE-BT gamma = mean p, PoE-BT learnt gamma).
 * Per (selection, scorer, budget): the mean over ``--subsets`` selections of the mean per-context
@@ -218,7 +219,8 @@ def run(args, say):
     lca = judge_tables(jm, args.boot, args.seed)
     say(f"Judge `{args.judge}`, template `{args.template}`, store `{Path(args.store).name}`: {C} contexts x {n} "
         f"candidates, every ordered pair ({full} per context, {C * full} judgements); {dropped} store contexts "
-        f"left out (fewer candidates, or not every pair of the first ones judged yet). Contexts: {', '.join(map(str, keep))}.")
+        f"left out (fewer candidates, or not every pair of the first ones judged yet). "
+        f"Contexts: {', '.join(map(str, keep))}.")
     rows, per, times = [], {}, {}
     judges = [("real", jm, ("random", "greedy", "active"), scorers)]
     for kind, acc, pa in (("sim-matched", st["accuracy"], st["p_a"]), ("sim-flant5", 0.686, 0.37)):
@@ -280,7 +282,8 @@ def markdown(res, diffs, args):
          "|---|---:|---:|---:|---:|---:|",
          f"| {args.judge} | {lca['p_a']:.3f} [{lca['p_a_ci'][0]:.3f}, {lca['p_a_ci'][1]:.3f}] | "
          f"{lca['accuracy']:.3f} [{lca['accuracy_ci'][0]:.3f}, {lca['accuracy_ci'][1]:.3f}] | "
-         f"{lca['accuracy_threshold']:.3f} [{lca['accuracy_threshold_ci'][0]:.3f}, {lca['accuracy_threshold_ci'][1]:.3f}] "
+         f"{lca['accuracy_threshold']:.3f} [{lca['accuracy_threshold_ci'][0]:.3f}, "
+         f"{lca['accuracy_threshold_ci'][1]:.3f}] "
          f"(tau {lca['tau']:.3f}) | {lca['accuracy_permutation']:.3f} [{lca['accuracy_permutation_ci'][0]:.3f}, "
          f"{lca['accuracy_permutation_ci'][1]:.3f}] | {lca['mean_p']:.3f} |",
          "| LCA FlanT5-3B, SummEval coherence (Tables 5, 7) | 0.37 | 0.686 | | | |", "",
