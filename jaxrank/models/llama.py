@@ -365,7 +365,7 @@ def _rows(value, rows):
 
 
 def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
-                    tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32) -> LlamaModel:
+                    tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32, mesh=None) -> LlamaModel:
     """Map Hugging Face tensor names (``model.layers.N.self_attn.q_proj.weight``...)
     onto a :class:`LlamaModel`.
 
@@ -382,10 +382,29 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
             ``QuantisedWeight`` (kept quantised; layers of mixed formats are brought to one form);
             memory-mapped arrays have their pages released once copied.
         dtype: parameter dtype when building from a config.
+        mesh: a ``jax.sharding.Mesh`` (axes ``"data"``, ``"model"``) to build the model on, from a config:
+            each parameter is built in host memory (the CPU device) and then placed straight onto the
+            mesh by :func:`jaxrank.models.partition.param_shardings` (q/k/v, gate/up by output rows, o/down
+            by input columns, embeddings by vocabulary rows), its host copy dropped before the next; no
+            accelerator ever holds the whole model, so a model larger than one device loads. Host memory
+            holds the weights in ``dtype`` once while loading.
 
     Raises:
-        ValueError: a tensor is missing or has the wrong shape.
+        ValueError: a tensor is missing or has the wrong shape, or ``mesh`` does not fit the model
+            (:func:`~jaxrank.models.partition.param_specs`).
     """
+    if isinstance(model_or_config, LlamaConfig) and mesh is not None:
+        from jaxrank.models.partition import param_shardings   # partition imports this module
+
+        with jax.default_device(jax.devices("cpu")[0]):
+            params = _hf_to_params(model_or_config, tensors, dtype)
+        for n in list(params):
+            value = params.pop(n)
+            params[n] = jax.device_put(value, param_shardings(model_or_config, {n: value}, mesh)[n])
+            del value
+        return LlamaModel(model_or_config, dtype=dtype, params=params)
+    if mesh is not None:
+        raise ValueError("mesh: give a config to build the model on the mesh (a model is filled in place)")
     if isinstance(model_or_config, LlamaConfig):
         return LlamaModel(model_or_config, dtype=dtype, params=_hf_to_params(model_or_config, tensors, dtype))
     model = model_or_config

@@ -187,7 +187,7 @@ def read_checkpoint(directory: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
-                *, dtype=jnp.float32):
+                *, dtype=jnp.float32, mesh=None):
     """``(model, config)`` for a ``model_type`` from a config dict and HF-named tensors.
 
     Raises:
@@ -203,7 +203,13 @@ def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mappin
     except ImportError as e:
         raise ValueError(f"architecture {model_type!r} needs {mod_name}, which is unavailable: {e}") from e
     config = getattr(mod, cls_name).from_hf(dict(config_dict))
-    kw = {"dtype": dtype} if "dtype" in inspect.signature(mod.load_state_dict).parameters else {}
+    takes = inspect.signature(mod.load_state_dict).parameters
+    kw = {"dtype": dtype} if "dtype" in takes else {}
+    if mesh is not None:
+        if "mesh" not in takes:
+            raise ValueError(f"mesh: {model_type} models load on one device; a mesh needs a decoder of the "
+                             "Llama family")
+        kw["mesh"] = mesh
     return mod.load_state_dict(config, tensors, **kw), config
 
 
@@ -241,7 +247,8 @@ class _Int8Tensors(Mapping):
         return len(self._t)
 
 
-def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float") -> LoadedModel:
+def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float",
+                 mesh=None) -> LoadedModel:
     cfg_path = d / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"no config.json in {d}")
@@ -258,7 +265,7 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
         if ARCHITECTURES[mt][0] != "jaxrank.models.llama":
             raise ValueError(f"weights='quantised' needs a decoder of the Llama family; {d} is {mt!r}")
         tensors = _Int8Tensors(tensors)
-    model, config = build_model(mt, cfg, tensors, dtype=dtype)
+    model, config = build_model(mt, cfg, tensors, dtype=dtype, mesh=mesh)
     tok = None
     tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
     if want_tokenizer and any((d / f).is_file() for f in tok_files):
@@ -279,13 +286,13 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
     return LoadedModel(model, config, tok, getattr(tok, "chat_template", None), name, mt, d, eos, pad)
 
 
-def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float") -> LoadedModel:
+def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float", mesh=None) -> LoadedModel:
     meta, gts = gguf.read_gguf(p)
     cfg = gguf.gguf_config(meta, [t.name for t in gts])
     tensors = (gguf.gguf_tensors(gts, cfg, keep_quantised=True) if weights == "quantised"
                else gguf.gguf_tensors(gts, cfg))
     try:
-        model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype)
+        model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype, mesh=mesh)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from e
     tok = gguf.tokenizer_from_gguf(meta, p) if want_tokenizer else None
@@ -297,7 +304,7 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "
 
 
 def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True,
-               weights: str = "float") -> LoadedModel:
+               weights: str = "float", mesh=None) -> LoadedModel:
     """Load a model by registry name (:mod:`jaxrank.models.registry`) or path.
 
     Args:
@@ -309,6 +316,9 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
             matrices and embedding kept quantised (a GGUF file's ``Q4_0``...``Q6_K`` blocks; a
             safetensors checkpoint of the Llama family quantised to int8 per output channel) and
             dequantised inside the jitted matrix products; norms and biases in ``dtype``.
+        mesh: a ``jax.sharding.Mesh`` with axes ``"data"`` and ``"model"`` (decoders): the weights go
+            from host memory straight to their shards (tensor-parallel over ``"model"``), so a model
+            larger than one device loads; pass the same mesh to ``PromptJudge(..., mesh=)``.
 
     Returns:
         A :class:`LoadedModel`.
@@ -328,9 +338,9 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
     if local and registry.ALIASES.get(name.lower(), name.lower()) in registry.MODELS:
         name += "-local"          # a folder named like a registered model is not that model: never its name
     if p.is_dir():
-        return _load_hf_dir(p, name, dtype, tokenizer, weights)
+        return _load_hf_dir(p, name, dtype, tokenizer, weights, mesh)
     if p.suffix.lower() == ".gguf" or _is_gguf(p):
-        return _load_gguf(p, name, dtype, tokenizer, weights)
+        return _load_gguf(p, name, dtype, tokenizer, weights, mesh)
     raise ValueError(f"{p} is neither a Hugging Face checkpoint directory nor a .gguf file")
 
 
