@@ -50,7 +50,10 @@ On the accelerator::
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gzip
 import json
+import re
 import os
 import platform
 import sys
@@ -94,7 +97,8 @@ def make_bundle(out: Path, articles: int = 8):
     print(f"wrote {out}: tokenizer, qwen2.5-1.5b.json, summeval.json ({articles} articles)")
 
 
-def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, batch_cost="auto"):
+def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, batch_cost="auto",
+                 attention="einsum"):
     """A :class:`jaxrank.PromptJudge` on a bfloat16 Llama-family model with random weights drawn on the device."""
     import jax
     import jax.numpy as jnp
@@ -111,7 +115,7 @@ def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, bat
     cfg_dict.setdefault("vocab_size", info["config"]["vocab_size"])
     if layers:
         cfg_dict["num_hidden_layers"] = int(layers)
-    config = LlamaConfig.from_hf(cfg_dict)
+    config = dataclasses.replace(LlamaConfig.from_hf(cfg_dict), attention_kernel=attention)
     key = jax.random.key(seed)
     params = {}
     for k, (pname, shape) in enumerate(sorted(parameter_shapes(config).items())):
@@ -165,6 +169,38 @@ def flops_and_tokens(judge, config, context, candidates, i, j):
     return flops, tokens, prompt, padded, calls
 
 
+KERNEL_KINDS = (("fused attention", r"flash|fmha|cudnn|attn|sdpa"),
+                ("matrix products", r"gemm|cutlass|xmma|nvjet|cublas|sm90_|sm80_|wgmma|hgmma|custom-call|dot"),
+                ("copies and transposes", r"copy|memcpy|memset|transpose|concatenate|dynamic.update|slice"),
+                ("fusions (elementwise, softmax, norms)", r"fusion|loop_|input_|reduce|convert|broadcast"))
+
+
+def kernel_summary(trace_dir: Path, top: int = 25) -> dict:
+    """Device time per kernel name from a ``jax.profiler`` perfetto trace: totals by kind and the top kernels."""
+    files = sorted(trace_dir.rglob("*.trace.json.gz")) + sorted(trace_dir.rglob("perfetto_trace.json.gz"))
+    if not files:
+        return {"error": f"no trace file under {trace_dir}"}
+    ev = json.load(gzip.open(files[-1]))
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    names = {e["pid"]: e.get("args", {}).get("name", "") for e in ev
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    gpu = {pid for pid, n in names.items() if re.search(r"GPU|gpu|stream|device", n) and "host" not in n.lower()}
+    per: dict = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("pid") in gpu and "dur" in e:
+            t, c = per.get(e["name"], (0.0, 0))
+            per[e["name"]] = (t + e["dur"] / 1e3, c + 1)
+    total = sum(t for t, _ in per.values())
+    kinds: dict = {}
+    for n, (t, _) in per.items():
+        k = next((k for k, rx in KERNEL_KINDS if re.search(rx, n, re.I)), "other")
+        kinds[k] = kinds.get(k, 0.0) + t
+    top_k = sorted(per.items(), key=lambda kv: -kv[1][0])[:top]
+    return {"device_ms": total, "processes": {str(p): names[p] for p in gpu},
+            "by_kind_ms": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+            "top": [{"kernel": n[:160], "ms": t, "count": c} for n, (t, c) in top_k]}
+
+
 def peak_tflops(kind: str, given: float | None) -> float | None:
     if given:
         return given
@@ -175,13 +211,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--make-bundle", type=Path, default=None, help="write the travelling bundle here and stop")
     ap.add_argument("--bundle", type=Path, default=Path(".gpu"))
-    ap.add_argument("--models", default="qwen2.5-1.5b,llama-3-8b")
+    ap.add_argument("--models", default="qwen2.5-1.5b,llama-3-8b",
+                    help="comma-separated NAME[:ATTENTION[:BATCH]] (attention 'einsum' or 'fused'; batch defaults "
+                         "to --batch-size)")
     ap.add_argument("--articles", type=int, default=2, help="articles (each compiled by a first, untimed pass)")
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the articles after the first")
     ap.add_argument("--batch-size", type=int, default=240)
     ap.add_argument("--batch-cost", default="auto", help="PromptJudge(batch_cost=): 'auto' or tokens per call")
     ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers (quick check)")
+    ap.add_argument("--candidates", type=int, default=None, help="the first K summaries only (quick check)")
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="after the timed passes, trace one more call and write the device time per kernel")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args(argv)
     if args.make_bundle:
@@ -199,7 +240,7 @@ def main(argv=None):
              "",
              f"jax {jax.__version__} ({dev.platform}), {platform.python_version()}; `benchmarks/judge_gpu.py`: random "
              "bfloat16 weights with real configurations, the unchanged `PromptJudge` on real SummEval articles, "
-             f"all 240 ordered comparisons of 16 summaries per article (both orders), batch size {args.batch_size}, "
+             "all 240 ordered comparisons of 16 summaries per article (both orders), "
              f"batch cost {args.batch_cost}"
              + (f", first {args.layers} layers only" if args.layers else "") + ". Median [min, max] over "
              f"{args.passes} timed passes over {args.articles} articles after a first pass that compiles every shape. "
@@ -209,11 +250,23 @@ def main(argv=None):
              "| TFLOP/s | MFU | padded / real tokens | forward calls per article | first call per article (compiles), s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
-    for name in args.models.split(","):
+    profiles = {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for spec in args.models.split(","):
+        parts = spec.split(":")
+        name = parts[0]
+        attention = parts[1] if len(parts) > 1 else "einsum"
+        batch = int(parts[2]) if len(parts) > 2 else args.batch_size
+        label = name + ("" if attention == "einsum" and spec == name else f", {attention} attention, batch {batch}")
         t0 = time.perf_counter()
-        judge, config = random_judge(name, configs[name], args.bundle, batch_size=args.batch_size,
-                                     layers=args.layers,
-                                     batch_cost=args.batch_cost if args.batch_cost == "auto" else int(args.batch_cost))
+        try:
+            judge, config = random_judge(name, configs[name], args.bundle, batch_size=batch,
+                                         layers=args.layers, attention=attention,
+                                         batch_cost=args.batch_cost if args.batch_cost == "auto"
+                                         else int(args.batch_cost))
+        except Exception as e:                       # one variant failing must not lose the others
+            print(f"{label}: failed to build: {type(e).__name__}: {e}", flush=True)
+            continue
         jax.block_until_ready(judge.lm.model.weights())
         t_init = time.perf_counter() - t0
         d, hq = config.hidden_size, config.num_attention_heads * config.head_dim
@@ -223,22 +276,47 @@ def main(argv=None):
         firsts = []
         arts = data[:args.articles]
         for rep, art in [(r, a) for r in range(1 + args.passes) for a in arts]:
-            cand = art["candidates"]
+            cand = art["candidates"][:args.candidates]
             n = len(cand)
             i, j = np.nonzero(~np.eye(n, dtype=bool))
             t0 = time.perf_counter()
-            out = judge.compare(art["context"], cand, i, j)
+            try:
+                out = judge.compare(art["context"], cand, i, j)
+            except Exception as e:
+                print(f"{label}: failed: {type(e).__name__}: {str(e)[:2000]}", flush=True)
+                break
             dt = time.perf_counter() - t0
             assert np.all(np.isfinite(out.p)), "non-finite probability"
             if rep == 0:      # the first pass compiles every shape of the article
                 firsts.append(dt)
-                print(f"{name} article {art['id']}, first call: {dt:.1f} s", flush=True)
+                print(f"{label} article {art['id']}, first call: {dt:.1f} s", flush=True)
                 continue
             fl, tok, prompt, padded, calls = flops_and_tokens(judge, config, art["context"], cand, i, j)
             per.append(dict(seconds=dt, comparisons=len(i), flops=fl, tokens=tok, prompt=prompt, padded=padded,
                             calls=calls))
-            print(f"{name} article {art['id']}: {len(i)} comparisons in {dt:.3f} s, "
+            print(f"{label} article {art['id']}: {len(i)} comparisons in {dt:.3f} s, "
                   f"{fl / dt / 1e12:.1f} TFLOP/s", flush=True)
+        if not per:
+            continue
+        if args.profile:
+            art = arts[0]
+            cand = art["candidates"][:args.candidates]
+            i, j = np.nonzero(~np.eye(len(cand), dtype=bool))
+            tdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"jaxrank-trace-{len(profiles)}"
+            try:
+                with jax.profiler.trace(str(tdir), create_perfetto_trace=True):
+                    t0 = time.perf_counter()
+                    judge.compare(art["context"], cand, i, j)
+                    wall = time.perf_counter() - t0
+                prof = kernel_summary(tdir)
+                prof["wall_ms"] = 1e3 * wall
+            except Exception as e:
+                prof = {"error": f"{type(e).__name__}: {e}"}
+            profiles[label] = prof
+            print(f"{label} profile: " + json.dumps({k: v for k, v in prof.items() if k != "top"}), flush=True)
+            for row in prof.get("top", [])[:12]:
+                print(f"  {row['ms']:9.1f} ms  x{row['count']:<5} {row['kernel'][:110]}", flush=True)
+            (args.out / "judge_gpu_profile.json").write_text(json.dumps(profiles, indent=1))
         cps = [r["comparisons"] / r["seconds"] for r in per]
         tps = [r["tokens"] / r["seconds"] for r in per]
         pps = [r["prompt"] / r["seconds"] for r in per]
@@ -247,9 +325,9 @@ def main(argv=None):
         mfu = fmt([100 * x / peak for x in tf], "{:.1f}") + " %" if peak else "-"
         pad = np.sum([r["padded"] for r in per]) / np.sum([r["tokens"] for r in per])
         ncalls = float(np.mean([r["calls"] for r in per]))
-        lines.append(f"| {name} | {mparams:.2f} | {fmt(cps, '{:.0f}')} | {fmt(tps)} | {fmt(pps)} | "
+        lines.append(f"| {label} | {mparams:.2f} | {fmt(cps, '{:.0f}')} | {fmt(tps)} | {fmt(pps)} | "
                      f"{fmt(tf, '{:.1f}')} | {mfu} | {pad:.2f} | {ncalls:.0f} | {fmt(firsts, '{:.0f}')} |")
-        rows.append(dict(judge=name, device=kind, batch_size=args.batch_size, batch_cost=judge.batch_cost,
+        rows.append(dict(judge=name, attention=attention, device=kind, batch_size=batch, batch_cost=judge.batch_cost,
                          forward_calls=ncalls, layers=config.num_hidden_layers,
                          comparisons_per_s=float(np.median(cps)), model_tokens_per_s=float(np.median(tps)),
                          prompt_tokens_per_s=float(np.median(pps)), tflops=float(np.median(tf)),

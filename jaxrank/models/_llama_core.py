@@ -92,6 +92,28 @@ def _rms(x, w, eps, offset=0.0):
 _ACTIVATIONS = {"silu": jax.nn.silu, "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True)}
 
 
+def _fused_attention(q, k, v, kv, ok, scale, shared):
+    """Attention of ``q [B, T, K, G, Dh]`` over ``[cache ; own]`` keys by :func:`jax.nn.dot_product_attention`.
+
+    ``softmax(q.k * scale, where=ok) @ v`` in bfloat16 with float32 accumulation: cuDNN's fused
+    flash-attention kernel on a GPU (the scores never reach device memory), XLA's elsewhere.
+    ``kv``: the cache's ``(k, v) [B or 1, S, K, Dh]`` (``shared``: one row for every query row) or
+    ``None``; ``ok [B, T, S + T]``: which key each query sees. Returns ``[B, T, K, G, Dh]`` in ``q``'s dtype.
+    """
+    b, t, hk, g, dh = q.shape
+    dt = jnp.bfloat16
+    keys, vals = k.astype(dt), v.astype(dt)
+    if kv is not None:
+        kc, vc = (x.astype(dt) for x in kv)
+        if shared:
+            kc, vc = (jnp.broadcast_to(x, (b,) + x.shape[1:]) for x in (kc, vc))
+        keys, vals = jnp.concatenate([kc, keys], 1), jnp.concatenate([vc, vals], 1)
+    impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    o = jax.nn.dot_product_attention(q.reshape(b, t, hk * g, dh).astype(dt), keys, vals, mask=ok[:, None],
+                                     scale=scale, implementation=impl)
+    return o.reshape(b, t, hk, g, dh).astype(q.dtype)
+
+
 def _softcap(x, cap):
     """``cap * tanh(x / cap)`` (Gemma 2's soft-capping); ``x`` itself when ``cap`` is ``None``."""
     return x if cap is None else jnp.tanh(x / cap) * cap
@@ -198,6 +220,26 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             q, k = _rms(q, lw["q_norm"], eps, off), _rms(k, lw["k_norm"], eps, off)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         v = v.reshape(b, t, hkv, dh)
+        o = fused(q, k, v, lw) if cfg.attention_kernel == "fused" else attend(q, k, v, lw)
+        o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
+        if cfg.o_bias:
+            o = o + lw["bo"]
+        if cfg.sandwich_norms:
+            o = _rms(o, lw["post_attn_norm"], eps, off)
+        x = x + o
+        h = _rms(x, lw["mlp_norm"], eps, off)
+        gate, up = _lin(h, lw["w_gate"]), _lin(h, lw["w_up"])
+        if cfg.mlp_bias:
+            gate, up = gate + lw["b_gate"], up + lw["b_up"]
+        y = _lin(act(gate) * up, lw["w_down"])
+        if cfg.mlp_bias:
+            y = y + lw["b_down"]
+        if cfg.sandwich_norms:
+            y = _rms(y, lw["post_mlp_norm"], eps, off)
+        return x + y, (k, v)
+
+    def attend(q, k, v, lw):
+        """Attention with the scores materialised: ``[cache ; own]`` keys, one masked softmax."""
         f32 = jnp.float32
         s_self = _softcap(jnp.einsum("bthgd,bshd->bhgts", q, k, preferred_element_type=f32) * scale,
                           cfg.attn_softcap)
@@ -223,22 +265,17 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             o = o_c.astype(v.dtype) + _mix("bhgts,bshd->bthgd", p, v)
         else:
             o = _mix("bhgts,bshd->bthgd", p, v)
-        o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
-        if cfg.o_bias:
-            o = o + lw["bo"]
-        if cfg.sandwich_norms:
-            o = _rms(o, lw["post_attn_norm"], eps, off)
-        x = x + o
-        h = _rms(x, lw["mlp_norm"], eps, off)
-        gate, up = _lin(h, lw["w_gate"]), _lin(h, lw["w_up"])
-        if cfg.mlp_bias:
-            gate, up = gate + lw["b_gate"], up + lw["b_up"]
-        y = _lin(act(gate) * up, lw["w_down"])
-        if cfg.mlp_bias:
-            y = y + lw["b_down"]
-        if cfg.sandwich_norms:
-            y = _rms(y, lw["post_mlp_norm"], eps, off)
-        return x + y, (k, v)
+        return o
+
+    def fused(q, k, v, lw):
+        """The same attention by ``jax.nn.dot_product_attention``'s fused cuDNN kernel (GPU)."""
+        ok = self_ok & (dpos < lw["window"])
+        kv = None
+        if cache is not None:
+            kv = (lw["ck"], lw["cv"])
+            ok = jnp.concatenate([jnp.broadcast_to(valid_c & (dpos_c < lw["window"]),
+                                                   (b,) + dpos_c.shape[1:]), ok], -1)
+        return _fused_attention(q, k, v, kv, ok, scale, cache is not None and shared)
 
     xs = {n: a for n, a in w.items() if n not in ("embed", "lm_head", "norm")}
     xs["window"], xs["rope"] = windows, rope_index

@@ -63,6 +63,12 @@ class LlamaConfig:
             (Gemma 3; ``None``: every layer uses ``rope_theta`` and the scaling).
         rotary_dim: RoPE turns the first ``rotary_dim`` channels of a head
             (``None``: all; Phi's ``partial_rotary_factor``).
+        attention_kernel: how attention is computed, not what: ``"einsum"``
+            (the scores materialised, float32 softmax; the default) or
+            ``"fused"`` (:func:`jax.nn.dot_product_attention` in bfloat16:
+            cuDNN's fused flash kernel on a GPU, XLA elsewhere). Not with
+            ``attn_softcap``. Set it with ``dataclasses.replace(config,
+            attention_kernel="fused")``.
     """
 
     vocab_size: int
@@ -93,6 +99,14 @@ class LlamaConfig:
     sandwich_norms: bool = False
     local_rope_theta: float | None = None
     rotary_dim: int | None = None
+    attention_kernel: str = "einsum"
+
+    def __post_init__(self):
+        if self.attention_kernel not in ("einsum", "fused"):
+            raise ValueError(f"attention_kernel must be 'einsum' or 'fused', got {self.attention_kernel!r}")
+        if self.attention_kernel == "fused" and self.attn_softcap is not None:
+            raise ValueError("attention_kernel='fused' cannot soft-cap attention scores (attn_softcap is set): "
+                             "use attention_kernel='einsum'")
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any]) -> LlamaConfig:
