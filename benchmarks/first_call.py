@@ -26,7 +26,13 @@ in every round, so before and after share the machine's load.
 Reported per scorer and pool: median and [min, max] over the processes of the
 first call, the import of jaxrank (with the scorer's module) and the whole
 process, and the compilation events of the first call (trace, lowering,
-backend compile or cache retrieval, from ``jax.monitoring``).
+backend compile or cache retrieval, from ``jax.monitoring``), and in how many
+processes the first call imported ``scipy.linalg`` (jaxlib binds its CPU LAPACK
+kernels to SciPy's routines: 0.2 s idle, up to 1 s under load; JAX reports it
+inside "lower" when it lowers a program, and a loaded executable that calls
+LAPACK pays it outside any event). With a warm cache a scorer's bucket is a
+compiled executable on disk (``jaxrank.compilation.ExportedProgram`` with
+``executables``): no trace, lowering or compile events at all.
 
     python benchmarks/first_call.py [--repeats 3] [--baseline-root CHECKOUT] [--smoke]
 
@@ -125,9 +131,11 @@ def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> 
     t2 = time.perf_counter()
     c = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w)
     kw = {"score_prior": 0.1} if pool_name == "football" and scorer == "poe_bradley_terry" else {}
+    scipy_before = "scipy.linalg" in sys.modules
     np.asarray(fn(c, **kw))
     t3 = time.perf_counter()
     first_events = {k: events.get(v, 0.0) for k, v in EVENTS.items()}
+    first_events["scipy"] = float("scipy.linalg" in sys.modules and not scipy_before)
     np.asarray(fn(c, **kw))
     t4 = time.perf_counter()
     return {"import": t1 - t0, "first": t3 - t2, "second": t4 - t3, **first_events}
@@ -200,12 +208,13 @@ def main(argv=None):
                 results.append((v, scorer, pool_name, "warm cache, new size", warm[v]))
             print(f"  {pool_name} {scorer} done (load {load():.1f})", flush=True)
     header = ["code", "scorer", "pool", "cache", "first call (s)", "import (s)", "process (s)", "trace (s)",
-              "lower (s)", "compile or load (s)", "steady (ms)", "load"]
+              "lower (s)", "compile or load (s)", "SciPy imported", "steady (ms)", "load"]
     rows = []
     for code, scorer, pool_name, cache, runs in results:
         get = lambda k: [r.get(k, 0.0) for r in runs]
         rows.append([code, scorer, pool_name, cache, _cell(get("first")), _cell(get("import")),
                      _cell(get("process")), _cell(get("trace")), _cell(get("lower")), _cell(get("compile")),
+                     f"{int(sum(get('scipy')))}/{len(runs)}",
                      _cell(np.asarray(get("second")) * 1e3, "{:.1f}"), _cell(get("load"), "{:.1f}")])
         for k, r in enumerate(runs):
             rep.row(code=code, scorer=scorer, pool=pool_name, cache=cache, process_index=k,

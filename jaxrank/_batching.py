@@ -397,9 +397,10 @@ def call(fn, name: str, *args, options: dict | None = None):
     """``fn(*args)``, through a traced program kept on disk while the persistent compilation cache is on.
 
     With the cache on (:func:`jaxrank.compilation.exported_directory`) and concrete ``args``, the program is a
-    :class:`jaxrank.compilation.ExportedProgram` of ``fn`` on the flattened ``args``: a later process with the
-    same shapes (a pool of the same bucket) loads it instead of tracing, and its compiled executable from the
-    cache. Otherwise (no cache, or tracers) a plain call.
+    :class:`jaxrank.compilation.ExportedProgram` of ``fn`` on the flattened ``args``, its compiled executable
+    kept too (:func:`jaxrank.compilation.compiled_directory`): a later process with the same shapes (a pool of
+    the same bucket) on the same machine loads and runs the executable, with no tracing, lowering or
+    compilation. Otherwise (no cache, or tracers) a plain call.
 
     Args:
         fn: a function of pytrees of arrays (``None`` allowed) whose result is a tuple, list or dict of arrays
@@ -428,7 +429,8 @@ def call(fn, name: str, *args, options: dict | None = None):
         def flat(*xs):
             return fn(*jax.tree.unflatten(tree, xs))
         program = _PROGRAMS[key] = compilation.ExportedProgram(flat, name=f"{name}-{tree}", directory=directory,
-                                                               compiler_options=dict(opts) or None)
+                                                               compiler_options=dict(opts) or None,
+                                                               executables=compilation.compiled_directory())
     return program(*leaves)
 
 

@@ -21,17 +21,39 @@ traced program itself on disk (a :mod:`jax.export` artifact, serialized
 StableHLO), keyed by the program's name, the argument shapes, the versions of
 jax and jaxlib, the backend and a digest of jaxrank's own source; a later
 process deserializes it instead of tracing.
+
+That still left the lowering of the deserialized program (``jax.jit`` of
+``Exported.call``: its MLIR module rebuilt, hashed for the cache key, and, on a
+CPU, jaxlib's LAPACK bound, which imports ``scipy.linalg``) on every first call:
+0.3 s on an idle machine, 0.7-1.2 s on 2 busy cores (issue 33). With
+``executables=`` (the scorers and ``jaxrank rank`` pass :func:`compiled_directory`)
+:class:`ExportedProgram` also keeps the compiled executable
+(:mod:`jax.experimental.serialize_executable`), keyed further by the compiler
+options, the devices, the CPU's model and flags and ``XLA_FLAGS``; a later
+process on the same machine loads and runs it with no tracing, lowering or
+compilation at all (binding LAPACK first only where the program calls it).
+
+A folder that cannot be written (read-only, full) is not an error: the program
+runs from memory, a :class:`RuntimeWarning` names the folder once, and the next
+process traces and compiles again. :func:`enable_compilation_cache` refuses a
+folder it cannot write to with a ``PermissionError`` naming it (the command line
+then runs without the cache and says so).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import pickle
 import tempfile
+import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory"]
+__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory",
+           "compiled_directory"]
 
 
 def default_cache_dir() -> Path:
@@ -58,6 +80,7 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
 
     Raises:
         ValueError: ``min_compile_seconds`` negative, or ``directory`` is a file.
+        PermissionError: ``directory`` cannot be written to (JAX would otherwise warn on every program).
     """
     import jax  # deliberately lazy: the rest of this module (cache folders) needs no JAX, a cheap import
 
@@ -67,6 +90,9 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
     if path.exists() and not path.is_dir():
         raise ValueError(f"directory {str(path)!r} exists and is not a folder")
     path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "the compilation cache folder is not writable; set $JAXRANK_CACHE to a "
+                              "folder you can write to, or leave the cache off", str(path))
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
@@ -94,6 +120,17 @@ def exported_directory() -> Path | None:
     return cache.parent / "exported" if cache.name == "xla" else cache.with_name(cache.name + "-exported")
 
 
+def compiled_directory() -> Path | None:
+    """Where compiled executables go while the persistent cache is on, else ``None``: ``compiled`` beside
+    :func:`exported_directory` (or the cache folder's name with ``-compiled``). Executables are specific to
+    the machine (their key names it, :class:`ExportedProgram`); traced programs are not."""
+    exported = exported_directory()
+    if exported is None:
+        return None
+    return exported.parent / "compiled" if exported.name == "exported" else \
+        exported.with_name(exported.name[:-len("-exported")] + "-compiled")
+
+
 def _source_digest() -> str:
     """SHA-256 of every ``.py`` file of the installed jaxrank (path and content): a changed program is a new key."""
     global _SOURCE_DIGEST
@@ -107,48 +144,156 @@ def _source_digest() -> str:
 
 
 _SOURCE_DIGEST: str | None = None
+_MACHINE: str | None = None
 _MAGIC = b"jaxrank-export-v2"
+_EXEC_MAGIC = b"jaxrank-executable-v1"
+_WARNED: set = set()
+
+_TRACE_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
+                 "jax_threefry_partitionable", "jax_numpy_dtype_promotion", "jax_use_shardy_partitioner")
+"""JAX settings that change what a function traces or lowers to: part of every key."""
+
+
+def _config() -> str:
+    import jax
+
+    return ",".join(f"{name}={getattr(jax.config, name, None)}" for name in _TRACE_CONFIG)
+
+
+def _machine() -> str:
+    """What a compiled executable depends on beyond its program: the backend and its version, the devices, the
+    CPU (model name and instruction-set flags from ``/proc/cpuinfo`` where there is one) and ``XLA_FLAGS``."""
+    global _MACHINE
+    if _MACHINE is None:
+        import platform
+
+        import jax
+
+        devices = jax.devices()
+        cpu = platform.machine() + platform.processor()
+        try:
+            with open("/proc/cpuinfo") as fh:
+                lines = [ln for ln in fh if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+            cpu += "".join(sorted(set(lines)))
+        except OSError:
+            pass
+        client = devices[0].client
+        _MACHINE = "|".join([client.platform, client.platform_version, str(len(devices)),
+                             ",".join(sorted({d.device_kind for d in devices})),
+                             hashlib.sha256(cpu.encode()).hexdigest(), os.environ.get("XLA_FLAGS", "")])
+    return _MACHINE
+
+
+def _warn_unwritable(directory: Path, error: OSError) -> None:
+    if str(directory) not in _WARNED:
+        _WARNED.add(str(directory))
+        warnings.warn(f"jaxrank could not keep a program in {directory} ({error.strerror or error}); it runs from "
+                      "memory and a later process traces and compiles it again. Make the folder writable or set "
+                      "$JAXRANK_CACHE to another one.", RuntimeWarning, stacklevel=4)
+
+
+def _bind_lapack() -> bool:
+    """Bind jaxlib's CPU LAPACK kernels to SciPy's routines (what lowering a LAPACK call does); whether it could.
+
+    A loaded executable that calls LAPACK before this would jump to an unset routine and crash the process.
+    """
+    try:
+        import numpy as np
+        from jaxlib import lapack   # deferred: imports scipy.linalg (0.2-1 s), only for programs that call LAPACK
+
+        lapack.prepare_lapack_call("potrf", np.float32)
+        return True
+    except Exception:               # another jaxlib: no executables (the exported program binds LAPACK itself)
+        return False
+
+
+_CACHE_HITS = threading.local()
+_LISTENING: list = []
+
+
+def _listen() -> None:
+    """Count, per thread, the executables JAX loads from its persistent cache (``jax.monitoring``; once)."""
+    if not _LISTENING:
+        import jax
+
+        def on_event(name, secs, **kwargs):
+            if name == "/jax/compilation_cache/cache_retrieval_time_sec":
+                _CACHE_HITS.count = getattr(_CACHE_HITS, "count", 0) + 1
+
+        jax.monitoring.register_event_duration_secs_listener(on_event)
+        _LISTENING.append(on_event)
+
+
+def _signature(args) -> tuple:
+    return tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__)),
+                  bool(getattr(a, "weak_type", False))) for a in args)
+
+
+def _default_device(args) -> bool:
+    """No argument is a JAX array placed anywhere but the default device (a compiled executable runs there)."""
+    import jax
+
+    default = jax.devices()[0]
+    return all(not isinstance(a, jax.Array) or a.devices() == {default} for a in args)
 
 
 class ExportedProgram:
-    """A jitted function whose traced program is kept on disk, so a later process skips tracing it.
+    """A jitted function whose traced program (and, optionally, compiled executable) is kept on disk.
 
     The first call with a new signature traces ``fn`` once with
     :func:`jax.export.export` and writes the serialized artifact (atomically:
     a temporary file, then ``os.replace``) to ``directory``; every call runs
     the exported program under ``jax.jit``, whose compiled executable the
     persistent compilation cache keeps (:func:`enable_compilation_cache`). A
-    later process with the same key reads the artifact instead of tracing:
-    ``jaxrank rank`` on a small file spends about 0.2 s there instead of 0.6 s.
+    later process with the same key reads the artifact instead of tracing.
+    With ``executables`` the compiled executable itself is kept there too
+    (:mod:`jax.experimental.serialize_executable`), and a later process on the
+    same machine runs it without lowering or compiling anything: the first call
+    of a scorer's bucket is then a file read and a load (tens of milliseconds),
+    plus SciPy's import where the program calls LAPACK.
 
-    The key of an artifact is ``name``, the shapes and dtypes of the
-    arguments, the jax and jaxlib versions, the default backend and a digest
-    of jaxrank's source files, so an edited jaxrank or another JAX never reads
-    a stale program. The file starts with a digest of that key and of the
-    serialized program, checked before it is read: an artifact replaced by
-    another one (another scorer's program copied over it, a file edited or
-    truncated) or reached through a symbolic link is never run; it is traced and
-    written again, as is one that fails to deserialize. Arguments are arrays only (a flat tuple; pass
-    static settings in ``name`` and close over them in ``fn``); the result is a
-    pytree of arrays (dicts, lists, tuples; no ``None`` leaves).
+    The key of a traced program is ``name``, the shapes, dtypes and weak types
+    of the arguments, the jax and jaxlib versions, the default backend, the JAX
+    settings that change tracing (``jax_enable_x64``, the default matmul
+    precision, the PRNG, ...) and a digest of jaxrank's source files, so an
+    edited jaxrank or another JAX never reads a stale program. The key of an
+    executable adds the compiler options and the machine (backend version,
+    devices, the CPU's model and instruction-set flags, ``XLA_FLAGS``). Every
+    file starts with a digest of its key and of its content, checked before it
+    is read: a file replaced by another one (another scorer's program copied
+    over it, a file edited or truncated) or reached through a symbolic link is
+    never run; it is made and written again, as is one that fails to load. A
+    folder that cannot be written costs the next process a trace and a
+    compilation, never the call: a :class:`RuntimeWarning` names it once.
+    Arguments are arrays only (a flat tuple; pass static settings in ``name``
+    and close over them in ``fn``); the result is a pytree of arrays (dicts,
+    lists, tuples; no ``None`` leaves).
+
+    A loaded executable is as trusted as the folder it comes from (it is machine
+    code, like the entries of JAX's own persistent cache): keep the cache in a
+    folder only you can write to.
 
     Args:
         fn: the function to jit, of arrays only.
         name: what the program is, including every static setting closed over
             in ``fn`` (different settings must give different names).
-        directory: where artifacts are kept; default ``exported`` beside
+        directory: where traced programs are kept; default ``exported`` beside
             :func:`default_cache_dir`.
         compiler_options: XLA options of the compilation (``jax.jit``'s
             ``compiler_options``); they change the compiled executable (and its
-            cache entry), not the traced program on disk.
+            key), not the traced program.
+        executables: where compiled executables are kept (:func:`compiled_directory`);
+            ``None``: none are (the persistent cache still keeps them, but a later
+            process lowers the program again to look them up).
     """
 
     def __init__(self, fn: Callable, *, name: str, directory: str | os.PathLike | None = None,
-                 compiler_options: dict | None = None):
+                 compiler_options: dict | None = None, executables: str | os.PathLike | None = None):
         if not name or not isinstance(name, str):
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.fn, self.name, self.compiler_options = fn, name, dict(compiler_options or {}) or None
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir().parent / "exported"
+        self.executables = Path(executables).expanduser() if executables is not None else None
         self._calls: dict[str, Callable] = {}
         self._by_signature: dict[tuple, Callable] = {}
 
@@ -156,26 +301,55 @@ class ExportedProgram:
         import jax  # deliberately lazy: see the module docstring
         import jaxlib
 
-        sig = ";".join(f"{tuple(getattr(a, 'shape', ()))}:{getattr(a, 'dtype', type(a).__name__)}" for a in args)
-        return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(),
+        sig = ";".join(f"{shape}:{dtype}" + (":weak" if weak else "") for shape, dtype, weak in _signature(args))
+        return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(), _config(),
                          _source_digest()])
 
+    def _stem(self) -> str:
+        return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in self.name)[:60]
+
     def path(self, *args) -> Path:
-        """The artifact file of a call with ``args``."""
-        stem = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in self.name)[:60]
-        return self.directory / f"{stem}-{hashlib.sha256(self._key(*args).encode()).hexdigest()[:32]}.jaxexport"
+        """The traced program's file of a call with ``args``."""
+        return self.directory / f"{self._stem()}-{hashlib.sha256(self._key(*args).encode()).hexdigest()[:32]}.jaxexport"
+
+    def _executable_key(self, key: str) -> str:
+        return "|".join([key, repr(sorted((self.compiler_options or {}).items())), _machine()])
+
+    def executable_path(self, *args) -> Path | None:
+        """The compiled executable's file of a call with ``args`` (``None`` without ``executables``)."""
+        if self.executables is None:
+            return None
+        key = self._executable_key(self._key(*args))
+        return self.executables / f"{self._stem()}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.jaxexec"
 
     @staticmethod
     def _digest(key: str, payload: bytes) -> bytes:
         return hashlib.sha256(key.encode() + b"\0" + payload).hexdigest().encode()
 
+    def _checked(self, path: Path, key: str, magic: bytes) -> tuple[bytes, bytes] | None:
+        """``(flags, payload)`` of ``path`` if its header names ``magic`` and a digest of ``key`` and its content."""
+        if path.is_symlink() or not path.is_file():
+            return None
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        head, _, payload = data.partition(b"\n")
+        parts = head.split(b" ")
+        if len(parts) != 3 or parts[0] != magic or parts[1] != self._digest(key, parts[2] + b"\0" + payload):
+            return None                       # another program, an edited or truncated file: never run it
+        return parts[2], payload
+
     def _read(self, path: Path, key: str):
-        """The program in ``path`` if its header's digest matches ``key`` and its content, else ``None``."""
+        """The traced program in ``path`` if its header's digest matches ``key`` and its content, else ``None``."""
         import jax
 
         if path.is_symlink() or not path.is_file():
             return None
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
         head, _, payload = data.partition(b"\n")
         magic, _, digest = head.partition(b" ")
         if magic != _MAGIC or digest != self._digest(key, payload):
@@ -185,37 +359,98 @@ class ExportedProgram:
         except Exception:                     # a damaged artifact: trace again and overwrite it
             return None
 
+    def _load_executable(self, path: Path, key: str):
+        """The compiled executable in ``path`` (LAPACK bound first where it calls it), else ``None``."""
+        found = self._checked(path, key, _EXEC_MAGIC)
+        if found is None:
+            return None
+        flags, payload = found
+        if flags == b"lapack" and not _bind_lapack():
+            return None
+        try:
+            from jax.experimental import serialize_executable
+
+            serialized, in_tree, out_tree = pickle.loads(payload)   # our own file, its digest checked above
+            return serialize_executable.deserialize_and_load(serialized, in_tree, out_tree)
+        except Exception:                     # a damaged file or another jaxlib's format: compile again
+            return None
+
     def __call__(self, *args):
-        sig = tuple((getattr(a, "shape", ()), getattr(a, "dtype", type(a))) for a in args)
+        sig = _signature(args)
         call = self._by_signature.get(sig)        # a call seen before: no key to build (a few microseconds)
         if call is None:
             call = self._by_signature[sig] = self._program(*args)
         return call(*args)
 
     def _program(self, *args):
-        """The jitted program of a call with ``args``: read from its artifact, or traced and written there."""
+        """The program of a call with ``args``: a loaded executable, or the traced program (read from its file,
+        or traced and written there) jitted, compiled and its executable written."""
         import jax
 
+        key = self._key(*args)
+        exec_path = self.executable_path(*args) if _default_device(args) else None
+        exec_key = self._executable_key(key) if exec_path is not None else ""
+        if exec_path is not None:
+            call = self._calls.get(str(exec_path)) or self._load_executable(exec_path, exec_key)
+            if call is not None:
+                self._calls[str(exec_path)] = call
+                return call
         path = self.path(*args)
-        call = self._calls.get(str(path))
-        if call is None:
-            key = self._key(*args)
+        tag = hashlib.sha256((exec_key or key).encode()).hexdigest()[:16]
+        jitted = self._calls.get(f"{path}#{tag}")
+        if jitted is None:
             exported = self._read(path, key)
             if exported is None:
                 exported = jax.export.export(jax.jit(self.fn))(*args)
                 payload = bytes(exported.serialize())
                 self._write(path, _MAGIC + b" " + self._digest(key, payload) + b"\n" + payload)
-            call = self._calls[str(path)] = jax.jit(exported.call, compiler_options=self.compiler_options)
-        return call
+
+            def program(*xs):
+                return exported.call(*xs)
+            # named by its key: JAX's persistent cache keys the module with its name, so an entry there is never
+            # one of another key's (see below)
+            program.__name__ = program.__qualname__ = f"jaxrank_{tag}"
+            jitted = self._calls[f"{path}#{tag}"] = jax.jit(program, compiler_options=self.compiler_options)
+        if exec_path is None:
+            return jitted
+        _listen()
+        hits = getattr(_CACHE_HITS, "count", 0)
+        lowered = jitted.lower(*args)
+        # any custom call (jaxlib's LAPACK kernels are the CPU's) binds LAPACK before a later process runs it,
+        # as lowering the exported program would; a program without one (counting, sums) never imports SciPy
+        flags = b"lapack" if "custom_call" in lowered.as_text() else b"-"
+        compiled = lowered.compile()
+        if getattr(_CACHE_HITS, "count", 0) != hits:
+            # loaded from JAX's persistent cache (our file was removed or damaged): jaxlib re-serializes such an
+            # executable without its machine code ("Function ... not found" when the copy runs), so none is kept
+            return compiled
+        try:
+            from jax.experimental import serialize_executable
+
+            serialized, in_tree, out_tree = serialize_executable.serialize(compiled)
+        except Exception:                     # an executable that cannot be serialized: kept in memory only
+            return compiled
+        payload = pickle.dumps((serialized, in_tree, out_tree))
+        self._write(exec_path, _EXEC_MAGIC + b" " + self._digest(exec_key, flags + b"\0" + payload) + b" " + flags
+                    + b"\n" + payload)
+        self._calls[str(exec_path)] = compiled
+        return compiled
 
     @staticmethod
     def _write(path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        """Write ``data`` to ``path`` atomically; a folder that cannot be written is warned about, not raised."""
+        tmp = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            _warn_unwritable(path.parent, e)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
             raise

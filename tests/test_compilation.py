@@ -41,7 +41,9 @@ def test_second_process_loads_compiled_programs_from_the_cache(tmp_path):
     assert first["path"] == str(cache) and first["misses"] >= 1 and first["hits"] == 0
     assert any(cache.iterdir())                                   # programs were written
     second = _run(cache)
-    assert second["hits"] >= first["misses"] and second["misses"] == 0
+    # nothing compiled: each program from JAX's cache, or run from jaxrank's own executable files (issue 33)
+    assert second["misses"] == 0 and (second["hits"] >= first["misses"]
+                                      or list((tmp_path / "compiled").glob("*.jaxexec")))
     assert second["scores"] == first["scores"]                    # the same executable, the same numbers
     assert not first["x64"]                                       # no other global setting touched
 

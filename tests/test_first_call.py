@@ -184,15 +184,21 @@ jr.enable_compilation_cache({cache!r})
 n, r = int(sys.argv[1]), int(sys.argv[2])
 i, j, p, w, _ = ref.random_context(np.random.default_rng(n), n, r)
 c = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n)
-s = np.asarray(jr.poe_gaussian(c))
-print("JSON " + json.dumps({{"traces": len(traces), "scores": s.tolist(),
-                             "loaded": events.get("/jax/compilation_cache/cache_retrieval_time_sec", 0.0)}}))
+scores = {{"poe_gaussian": np.asarray(jr.poe_gaussian(c)).tolist(),
+           "win_ratio": np.asarray(jr.win_ratio(c)).tolist(),
+           "poe_bradley_terry": np.asarray(jr.poe_bradley_terry(c)).tolist()}}
+print("JSON " + json.dumps({{"traces": len(traces), "scores": scores, "events": events,
+                             "scipy": "scipy.linalg" in sys.modules}}))
 """
 
+_STAGES = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+           "/jax/core/compile/backend_compile_duration", "/jax/compilation_cache/cache_retrieval_time_sec")
 
-def test_a_later_process_loads_the_buckets_program(tmp_path):
-    """With the persistent cache on, a fresh process scoring another size of the bucket neither traces the
-    scorer (its exported program is read from disk) nor compiles it (the executable comes from the cache)."""
+
+def test_a_later_process_runs_the_buckets_executable(tmp_path):
+    """With the persistent cache on, a fresh process scoring another size of the bucket neither traces, lowers
+    nor compiles (JAX reports none of those stages): it loads the bucket's compiled executable. Its scores are
+    those of the NumPy/SciPy references, and the first process's are too."""
     cache = tmp_path / "xla"
     code = _WORKER.format(tests=str(ROOT / "tests"), cache=str(cache))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -203,9 +209,183 @@ def test_a_later_process_loads_the_buckets_program(tmp_path):
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(json.loads([x for x in run.stdout.splitlines() if x.startswith("JSON ")][-1][5:]))
     assert list((tmp_path / "exported").glob("*.jaxexport"))
-    assert outs[0]["traces"] == 1 and outs[1]["traces"] == 0 and outs[1]["loaded"] > 0
-    i, j, p, w, _ = ref.random_context(np.random.default_rng(11), 11, 29)
-    np.testing.assert_allclose(outs[1]["scores"], ref.poe_gaussian(i, j, p, w, 11), atol=1e-4)
+    assert len(list((tmp_path / "compiled").glob("*.jaxexec"))) == 3          # counting, PoE-g, PoE-BT fit
+    assert outs[0]["traces"] == 1 and outs[1]["traces"] == 0
+    assert not [k for k in _STAGES if outs[1]["events"].get(k)], outs[1]["events"]
+    for (n, r), out in zip(((10, 26), (11, 29)), outs):
+        i, j, p, w, _ = ref.random_context(np.random.default_rng(n), n, r)
+        p = p.astype(np.float32).astype(np.float64)
+        np.testing.assert_allclose(out["scores"]["poe_gaussian"], ref.poe_gaussian(i, j, p, w, n), atol=1e-4)
+        np.testing.assert_allclose(out["scores"]["win_ratio"], ref.win_ratio(i, j, p, w, n), atol=1e-6)
+        np.testing.assert_allclose(out["scores"]["poe_bradley_terry"], ref.soft_bt(i, j, p, w, n)[0], atol=2e-4)
+
+
+@pytest.fixture
+def cache_on(tmp_path):
+    """JAX's persistent cache on in ``tmp_path/xla`` for one test (restored after it)."""
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs,
+              jax.config.jax_persistent_cache_min_entry_size_bytes)
+    compilation.enable_compilation_cache(tmp_path / "xla")
+    yield tmp_path
+    jax.config.update("jax_compilation_cache_dir", before[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", before[2])
+
+
+def test_no_trace_nor_compilation_within_a_bucket_with_the_cache_on(cache_on, monkeypatch):
+    """A trace counter and JAX's compile log: the second size of a bucket runs the bucket's program (in memory)."""
+    from jaxrank.scoring import _soft_bt_newton
+
+    traces, real = [], _soft_bt_newton._newton
+    monkeypatch.setattr(_soft_bt_newton, "_newton", lambda *a, **k: (traces.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(_batching, "_PROGRAMS", {})
+    first, (i, j, p, w, n) = _context(20, 13, 33)                  # bucket (16, 48)
+    np.testing.assert_allclose(jr.poe_bradley_terry(first), ref.soft_bt(i, j, p, w, n)[0], atol=2e-4)
+    second, (i, j, p, w, n) = _context(21, 15, 40)
+    with CompileLog() as log:
+        got = jr.poe_bradley_terry(second)
+    assert log.records == [] and len(traces) == 1
+    np.testing.assert_allclose(got, ref.soft_bt(i, j, p, w, n)[0], atol=2e-4)
+    assert len(list((cache_on / "compiled").glob("soft_bt*.jaxexec"))) == 1
+
+
+# --- the executables on disk: keys, damaged files, unwritable folders ----------------------------------
+
+def _fn(calls):
+    import jax.numpy as jnp
+
+    def fn(x, w):
+        calls.append(1)                               # runs only when JAX traces fn
+        return {"total": jnp.sum(x * w[:, None], axis=0), "chol": jnp.linalg.cholesky(x.T @ x + jnp.eye(3))}
+    return fn
+
+
+def _reference(x, w):
+    return (x * w[:, None]).sum(0), np.linalg.cholesky(x.T.astype(np.float64) @ x + np.eye(3))
+
+
+def _program(tmp_path, calls, **kw):
+    kw.setdefault("name", "demo")
+    return compilation.ExportedProgram(_fn(calls), directory=tmp_path / "exported",
+                                       executables=tmp_path / "compiled", **kw)
+
+
+def _check(out, x, w):
+    total, chol = _reference(x, w)
+    np.testing.assert_allclose(out["total"], total, rtol=1e-5)
+    np.testing.assert_allclose(out["chol"], chol, rtol=1e-4, atol=1e-5)
+
+
+def test_executable_is_loaded_and_a_changed_key_part_rebuilds_it(tmp_path, monkeypatch):
+    """A new instance (as a new process) loads the executable: no trace, no JAX compile record. Changing one
+    part of the key (source digest, machine, compiler options, name) never reads the old files."""
+    rng = np.random.default_rng(0)
+    x, w = rng.random((4, 3), dtype=np.float32), rng.random(4, dtype=np.float32)
+    calls = []
+    first = _program(tmp_path, calls)
+    _check(first(x, w), x, w)
+    exe, traced = first.executable_path(x, w), first.path(x, w)
+    assert len(calls) == 1 and exe.is_file() and traced.is_file()
+    with CompileLog() as log:
+        again = _program(tmp_path, calls)
+        _check(again(x * 2, w), x * 2, w)
+    assert len(calls) == 1 and log.records == []
+
+    monkeypatch.setattr(compilation, "_MACHINE", "another machine")          # the executable only is rebuilt
+    moved = _program(tmp_path, calls)
+    assert moved.executable_path(x, w) != exe and moved.path(x, w) == traced
+    _check(moved(x, w), x, w)
+    assert len(calls) == 1 and moved.executable_path(x, w).is_file()         # read the traced program, compiled
+    monkeypatch.undo()
+
+    options = _program(tmp_path, calls, compiler_options={"xla_backend_optimization_level": 0})
+    assert options.executable_path(x, w) != exe and options.path(x, w) == traced
+    _check(options(x, w), x, w)
+    assert len(calls) == 1
+
+    monkeypatch.setattr(compilation, "_SOURCE_DIGEST", "edited")               # an edited jaxrank: traced again
+    edited = _program(tmp_path, calls)
+    assert edited.path(x, w) != traced and edited.executable_path(x, w) != exe
+    _check(edited(x, w), x, w)
+    assert len(calls) == 2
+    monkeypatch.undo()
+
+    assert _program(tmp_path, calls, name="demo-2").executable_path(x, w) != exe
+    x64 = jax.config.jax_enable_x64
+    try:                                               # a JAX setting that changes tracing is part of the key
+        jax.config.update("jax_enable_x64", not x64)
+        flipped = first.path(x, w), first.executable_path(x, w)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+    assert flipped[0] != traced and flipped[1] != exe
+
+
+def test_a_damaged_or_foreign_executable_is_never_run(tmp_path):
+    """A truncated executable, another program's executable copied over it, or a link: compiled again."""
+    x, w = np.ones((4, 3), np.float32), np.full(4, 2.0, np.float32)
+    calls = []
+    prog = _program(tmp_path, calls)
+    prog(x, w)
+    exe = prog.executable_path(x, w)
+    other = compilation.ExportedProgram(lambda v, u: {"total": v.sum(0) * 0, "chol": v[:3] * 0},
+                                        name="other", directory=tmp_path / "exported",
+                                        executables=tmp_path / "compiled")
+    other(x, w)
+    for damage in ("truncate", "foreign", "link"):
+        if damage == "truncate":
+            exe.write_bytes(exe.read_bytes()[:200])
+        elif damage == "foreign":
+            exe.write_bytes(other.executable_path(x, w).read_bytes())
+        else:
+            exe.unlink()
+            os.symlink(other.executable_path(x, w), exe)
+        _check(_program(tmp_path, calls)(x, w), x, w)
+        assert not exe.is_symlink() and exe.read_bytes() != other.executable_path(x, w).read_bytes()
+    assert len(calls) == 1                            # the traced program was read each time, never retraced
+
+
+def test_an_unwritable_folder_warns_once_and_still_scores(tmp_path, monkeypatch):
+    """The folders cannot be made (a file stands where a folder should): a RuntimeWarning naming the folder,
+    the right numbers, and a plain call the next time."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(compilation, "_WARNED", set())
+    calls = []
+    prog = compilation.ExportedProgram(_fn(calls), name="demo", directory=blocker / "exported",
+                                       executables=blocker / "compiled")
+    x, w = np.ones((4, 3), np.float32), np.arange(4, dtype=np.float32)
+    with pytest.warns(RuntimeWarning) as caught:
+        _check(prog(x, w), x, w)
+    said = " ".join(str(c.message) for c in caught)
+    assert str(blocker / "exported") in said and str(blocker / "compiled") in said
+    _check(prog(x + 1, w), x + 1, w)
+    assert len(calls) == 1
+
+
+def test_enable_compilation_cache_refuses_a_folder_it_cannot_write(tmp_path, monkeypatch):
+    """Plumbing only (the tests run as root, who may write anywhere): a folder ``os.access`` calls unwritable
+    is refused with a PermissionError naming it; a file where the folder should be with an OSError."""
+    monkeypatch.setattr(compilation.os, "access", lambda *a, **k: False)
+    with pytest.raises(PermissionError, match="not writable") as err:
+        compilation.enable_compilation_cache(tmp_path / "ro")
+    assert err.value.filename == str(tmp_path / "ro")
+    monkeypatch.undo()
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OSError):
+        compilation.enable_compilation_cache(tmp_path / "f" / "xla")
+
+
+def test_executable_from_jaxs_cache_is_not_written_again(cache_on):
+    """An executable JAX loaded from its own persistent cache is run, never re-serialized (jaxlib drops its
+    machine code then): with our file removed, the next instance scores right and writes no executable."""
+    x, w = np.ones((4, 3), np.float32), np.arange(4, dtype=np.float32)
+    prog = _program(cache_on, [])
+    prog(x, w)
+    exe = prog.executable_path(x, w)
+    exe.unlink()
+    jax.clear_caches()
+    _check(_program(cache_on, [])(x, w), x, w)
+    assert not exe.exists()
 
 
 def test_exported_directory_only_while_the_cache_is_on(tmp_path):

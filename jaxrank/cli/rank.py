@@ -140,14 +140,14 @@ def _rank_scores(c, method, debias, score_prior):
 def _rank_program(method, debias, score_prior, exported, options=()):
     """The jitted program of :func:`_rank_scores` for these settings, of the arrays of a ``Comparisons``.
 
-    With ``exported`` its traced program is kept on disk beside the compilation cache
-    (:class:`jaxrank.compilation.ExportedProgram`), so a later process neither traces nor compiles it.
+    With ``exported`` its traced program and its compiled executable are kept on disk beside the compilation
+    cache (:class:`jaxrank.compilation.ExportedProgram`), so a later process neither traces, lowers nor compiles it.
     ``options``: XLA compiler options as sorted pairs (``_batching.compiler_options``: a small bucket is
     compiled without LLVM's optimisations).
     """
     import jax
 
-    from jaxrank.compilation import ExportedProgram
+    from jaxrank.compilation import ExportedProgram, compiled_directory
 
     def program(i, j, p, weight, item_mask):
         from jaxrank.comparisons import Comparisons   # traced only on a cache miss: JAX-heavy imports stay out
@@ -158,7 +158,8 @@ def _rank_program(method, debias, score_prior, exported, options=()):
 
     opts = dict(options) or None
     if exported:
-        return ExportedProgram(program, name=f"rank-{method}-{debias}-{score_prior!r}", compiler_options=opts)
+        return ExportedProgram(program, name=f"rank-{method}-{debias}-{score_prior!r}", compiler_options=opts,
+                               executables=compiled_directory())
     return jax.jit(program, compiler_options=opts)
 
 

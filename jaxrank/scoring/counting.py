@@ -38,9 +38,8 @@ def _counting_bucketed(c, threshold, hard):
     """:func:`_counting` on ``c`` padded to its bucket (``_batching.bucketed``: one program per bucket)."""
     fn = lambda cc, t, h: (_counting(cc, t, h),)
     t = threshold if isinstance(threshold, jax.Array) else np.asarray(threshold, c.p.dtype)
-    # not kept on disk (name None): tracing it is cheap, and loading an exported program would import SciPy's
-    # LAPACK (~0.3-0.6 s), which a program without a factorisation never needs
-    return _batching.bucketed(fn, None, c, t, np.asarray(hard))[0]
+    # kept on disk with its compiled executable: loading it runs no lowering, so no SciPy import (no LAPACK here)
+    return _batching.bucketed(fn, "counting", c, t, np.asarray(hard))[0]
 
 
 def win_ratio(c: Comparisons, *, threshold=0.5) -> jax.Array:
