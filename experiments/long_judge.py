@@ -14,6 +14,18 @@ contexts, raw and with both orders averaged.
     nice -n 15 python experiments/long_judge.py --judge qwen2.5-1.5b --aspect coherence \\
         --dtype float32 --batch-size 4 --until 21:35 \\
         --store experiments/results/stores/summeval-coherence-qwen2.5-1.5b.jsonl
+
+With ``--base-url`` the judge is behind an OpenAI-compatible server
+(:class:`~jaxrank.judges.server.ServerJudge`, e.g. llama.cpp's ``python -m
+llama_cpp.server`` serving the registry's GGUF under the alias ``--judge``): the
+same prompt (the model's chat template, read from the registry's GGUF, rendered
+by the client on the completions endpoint, and ``--answer-prefix``), ``p`` from
+the top-20 log-probabilities of the first answer token; ``--batch-size``
+requests in flight. Its store keys are ``server:<judge>``:
+
+    python experiments/long_judge.py --data topicalchat --judge qwen2.5-coder-1.5b --answer-prefix Response \\
+        --base-url http://127.0.0.1:8731/v1 --batch-size 2 --contexts 0:14 \\
+        --store experiments/results/stores/topicalchat-coherence-qwen2.5-coder-1.5b-server.jsonl
 """
 
 from __future__ import annotations
@@ -45,6 +57,8 @@ def parse_args(argv):
     ap.add_argument("--expect-template", default=None,
                     help="stop unless the judge's template key (the prompt and its reading) is this one, so a "
                          "run continues a store's judgements instead of starting new ones beside them")
+    ap.add_argument("--base-url", default=None,
+                    help="judge through this OpenAI-compatible server (serving --judge under that name)")
     ap.add_argument("--report-only", action="store_true", help="only print P(A) and accuracy of the store")
     return ap.parse_args(argv)
 
@@ -84,6 +98,23 @@ def report(store_path, judge_name, data, aspect, template=None):
     print(text, flush=True)
 
 
+def server_judge(args, template):
+    """The judge behind ``--base-url``: :class:`~jaxrank.judges.server.ServerJudge` reading the in-process judge's
+    prompt (the chat template of the registry's model, rendered by the client; ``--answer-prefix``)."""
+    import jinja2.ext  # noqa: F401  (server.render_chat_template names jinja2.ext but imports only jinja2)
+
+    from jaxrank.judges.server import ServerJudge
+    from jaxrank.models.gguf import read_gguf
+    from jaxrank.models.registry import resolve
+
+    if args.answer_prefix in (None, "auto"):
+        raise SystemExit("--base-url needs --answer-prefix WORD or '' (a server judge cannot choose 'auto')")
+    meta, _ = read_gguf(resolve(args.judge))
+    return ServerJudge(args.base_url, args.judge, template, answer_prefix=args.answer_prefix,
+                       chat_template=meta.get("tokenizer.chat_template"), max_concurrency=args.batch_size,
+                       logprobs=True, timeout=600.0)
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import jax.numpy as jnp
@@ -102,19 +133,22 @@ def main(argv=None):
         import resource
 
         stop = deadline(args.until)
-        jnp.zeros(1).block_until_ready()
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-        t0 = time.time()
-        lm = load_model(args.judge, dtype=getattr(jnp, args.dtype))
-        weights = sum(int(w.nbytes) for w in lm.model.weights().values()) / 2**20
-        extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - base
-        print(f"loaded {lm.name} ({args.dtype}) in {time.time() - t0:.0f} s; peak RSS - JAX baseline "
-              f"{extra:.0f} MiB for {weights:.0f} MiB of weights ({extra / weights:.2f}x)", flush=True)
+        kw = {} if args.answer_prefix is None else dict(answer_prefix=args.answer_prefix)
+        if args.base_url:
+            judge = server_judge(args, pairwise_template(args.data, args.aspect))
+        else:
+            jnp.zeros(1).block_until_ready()
+            base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            t0 = time.time()
+            lm = load_model(args.judge, dtype=getattr(jnp, args.dtype))
+            weights = sum(int(w.nbytes) for w in lm.model.weights().values()) / 2**20
+            extra = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10 - base
+            print(f"loaded {lm.name} ({args.dtype}) in {time.time() - t0:.0f} s; peak RSS - JAX baseline "
+                  f"{extra:.0f} MiB for {weights:.0f} MiB of weights ({extra / weights:.2f}x)", flush=True)
+            judge = PromptJudge(lm, pairwise_template(args.data, args.aspect), batch_size=args.batch_size, **kw)
         from jaxrank.assessment.run import prepare_judge, template_key
         from jaxrank.assessment.store import JudgementStore
 
-        kw = {} if args.answer_prefix is None else dict(answer_prefix=args.answer_prefix)
-        judge = PromptJudge(lm, pairwise_template(args.data, args.aspect), batch_size=args.batch_size, **kw)
         name = judge.name
         prepare_judge(judge, cs)
         key = template_key(judge)
