@@ -15,7 +15,17 @@ legacy formats have ``S = 32`` and no ``sc``, ``Q4_1``/``Q5_1`` an offset
 8-bit sub-block scales and mins, ``dm = -dmin``). The codes are repacked at
 load time into a layout JAX unpacks with shifts: the low 4 bits two to a byte
 (``lo``), the remaining 1 or 2 high bits 8 or 4 to a byte (``hi``); 8-bit codes
-are stored as ``int8`` in ``lo``. Every array has the output rows on axis
+are stored as ``int8`` in ``lo``.
+
+A stack of layers in different K-quants (a ``Q4_K_M`` file's ``ffn_down``:
+``Q6_K`` in some layers, ``Q4_K`` in the others) is held in one *mixed K*
+form (``mixed=True``), exact for each of them at 6.625 bits a weight (``Q6_K``
+is 6.5625): 6-bit codes ``c = q - zp + 32``, per super-block of 256 a float16
+``d`` and ``dm``, and per 16 inputs an int8 ``a``. A ``Q6_K`` super-block has
+``dm`` NaN and ``w = d * a[k] * (c - 32)`` (its own 16 scales); a ``Q4_K`` /
+``Q5_K`` one holds its eight (scale, min) pairs in ``a`` (``a[2j]``, ``a[2j+1]``)
+and ``w = d * a[2j] * (c - 32) + dm * a[2j+1]`` on sub-block ``j`` of 32 inputs.
+Every array has the output rows on axis
 ``-2`` (a leading ``[L]`` layer axis is allowed), so a ``lax.scan`` over
 stacked layers slices them and an embedding gathers rows before
 dequantising.
@@ -35,11 +45,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["QuantisedWeight", "decode_gguf", "quantise_int8", "stack", "matmul", "take_rows", "nbytes",
+from ._weights import release_pages
+
+__all__ = ["QuantisedWeight", "decode_gguf", "stack_form", "K_QUANTS", "BITS_PER_WEIGHT", "quantise_int8", "stack", "matmul", "take_rows", "nbytes",
            "GGUF_QTYPES"]
 
 GGUF_QTYPES = {"Q8_0": 8, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 """GGUF block formats kept quantised: name -> ``GGMLQuantizationType`` value."""
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+"""The K-quants a stack of mixed layers holds in the mixed K form (see the module docstring)."""
+_BLOCK = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
+          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+"""GGUF block format -> (weights a block, bytes a block), as ``gguf.GGML_QUANT_SIZES``."""
+BITS_PER_WEIGHT = {"mixed K": 8 * (256 // 2 + 256 // 4 + 2 + 2 + 256 // 16) / 256}
+"""Bits a weight held by a form of several layers' formats: the mixed K form, 6.625."""
 _FIELDS = ("lo", "hi", "d", "sc", "dm", "mn")
 
 
@@ -55,14 +74,16 @@ class QuantisedWeight:
         dm: ``[..., out, in/S]`` offset scales, or ``None`` (no offset).
         mn: ``uint8 [..., out, in/s]`` offset multipliers, or ``None`` (one).
         bits: code width (4, 5, 6 or 8); zp: the zero point subtracted from the codes.
+        mixed: the mixed K form (``bits`` 6, ``zp`` 32; ``sc`` per 16 inputs, ``dm`` NaN on ``Q6_K``
+            super-blocks, ``mn`` ``None``; see the module docstring).
     """
 
-    def __init__(self, lo, hi, d, sc, dm, mn, bits: int, zp: int):
+    def __init__(self, lo, hi, d, sc, dm, mn, bits: int, zp: int, mixed: bool = False):
         self.lo, self.hi, self.d, self.sc, self.dm, self.mn = lo, hi, d, sc, dm, mn
-        self.bits, self.zp = int(bits), int(zp)
+        self.bits, self.zp, self.mixed = int(bits), int(zp), bool(mixed)
 
     def tree_flatten(self):
-        return tuple(getattr(self, f) for f in _FIELDS), (self.bits, self.zp)
+        return tuple(getattr(self, f) for f in _FIELDS), (self.bits, self.zp, self.mixed)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -87,14 +108,14 @@ class QuantisedWeight:
     def map(self, fn) -> "QuantisedWeight":
         """The same weight with ``fn`` applied to every array (e.g. a row permutation on axis -2)."""
         return QuantisedWeight(*(None if a is None else fn(a) for a in (getattr(self, f) for f in _FIELDS)),
-                               self.bits, self.zp)
+                               self.bits, self.zp, self.mixed)
 
     def dequantise(self, dtype=jnp.float32) -> jax.Array:
         """The matrix ``[..., out, in]`` in ``dtype`` (the module docstring's equation, in float32)."""
         return _dequantise(self).astype(dtype)
 
     def __repr__(self) -> str:
-        return f"QuantisedWeight(shape={self.shape}, bits={self.bits}, zp={self.zp})"
+        return f"QuantisedWeight(shape={self.shape}, bits={self.bits}, zp={self.zp}{', mixed K' * self.mixed})"
 
 
 def _codes(w: QuantisedWeight):
@@ -114,6 +135,8 @@ def _codes(w: QuantisedWeight):
 
 
 def _dequantise(w: QuantisedWeight) -> jax.Array:
+    if w.mixed:
+        return _dequantise_mixed(w)
     q = _codes(w).astype(jnp.float32)
     if w.zp:
         q = q - w.zp
@@ -141,6 +164,21 @@ def _dequantise(w: QuantisedWeight) -> jax.Array:
             off = w.mn.astype(jnp.float32).reshape(*lead, out, nS, S // s) * dm[..., None]
             y = y.reshape(*lead, out, nS, S // s, s) + off[..., None]
     return y.reshape(*lead, out, n)
+
+
+def _dequantise_mixed(w: QuantisedWeight) -> jax.Array:
+    """The mixed K form: per super-block, ``Q6_K``'s ``d * a[k] * (c - 32)`` where ``dm`` is NaN, else
+    ``Q4_K``'s ``d * a[2j] * (c - 32) + dm * a[2j+1]`` (the same float32 operations as their own forms)."""
+    q = _codes(w).astype(jnp.float32) - w.zp
+    *lead, out, n = q.shape
+    nS = n // 256
+    d, dm = w.d.astype(jnp.float32), w.dm.astype(jnp.float32)
+    six = jnp.isnan(dm)[..., None, None]                                    # [.., out, nS, 1, 1]
+    a = w.sc.astype(jnp.float32).reshape(*lead, out, nS, 8, 2)
+    scale = jnp.where(six, a, a[..., :1]).reshape(*lead, out, nS, 16) * d[..., None]
+    y = (q.reshape(*lead, out, nS, 16, 16) * scale[..., None]).reshape(*lead, out, nS, 8, 32)
+    off = a[..., 1] * dm[..., None]                                         # [.., out, nS, 8]
+    return jnp.where(six, y, y + off[..., None]).reshape(*lead, out, n)
 
 
 CHUNK = 1 << 22
@@ -214,34 +252,142 @@ def _scale_min_k4(sc12):
     return sc, mn
 
 
-DECODE_ROWS = 8192
+DECODE_ROWS = 2048
 """Rows decoded at a time (the NumPy temporaries of one chunk, not of a whole 150k-row embedding)."""
 
 
-def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
+def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...], stack_qtypes=(), *,
+                device: bool = False) -> QuantisedWeight:
     """A GGUF tensor's blocks (``raw uint8 [rows, row bytes]``) repacked as a NumPy-backed
-    :class:`QuantisedWeight` of ``shape [rows, n]``, :data:`DECODE_ROWS` rows at a time.
+    :class:`QuantisedWeight` of ``shape [rows, n]``, :data:`DECODE_ROWS` rows at a time into arrays of
+    the whole tensor (no concatenated copy), each chunk's file pages dropped once read.
+
+    Args:
+        raw, qtype, shape: the tensor's bytes (a ``np.memmap`` view: its pages are released), format, shape.
+        stack_qtypes: the formats of every layer of the stack this tensor is a layer of (names or values):
+            where they differ, the layer comes back in the form the whole stack is held in
+            (:func:`stack_form`), so the stack is written layer by layer.
+        device: a tensor of more than :data:`DECODE_ROWS` rows is written chunk by chunk straight into
+            arrays on the default device (donated buffers): the host never holds it whole beside them.
 
     Raises:
         ValueError: a ``qtype`` not in :data:`GGUF_QTYPES`.
     """
-    if len(shape) != 2 or shape[0] <= DECODE_ROWS:
-        return _decode(raw, qtype, shape)
-    r = np.asarray(raw).reshape(shape[0], -1)
-    parts = [_decode(r[i:i + DECODE_ROWS], qtype, (min(DECODE_ROWS, shape[0] - i), shape[1]))
-             for i in range(0, shape[0], DECODE_ROWS)]
-    first = parts[0]
-    return QuantisedWeight(*(None if getattr(first, f) is None else
-                             np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS), first.bits, first.zp)
+    conv = stack_form(stack_qtypes, shape[-1]) if stack_qtypes else (lambda w: w)
+    rows = math.prod(shape[:-1])
+    if len(shape) != 2 or rows <= DECODE_ROWS:
+        w = conv(_decode(raw, qtype, shape))
+        release_pages(raw)
+        return w
+    r = raw.reshape(rows, -1)
+    out, last = None, None
+    for i in range(0, rows, DECODE_ROWS):
+        m = min(DECODE_ROWS, rows - i)
+        part = conv(_decode(r[i:i + m], qtype, (m, shape[1])))
+        release_pages(r[i:i + m])
+        if out is None:
+            new = (lambda s_, t_: jnp.zeros(s_, t_)) if device else np.empty
+            out = [None if a is None else new((rows, *a.shape[1:]), a.dtype)
+                   for a in (getattr(part, f) for f in _FIELDS)]
+        for k, f in enumerate(_FIELDS):
+            if out[k] is not None:
+                if device:
+                    out[k] = _put_rows(out[k], i, getattr(part, f))
+                else:
+                    out[k][i:i + m] = getattr(part, f)
+        last = part
+        del part
+    return QuantisedWeight(*out, last.bits, last.zp, last.mixed)
 
 
-def _decode(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
+@functools.partial(jax.jit, donate_argnums=0)
+def _put_rows(buf, i, x):
+    return jax.lax.dynamic_update_slice_in_dim(buf, x, i, 0)
+
+
+def _qname(qtype) -> str:
+    if isinstance(qtype, str) and qtype in GGUF_QTYPES:
+        return qtype
     name = next((k for k, v in GGUF_QTYPES.items() if v == int(qtype)), None)
     if name is None:
         raise ValueError(f"qtype {qtype} cannot be kept quantised; supported: {', '.join(GGUF_QTYPES)}")
+    return name
+
+
+def stack_form(qtypes, n: int):
+    """The conversion of one decoded layer to the form of a stack whose layers have the formats ``qtypes``.
+
+    One format: none (the layer as it is). Formats that differ only in code width (``Q4_K`` and ``Q5_K``,
+    ``Q4_0`` and ``Q5_0``, ``Q4_1`` and ``Q5_1``): the wider, the narrower codes shifted to its zero point.
+    Other mixes of K-quants (with ``Q6_K``): the mixed K form (6.625 bits a weight, see the module
+    docstring). Any other mix: 8-bit codes with the smallest block sizes of the mix (:func:`_common`,
+    ~8.5 bits a weight; ``Q8_0`` in the mix needs 8 bits anyway). Each is exact: the layer dequantises to
+    the same float32 weights.
+    """
+    names = sorted({_qname(q) for q in qtypes})
+    if len(names) <= 1:
+        return lambda w: w
+    templates = [_decode(np.zeros((1, n // _BLOCK[q][0] * _BLOCK[q][1]), np.uint8), GGUF_QTYPES[q], (1, n))
+                 for q in names]
+    return _unifier(templates)
+
+
+def _unifier(ws: list[QuantisedWeight]):
+    """The exact conversion to one form of weights of the forms ``ws`` (see :func:`stack_form`)."""
+    if len({_form(w)[5:] for w in ws}) == 1 and not any(w.mixed for w in ws) and all(w.bits < 8 for w in ws):
+        wide = max(ws, key=lambda w: w.bits)
+        if all(w.zp <= wide.zp and (1 << w.bits) - w.zp <= (1 << wide.bits) - wide.zp for w in ws):
+            return lambda w: _widen(w, wide.bits, wide.zp)
+    if all(_is_k(w) for w in ws):
+        return _to_mixed
+    return lambda w: _common([w] + list(ws))[0]
+
+
+def _widen(w: QuantisedWeight, bits: int, zp: int) -> QuantisedWeight:
+    """``w`` with ``bits``-wide codes ``q - w.zp + zp`` (same scales): exact where they fit."""
+    if (w.bits, w.zp) == (bits, zp):
+        return w
+    lo, hi = _pack(_codes_np(w) - w.zp + zp, bits)
+    return QuantisedWeight(lo, hi, w.d, w.sc, w.dm, w.mn, bits, zp)
+
+
+def _is_k(w: QuantisedWeight) -> bool:
+    """Whether a decoded weight is in a K-quant's own form (``Q4_K``/``Q5_K``: 8 scales and mins a
+    super-block; ``Q6_K``: 16 scales, zero point 32) or the mixed K form."""
+    if w.mixed:
+        return True
+    n = w.shape[-1]
+    if w.sc is None or w.d.shape[-1] * 256 != n or np.dtype(w.d.dtype) != np.float16:
+        return False
+    if (w.bits, w.zp) in ((4, 0), (5, 0)):
+        return w.mn is not None and w.sc.shape[-1] * 32 == n and w.dm is not None
+    return (w.bits, w.zp) == (6, 32) and w.mn is None and w.dm is None and w.sc.shape[-1] * 16 == n
+
+
+def _to_mixed(w: QuantisedWeight) -> QuantisedWeight:
+    """A ``Q4_K`` / ``Q5_K`` / ``Q6_K`` weight (NumPy) in the mixed K form (module docstring); exact."""
+    if w.mixed:
+        return w
+    if not _is_k(w):
+        raise ValueError(f"{w!r} is not in a K-quant form")
+    lo, hi = _pack(_codes_np(w) - w.zp + 32, 6)
+    d = np.asarray(w.d)
+    if w.mn is None:                                             # Q6_K: its 16 scales, dm NaN marks it
+        return QuantisedWeight(lo, hi, d, np.asarray(w.sc, np.int8), np.full(d.shape, np.nan, np.float16),
+                               None, 6, 32, True)
+    dm = np.asarray(w.dm)
+    bad = np.isnan(dm)
+    if bad.any():               # a NaN dmin makes its whole super-block NaN: kept so by a NaN d
+        d, dm = np.where(bad, np.float16(np.nan), d), np.where(bad, np.float16(0), dm)
+    sc = np.stack([np.asarray(w.sc, np.int8), np.asarray(w.mn).astype(np.int8)], -1)
+    return QuantisedWeight(lo, hi, d, sc.reshape(*sc.shape[:-2], -1), dm, None, 6, 32, True)
+
+
+def _decode(raw: np.ndarray, qtype: int, shape: tuple[int, ...]) -> QuantisedWeight:
+    name = _qname(qtype)
     rows, n = math.prod(shape[:-1]), shape[-1]
     r = np.asarray(raw, np.uint8).reshape(rows, -1)
-    bsz = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[name]
+    bsz = _BLOCK[name][1]
     b = r.reshape(rows, -1, bsz)                                   # [rows, blocks, bytes]
     sc = dm = mn = None
     if name == "Q8_0":
@@ -301,6 +447,8 @@ def quantise_int8(w: np.ndarray) -> QuantisedWeight:
 def _common(ws: list[QuantisedWeight]) -> list[QuantisedWeight]:
     """The weights in one form (to stack layers of different formats): 8-bit codes ``q - zp``, the
     smallest block and sub-block sizes, missing scales one and missing offsets zero (exact)."""
+    if any(w.mixed for w in ws):
+        raise ValueError("a weight in the mixed K form stacks only with K-quants (Q4_K, Q5_K, Q6_K)")
     n = ws[0].shape[-1]
     S = min(n // w.d.shape[-1] for w in ws)
     subs = [n // a.shape[-1] for w in ws for a in (w.sc, w.mn) if a is not None]
@@ -339,23 +487,25 @@ def _codes_np(w: QuantisedWeight) -> np.ndarray:
 
 
 def _form(w: QuantisedWeight):
-    return (w.bits, w.zp) + tuple(None if a is None else (a.shape, np.dtype(a.dtype).str)
+    return (w.bits, w.zp, w.mixed) + tuple(None if a is None else (a.shape, np.dtype(a.dtype).str)
                                   for a in (getattr(w, f) for f in _FIELDS))
 
 
 def stack(items: list[Any]) -> QuantisedWeight:
     """Layer weights stacked on a new leading axis into one device-resident :class:`QuantisedWeight`.
 
-    Layers of one format stack as they are; mixed formats (a GGUF file with ``Q4_K`` and ``Q6_K``
-    layers of one tensor) are first brought to one form by :func:`_common` (exact, 8-bit codes).
+    Layers of one format stack as they are; mixed formats are first brought to one form, exactly, as
+    :func:`stack_form` does: a wider code width, the mixed K form (a GGUF file with ``Q4_K`` and ``Q6_K``
+    layers of one tensor, 6.625 bits a weight), else 8-bit codes (:func:`_common`).
     """
     if len({_form(w) for w in items}) > 1:
-        items = _common(items)
+        unify = _unifier(items)
+        items = [unify(w) for w in items]
     fields = []
     for f in _FIELDS:
         parts = [getattr(w, f) for w in items]
         fields.append(None if parts[0] is None else jax.device_put(np.stack([np.asarray(p) for p in parts])))
-    return QuantisedWeight(*fields, items[0].bits, items[0].zp)
+    return QuantisedWeight(*fields, items[0].bits, items[0].zp, items[0].mixed)
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -371,7 +521,7 @@ def stack_layers(getters: list) -> QuantisedWeight:
     first = getters[0]()
     if not isinstance(first, QuantisedWeight):
         raise TypeError(f"expected a QuantisedWeight, got {type(first).__name__}")
-    n, form = len(getters), _form(first)
+    n, form, mixed = len(getters), _form(first), first.mixed
     bufs = [None if a is None else jnp.zeros((n, *a.shape), a.dtype) for a in (getattr(first, f) for f in _FIELDS)]
 
     def write(bufs, i, w):
@@ -384,12 +534,12 @@ def stack_layers(getters: list) -> QuantisedWeight:
             if not isinstance(w, QuantisedWeight):
                 raise ValueError(f"layer {i} is not quantised where layer 0 is (dequantise the tensor: "
                                  "weights='float')")
-            done = [QuantisedWeight(*(None if b is None else np.asarray(b[k]) for b in bufs), form[0], form[1])
-                    for k in range(i)]
+            done = [QuantisedWeight(*(None if b is None else np.asarray(b[k]) for b in bufs), form[0], form[1],
+                                    mixed) for k in range(i)]
             del bufs
             return stack(done + [w] + [g() for g in getters[i + 1:]])
         bufs = write(bufs, i, w)
-    return QuantisedWeight(*bufs, form[0], form[1])
+    return QuantisedWeight(*bufs, form[0], form[1], mixed)
 
 
 def to_device(w: QuantisedWeight) -> QuantisedWeight:

@@ -260,15 +260,19 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 class _DequantisedTensors(Mapping):
     """Hugging Face name -> float32 tensor, dequantised from the mapped file only when read."""
 
-    def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]], keep_quantised: bool = False):
-        self._by_name, self._keep = by_name, keep_quantised
+    def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]], keep_quantised: bool = False,
+                 stacks: Mapping[str, tuple[int, ...]] | None = None):
+        self._by_name, self._keep, self._stacks = by_name, keep_quantised, stacks or {}
+
+    def __contains__(self, name) -> bool:       # Mapping's default would read (dequantise) the tensor
+        return name in self._by_name
 
     def __getitem__(self, name: str) -> np.ndarray:
         from gguf import quants
 
         t, n_head = self._by_name[name]
         if self._keep and int(t.qtype) in GGUF_QTYPES.values() and len(t.shape) == 2:
-            w = decode_gguf(t.data, t.qtype, t.shape)
+            w = decode_gguf(t.data, t.qtype, t.shape, self._stacks.get(name, ()), device=True)
             release_pages(t.data)
             return w.map(lambda a: unpermute_qk(a, n_head)) if n_head > 0 else w
         arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
@@ -292,7 +296,10 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
     multiplies quantised (``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0``,
     ``Q4_K``, ``Q5_K``, ``Q6_K``) come back as ``QuantisedWeight`` (codes and
     block scales repacked, q/k rows unpermuted, nothing dequantised); other
-    tensors (norms, biases, float16/float32 matrices) as float32 arrays.
+    tensors (norms, biases, float16/float32 matrices) as float32 arrays. A layer of a
+    stack whose layers have different formats (a ``Q4_K_M`` file's ``ffn_down``:
+    ``Q4_K`` and ``Q6_K``) comes in the one form the stack is held in (``Q4_K`` /
+    ``Q5_K`` / ``Q6_K`` mixes: 6-bit codes, 6.625 bits a weight; others 8-bit).
 
     The mapping dequantises a tensor (and undoes the ``llama`` q/k permutation)
     each time it is indexed (and takes back the ``+ 1`` that llama.cpp adds to
@@ -308,6 +315,7 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
     gemma = config["model_type"] == "gemma3_text"
     blk = _BLK_GEMMA if gemma else _BLK
     by_name: dict[str, tuple[GGUFTensor, int]] = {}
+    groups: dict[str, list[tuple[str, int]]] = {}
     for t in tensors:
         if t.name == "rope_freqs.weight":
             arr = np.asarray(quants.dequantize(t.data, t.qtype), np.float32).reshape(t.shape)
@@ -329,7 +337,13 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
         elif gemma and kind.endswith("norm"):
             n_head = -1
         by_name[f"model.layers.{i}.{blk[kind]}.{wb}"] = (t, n_head)
-    return _DequantisedTensors(by_name, keep_quantised)
+        groups.setdefault(f"{blk[kind]}.{wb}", []).append((f"model.layers.{i}.{blk[kind]}.{wb}", int(t.qtype)))
+    stacks = {}             # a layer of a stack whose layers differ in format is decoded to the stack's form
+    for members in groups.values():
+        qtypes = tuple(sorted({q for _, q in members}))
+        if len(qtypes) > 1 and all(q in GGUF_QTYPES.values() for q in qtypes):
+            stacks.update({name: qtypes for name, _ in members})
+    return _DequantisedTensors(by_name, keep_quantised, stacks)
 
 
 def special_tokens(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -291,11 +291,13 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "
     cfg = gguf.gguf_config(meta, [t.name for t in gts])
     tensors = (gguf.gguf_tensors(gts, cfg, keep_quantised=True) if weights == "quantised"
                else gguf.gguf_tensors(gts, cfg))
+    # the tokenizer first: its build's scratch (a 150k vocabulary's Python objects) is freed before the
+    # weights arrive, not added to the load's peak on top of them
+    tok = gguf.tokenizer_from_gguf(meta, p) if want_tokenizer else None
     try:
         model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype, mesh=mesh)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from e
-    tok = gguf.tokenizer_from_gguf(meta, p) if want_tokenizer else None
     sp = gguf.special_tokens(meta)
     pad = getattr(tok, "pad_token_id", None)
     return LoadedModel(model, config, tok, meta.get("tokenizer.chat_template"), name,
