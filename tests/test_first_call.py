@@ -169,8 +169,6 @@ def test_a_new_size_in_the_bucket_is_not_traced_again(monkeypatch):
 
 _WORKER = """
 import json, sys, jax, numpy as np, jaxrank as jr
-sys.path.insert(0, {tests!r})
-import reference as ref
 from jaxrank.scoring import gaussian
 traces, real = [], gaussian._solve_one
 def counted(*args, **kwargs):          # a Python side effect: runs only when JAX traces the scorer
@@ -181,14 +179,13 @@ events = {{}}
 jax.monitoring.register_event_duration_secs_listener(
     lambda name, secs, **kw: events.__setitem__(name, events.get(name, 0.0) + secs))
 jr.enable_compilation_cache({cache!r})
-n, r = int(sys.argv[1]), int(sys.argv[2])
-i, j, p, w, _ = ref.random_context(np.random.default_rng(n), n, r)
-c = jr.Comparisons.from_pairs(i, j, p.astype(np.float32), num_items=n)
+pool = np.load(sys.argv[1])
+c = jr.Comparisons.from_pairs(pool["i"], pool["j"], pool["p"].astype(np.float32), num_items=int(pool["n"]))
 scores = {{"poe_gaussian": np.asarray(jr.poe_gaussian(c)).tolist(),
            "win_ratio": np.asarray(jr.win_ratio(c)).tolist(),
            "poe_bradley_terry": np.asarray(jr.poe_bradley_terry(c)).tolist()}}
 print("JSON " + json.dumps({{"traces": len(traces), "scores": scores, "events": events,
-                             "scipy": "scipy.linalg" in sys.modules}}))
+                             "scipy_linalg": "scipy.linalg" in sys.modules}}))
 """
 
 _STAGES = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -197,21 +194,25 @@ _STAGES = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to
 
 def test_a_later_process_runs_the_buckets_executable(tmp_path):
     """With the persistent cache on, a fresh process scoring another size of the bucket neither traces, lowers
-    nor compiles (JAX reports none of those stages): it loads the bucket's compiled executable. Its scores are
-    those of the NumPy/SciPy references, and the first process's are too."""
+    nor compiles (JAX reports none of those stages): it loads the bucket's compiled executable, binding LAPACK
+    without importing the package ``scipy.linalg``. Its scores are those of the NumPy/SciPy references, and the
+    first process's are too."""
     cache = tmp_path / "xla"
-    code = _WORKER.format(tests=str(ROOT / "tests"), cache=str(cache))
+    code = _WORKER.format(cache=str(cache))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     outs = []
     for n, r in ((10, 26), (11, 29)):
-        run = subprocess.run([sys.executable, "-c", code, str(n), str(r)], capture_output=True, text=True,
-                             env=env, timeout=600)
+        i, j, p, w, _ = ref.random_context(np.random.default_rng(n), n, r)
+        np.savez(tmp_path / "pool.npz", i=i, j=j, p=p, n=n)
+        run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "pool.npz")], capture_output=True,
+                             text=True, env=env, timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
         outs.append(json.loads([x for x in run.stdout.splitlines() if x.startswith("JSON ")][-1][5:]))
     assert list((tmp_path / "exported").glob("*.jaxexport"))
     assert len(list((tmp_path / "compiled").glob("*.jaxexec"))) == 3          # counting, PoE-g, PoE-BT fit
     assert outs[0]["traces"] == 1 and outs[1]["traces"] == 0
     assert not [k for k in _STAGES if outs[1]["events"].get(k)], outs[1]["events"]
+    assert not outs[1]["scipy_linalg"]
     for (n, r), out in zip(((10, 26), (11, 29)), outs):
         i, j, p, w, _ = ref.random_context(np.random.default_rng(n), n, r)
         p = p.astype(np.float32).astype(np.float64)
@@ -413,3 +414,22 @@ def test_the_last_padded_pool_is_reused_while_it_lives():
     first = _batching.pad(host, 12, 32)
     host.p[0] = 0.0                                   # a NumPy array changed in place: the next pad sees it
     assert float(_batching.pad(host, 12, 32).p[0]) == 0.0 and first is not _batching.pad(host, 12, 32)
+
+
+def test_scipy_lapack_loaded_alone_serves_jaxlib_and_a_later_scipy_import():
+    """SciPy's Cython LAPACK modules loaded by themselves (no ``scipy.linalg`` package): jaxlib's Cholesky and a
+    later ``import scipy.linalg`` both give NumPy's factor."""
+    code = ("import sys, numpy as np, jax, jax.numpy as jnp\n"
+            "from jaxrank import compilation\n"
+            "assert compilation._bind_lapack() and 'scipy.linalg' not in sys.modules\n"
+            "x = np.random.default_rng(0).random((6, 6)); a = (x @ x.T + 6 * np.eye(6)).astype(np.float32)\n"
+            "want = np.linalg.cholesky(a.astype(np.float64))\n"
+            "assert np.abs(np.asarray(jax.jit(jnp.linalg.cholesky)(a)) - want).max() < 1e-5\n"
+            "import scipy.linalg\n"
+            "assert np.abs(scipy.linalg.cholesky(a, lower=True) - want).max() < 1e-5\n"
+            "from scipy.linalg import cython_lapack\n"
+            "assert cython_lapack is sys.modules['scipy.linalg.cython_lapack']\n"
+            "print('ok')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
