@@ -20,7 +20,7 @@ BASE = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_laye
 
 
 def _models(**kw):
-    cfg = LlamaConfig(**{**BASE, **kw})
+    cfg = LlamaConfig(**{**BASE, **kw}, attention_kernel="einsum")
     key = jax.random.key(0)
     params = {n: (jnp.ones(s) if n.endswith("norm") else 0.3 * jax.random.normal(jax.random.fold_in(key, i), s))
               for i, (n, s) in enumerate(sorted(parameter_shapes(cfg).items()))}
@@ -86,3 +86,22 @@ def test_bad_kernel_and_softcap_are_refused():
         LlamaConfig(**BASE, attention_kernel="flash")
     with pytest.raises(ValueError, match="soft-cap"):
         LlamaConfig(**BASE, attn_softcap=50.0, attention_kernel="fused")
+
+
+def test_auto_resolves_by_backend_dtype_and_softcap():
+    from jaxrank.models.llama_config import attention_kernel
+
+    cfg = LlamaConfig(**BASE)
+    assert cfg.attention_kernel == "auto"
+    assert attention_kernel(cfg, jnp.bfloat16, "gpu") == "fused"
+    assert attention_kernel(cfg, jnp.float16, "gpu") == "fused"
+    assert attention_kernel(cfg, jnp.float32, "gpu") == "einsum"      # float32 weights keep float32 attention
+    assert attention_kernel(cfg, None, "gpu") == "einsum"             # quantised weights
+    assert attention_kernel(cfg, jnp.bfloat16, "cpu") == "einsum"
+    assert attention_kernel(LlamaConfig(**BASE, attn_softcap=50.0), jnp.bfloat16, "gpu") == "einsum"
+    assert attention_kernel(dataclasses.replace(cfg, attention_kernel="fused"), jnp.float32, "cpu") == "fused"
+    # on this CPU backend "auto" runs the einsum path: bit for bit the explicit einsum model
+    ids = np.random.default_rng(4).integers(0, 97, (2, 7))
+    ref, _ = _models()
+    auto = LlamaModel(dataclasses.replace(ref.config, attention_kernel="auto"), params=ref.weights())
+    np.testing.assert_array_equal(np.asarray(auto.hidden(ids)), np.asarray(ref.hidden(ids)))

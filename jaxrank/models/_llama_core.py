@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._quant import QuantisedWeight, matmul as _quant_matmul, take_rows as _quant_rows
-from .llama_config import LlamaConfig
+from .llama_config import LlamaConfig, attention_kernel
 
 _NO_WINDOW = 1 << 30
 
@@ -208,6 +208,8 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     neg = jnp.float32(-1e30)
     eps, off = cfg.rms_norm_eps, cfg.norm_offset
     act = _ACTIVATIONS[cfg.hidden_act]
+    kernel = attention_kernel(cfg, getattr(w["wq"], "dtype", None) if not isinstance(w["wq"], QuantisedWeight)
+                              else None)
 
     def layer(x, lw):
         cos, sin = cos_t[lw["rope"]], sin_t[lw["rope"]]
@@ -220,7 +222,7 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             q, k = _rms(q, lw["q_norm"], eps, off), _rms(k, lw["k_norm"], eps, off)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         v = v.reshape(b, t, hkv, dh)
-        o = fused(q, k, v, lw) if cfg.attention_kernel == "fused" else attend(q, k, v, lw)
+        o = fused(q, k, v, lw) if kernel == "fused" else attend(q, k, v, lw)
         o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
         if cfg.o_bias:
             o = o + lw["bo"]
