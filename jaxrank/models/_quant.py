@@ -168,7 +168,10 @@ def _dequantise(w: QuantisedWeight) -> jax.Array:
 
 def _dequantise_mixed(w: QuantisedWeight) -> jax.Array:
     """The mixed K form: per super-block, ``Q6_K``'s ``d * a[k] * (c - 32)`` where ``dm`` is NaN, else
-    ``Q4_K``'s ``d * a[2j] * (c - 32) + dm * a[2j+1]`` (the same float32 operations as their own forms)."""
+    ``Q4_K``'s ``d * a[2j] * (c - 32) + dm * a[2j+1]`` (the same float32 operations as their own forms).
+
+    The choice is made on the per-sub-block scales and offsets, not per weight: a ``Q6_K`` sub-block adds
+    the offset ``-0.0``, which leaves every float32 as it is (``-0.0 + -0.0 = -0.0``)."""
     q = _codes(w).astype(jnp.float32) - w.zp
     *lead, out, n = q.shape
     nS = n // 256
@@ -176,9 +179,9 @@ def _dequantise_mixed(w: QuantisedWeight) -> jax.Array:
     six = jnp.isnan(dm)[..., None, None]                                    # [.., out, nS, 1, 1]
     a = w.sc.astype(jnp.float32).reshape(*lead, out, nS, 8, 2)
     scale = jnp.where(six, a, a[..., :1]).reshape(*lead, out, nS, 16) * d[..., None]
+    off = jnp.where(six[..., 0], jnp.float32(-0.0), a[..., 1] * dm[..., None])      # [.., out, nS, 8]
     y = (q.reshape(*lead, out, nS, 16, 16) * scale[..., None]).reshape(*lead, out, nS, 8, 32)
-    off = a[..., 1] * dm[..., None]                                         # [.., out, nS, 8]
-    return jnp.where(six, y, y + off[..., None]).reshape(*lead, out, n)
+    return (y + off[..., None]).reshape(*lead, out, n)
 
 
 CHUNK = 1 << 22
@@ -253,13 +256,16 @@ def _scale_min_k4(sc12):
 
 
 DECODE_ROWS = 2048
-"""Rows decoded at a time (the NumPy temporaries of one chunk, not of a whole 150k-row embedding)."""
+"""Most rows decoded at a time (the NumPy temporaries of one chunk, not of a whole 150k-row embedding)."""
+DECODE_WEIGHTS = 1 << 22
+"""Most weights decoded at a time (4M: a chunk's int32 codes take 16 MB)."""
 
 
 def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...], stack_qtypes=(), *,
                 device: bool = False) -> QuantisedWeight:
     """A GGUF tensor's blocks (``raw uint8 [rows, row bytes]``) repacked as a NumPy-backed
-    :class:`QuantisedWeight` of ``shape [rows, n]``, :data:`DECODE_ROWS` rows at a time into arrays of
+    :class:`QuantisedWeight` of ``shape [rows, n]``, :data:`DECODE_ROWS` rows (at most
+    :data:`DECODE_WEIGHTS` weights) at a time into arrays of
     the whole tensor (no concatenated copy), each chunk's file pages dropped once read.
 
     Args:
@@ -267,7 +273,7 @@ def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...], stack_qtype
         stack_qtypes: the formats of every layer of the stack this tensor is a layer of (names or values):
             where they differ, the layer comes back in the form the whole stack is held in
             (:func:`stack_form`), so the stack is written layer by layer.
-        device: a tensor of more than :data:`DECODE_ROWS` rows is written chunk by chunk straight into
+        device: a tensor of more than one chunk is written chunk by chunk straight into
             arrays on the default device (donated buffers): the host never holds it whole beside them.
 
     Raises:
@@ -275,14 +281,15 @@ def decode_gguf(raw: np.ndarray, qtype: int, shape: tuple[int, ...], stack_qtype
     """
     conv = stack_form(stack_qtypes, shape[-1]) if stack_qtypes else (lambda w: w)
     rows = math.prod(shape[:-1])
-    if len(shape) != 2 or rows <= DECODE_ROWS:
+    step = max(1, min(DECODE_ROWS, DECODE_WEIGHTS // shape[-1]))
+    if len(shape) != 2 or rows <= step:
         w = conv(_decode(raw, qtype, shape))
         release_pages(raw)
         return w
     r = raw.reshape(rows, -1)
     out, last = None, None
-    for i in range(0, rows, DECODE_ROWS):
-        m = min(DECODE_ROWS, rows - i)
+    for i in range(0, rows, step):
+        m = min(step, rows - i)
         part = conv(_decode(r[i:i + m], qtype, (m, shape[1])))
         release_pages(r[i:i + m])
         if out is None:
