@@ -52,7 +52,10 @@ def _openblas_thread_controls():
     no OpenBLAS to limit, and its 337 x 337 Cholesky factorisations took 13 ms
     each instead of 0.4 ms under load.)
     """
-    import scipy.linalg.cython_lapack  # noqa: F401  (deferred: loads the LAPACK jaxlib calls; see above)
+    # deferred: loads the LAPACK jaxlib calls (see above), by its two extension modules alone when it can
+    # (``compilation._load_scipy_lapack``: the package ``scipy.linalg`` costs 0.2-0.5 s more to import)
+    compilation._load_scipy_lapack()
+    import scipy.linalg.cython_lapack  # noqa: F401
 
     try:
         with open("/proc/self/maps") as fh:
