@@ -155,18 +155,21 @@ def flops_and_tokens(judge, config, context, candidates, i, j):
         flops += len(b) * per_token + sum(attn(P + len(a) + t + 1) for t in range(len(b)))
         tokens += len(b)
     # the judge's plan (PromptJudge._logits_decoder): A parts `together` at a time, their B parts' batches
-    together = max(1, judge.batch_size // max(1, len(pairs) // len(groups)))
+    subs = judge.reading.rows()
+    longest = bucket(max(len(b) for _, _, b in pairs) + max(len(x[0]) for x in subs))
+    size = judge.rows_per_call(bucket(P) + alen, longest)
+    together = max(1, size // max(1, len(pairs) // len(groups)))
     lists = list(groups.values())
     calls = 1
     for g0 in range(0, len(lists), together):
         padded += together * alen
         calls += 1
         lens = sorted(x for g in lists[g0:g0 + together] for x in g)
-        for start, stop, rows in plan_batches(lens, judge.batch_size, batch_cost=judge.batch_cost):
+        for start, stop, rows in plan_batches(lens, size, batch_cost=judge.batch_cost):
             padded += rows * bucket(lens[stop - 1])     # rows rounded up, lengths to the bucket
             calls += 1
     prompt = sum(len(p) + len(a) + len(b) for p, a, b in pairs)
-    return flops, tokens, prompt, padded, calls
+    return flops, tokens, prompt, padded, calls, size
 
 
 KERNEL_KINDS = (("fused attention", r"flash|fmha|cudnn|attn|sdpa"),
@@ -216,7 +219,7 @@ def main(argv=None):
                          "to --batch-size)")
     ap.add_argument("--articles", type=int, default=2, help="articles (each compiled by a first, untimed pass)")
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the articles after the first")
-    ap.add_argument("--batch-size", type=int, default=240)
+    ap.add_argument("--batch-size", default="240", help="rows per call, or 'auto' (PromptJudge's default)")
     ap.add_argument("--batch-cost", default="auto", help="PromptJudge(batch_cost=): 'auto' or tokens per call")
     ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers (quick check)")
     ap.add_argument("--candidates", type=int, default=None, help="the first K summaries only (quick check)")
@@ -256,8 +259,9 @@ def main(argv=None):
         parts = spec.split(":")
         name = parts[0]
         attention = parts[1] if len(parts) > 1 else "einsum"
-        batch = int(parts[2]) if len(parts) > 2 else args.batch_size
-        label = name + ("" if attention == "einsum" and spec == name else f", {attention} attention, batch {batch}")
+        batch = parts[2] if len(parts) > 2 else args.batch_size
+        batch = batch if batch == "auto" else int(batch)
+        label = name + ("" if spec == name else f", {attention} attention, batch {batch}")
         t0 = time.perf_counter()
         try:
             judge, config = random_judge(name, configs[name], args.bundle, batch_size=batch,
@@ -291,9 +295,9 @@ def main(argv=None):
                 firsts.append(dt)
                 print(f"{label} article {art['id']}, first call: {dt:.1f} s", flush=True)
                 continue
-            fl, tok, prompt, padded, calls = flops_and_tokens(judge, config, art["context"], cand, i, j)
+            fl, tok, prompt, padded, calls, size = flops_and_tokens(judge, config, art["context"], cand, i, j)
             per.append(dict(seconds=dt, comparisons=len(i), flops=fl, tokens=tok, prompt=prompt, padded=padded,
-                            calls=calls))
+                            calls=calls, rows=size))
             print(f"{label} article {art['id']}: {len(i)} comparisons in {dt:.3f} s, "
                   f"{fl / dt / 1e12:.1f} TFLOP/s", flush=True)
         if not per:
@@ -325,10 +329,13 @@ def main(argv=None):
         mfu = fmt([100 * x / peak for x in tf], "{:.1f}") + " %" if peak else "-"
         pad = np.sum([r["padded"] for r in per]) / np.sum([r["tokens"] for r in per])
         ncalls = float(np.mean([r["calls"] for r in per]))
+        chosen = sorted({r["rows"] for r in per})
+        if batch == "auto":
+            label += f" ({'/'.join(map(str, chosen))} rows)"
         lines.append(f"| {label} | {mparams:.2f} | {fmt(cps, '{:.0f}')} | {fmt(tps)} | {fmt(pps)} | "
                      f"{fmt(tf, '{:.1f}')} | {mfu} | {pad:.2f} | {ncalls:.0f} | {fmt(firsts, '{:.0f}')} |")
         rows.append(dict(judge=name, attention=attention, device=kind, batch_size=batch, batch_cost=judge.batch_cost,
-                         forward_calls=ncalls, layers=config.num_hidden_layers,
+                         rows_per_call=chosen, forward_calls=ncalls, layers=config.num_hidden_layers,
                          comparisons_per_s=float(np.median(cps)), model_tokens_per_s=float(np.median(tps)),
                          prompt_tokens_per_s=float(np.median(pps)), tflops=float(np.median(tf)),
                          mfu=float(np.median(tf)) / peak if peak else None, padded_ratio=float(pad),

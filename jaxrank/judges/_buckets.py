@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["BUCKETS", "bucket", "batch_sizes", "plan_batches", "ACCELERATOR_BATCH_COST"]
+__all__ = ["BUCKETS", "bucket", "batch_sizes", "plan_batches", "ACCELERATOR_BATCH_COST", "AUTO_ROWS",
+           "decoder_row_bytes", "rows_that_fit"]
 
 BUCKETS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896,
            1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
@@ -99,3 +100,36 @@ def plan_batches(lengths: Sequence[int], batch_size: int,
         plan.append((s, e, b))
         e = s
     return plan[::-1]
+
+
+AUTO_ROWS = (8, 16, 32, 64, 96, 128, 192, 256)
+"""The batch sizes ``PromptJudge(batch_size="auto")`` picks from on an accelerator (few compiled shapes)."""
+
+
+def decoder_row_bytes(config, cache_slots: int, new_tokens: int, cache_itemsize: int, *, width: int = 1,
+                      fused_attention: bool = True) -> int:
+    """Device bytes one batch row of a cached decoder forward holds at its peak (an estimate, from above).
+
+    ``2 L S K Dh c`` for the row's copy of its cached keys and values (``S`` slots, ``c`` bytes each),
+    ``2 L T K Dh 4`` for the new keys and values the layers stack in float32, one layer's float32
+    transients ``T (4 D + 3 F + H Dh)`` (residual, norms, the MLP's gate, up and product, queries), the
+    materialised attention scores ``3 H T (S + T) 4`` unless the kernel is fused, and the logits read at
+    ``width`` positions, ``width V 4``.
+    """
+    L, K, Dh = config.num_hidden_layers, config.num_key_value_heads, config.head_dim
+    H, D, F, V = config.num_attention_heads, config.hidden_size, config.intermediate_size, config.vocab_size
+    s, t = int(cache_slots), int(new_tokens)
+    total = 2 * L * s * K * Dh * int(cache_itemsize) + 2 * L * t * K * Dh * 4
+    total += 4 * t * (4 * D + 3 * F + H * Dh) + 4 * width * V
+    if not fused_attention:
+        total += 3 * 4 * H * t * (s + t)
+    return int(total)
+
+
+def rows_that_fit(row_bytes: int, free_bytes: int, *, fraction: float = 0.6, sizes=AUTO_ROWS) -> int:
+    """The largest of ``sizes`` whose rows take at most ``fraction`` of ``free_bytes`` (the smallest if none does)."""
+    if row_bytes < 1:
+        raise ValueError(f"row_bytes must be >= 1, got {row_bytes}")
+    limit = fraction * max(int(free_bytes), 0) / row_bytes
+    fit = [b for b in sizes if b <= limit]
+    return fit[-1] if fit else sizes[0]

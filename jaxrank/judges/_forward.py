@@ -4,13 +4,37 @@ key/value cache levels, read from full-vocabulary logits (:func:`~jaxrank.judges
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges._buckets import bucket, plan_batches
+from jaxrank.judges._buckets import bucket, decoder_row_bytes, plan_batches, rows_that_fit
 from jaxrank.judges.reading import TOP_K, read_continuations
+from jaxrank.models.llama import QuantisedWeight
+from jaxrank.models.llama_config import attention_kernel
 
-__all__ = ["padded", "batches", "read_decoder", "read_t5"]
+__all__ = ["padded", "batches", "read_decoder", "read_t5", "rows_per_call"]
+
+
+def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
+    """The batch size of one call: ``judge.batch_size``, or with ``batch_size="auto"`` on an accelerator the
+    largest of :data:`~jaxrank.judges._buckets.AUTO_ROWS` whose rows (:func:`decoder_row_bytes`) fit in
+    60% of the device memory free now (rows split over a mesh's data axis, heads over its model axis)."""
+    if not getattr(judge, "auto_batch", False):
+        return judge.batch_size
+    mesh = getattr(model, "mesh", None)
+    device = mesh.devices.flat[0] if mesh is not None else jax.local_devices()[0]
+    stats = device.memory_stats() or {}
+    if "bytes_limit" not in stats:
+        return judge.batch_size
+    free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    wq = judge.lm.model.weights()["wq"]
+    fused = attention_kernel(judge.lm.config, None if isinstance(wq, QuantisedWeight) else wq.dtype) == "fused"
+    row = decoder_row_bytes(judge.lm.config, cache_slots, new_tokens,
+                            np.dtype(judge.cache_dtype or np.float32).itemsize, width=judge.reading.width,
+                            fused_attention=fused)
+    data, split = getattr(model, "data_size", 1), getattr(model, "model_size", 1)
+    return data * rows_that_fit(-(-row // split), free)
 
 
 def padded(judge, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,10 +102,23 @@ def read_decoder(judge, pairs, progress=None):
         groups.setdefault(tuple(a), []).append(r)
     # On a CPU (batch_cost 0) a call costs its tokens alone, so mixing A's gains nothing: keep each
     # A's batch-1 cache shared without copies.
-    together = max(1, judge.batch_size // max(1, n * len(subs) // len(groups))) if judge.batch_cost else 1
+    longest = bucket(max(len(b) for _, _, b in pairs) + max(len(x[0]) for x in subs))
+    rows = rows_per_call(judge, model, plen + alen, longest)
+    together = max(1, rows // max(1, n * len(subs) // len(groups))) if judge.batch_cost else 1
     if together > 1:                                      # A rows split evenly over the data axis
         together = -(-together // multiple) * multiple
     items = list(groups.items())
+    pending: list = []
+
+    def collect(part, out):
+        lp, ti, tp = (np.asarray(x) for x in out)
+        for q, (r, s) in enumerate(part):
+            logp[r] += lp[q]
+            if s == 0:
+                top_ids[r], top_probs[r] = ti[q], tp[q]
+        if progress is not None:
+            progress(sum(1 for _, s in part if s == len(subs) - 1))
+
     for g0 in range(0, len(items), together):
         chunk = items[g0:g0 + together]
         width_a = together                                # a fixed A batch: one compiled shape
@@ -97,7 +134,7 @@ def read_decoder(judge, pairs, progress=None):
         flat = [(r, s) for r in owner for s in range(len(subs))]
         seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
         flat.sort(key=lambda rs: len(seqs[rs]))            # similar lengths share a batch
-        for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], judge.batch_size,
+        for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], rows,
                                            batch_cost=judge.batch_cost, multiple=multiple):
             part = flat[start:stop]
             ids, mask = padded(judge, [seqs[rs] for rs in part], b)
@@ -118,14 +155,11 @@ def read_decoder(judge, pairs, progress=None):
             # the positions a row reads are its last `width`: one label token read, the last hidden state
             logits = model.logits_at(out.last_hidden)[:, None] if width == 1 else \
                 model.logits_at(out.hidden, positions=pos)
-            lp, ti, tp = read_continuations(logits, tgt, val)
-            lp, ti, tp = np.asarray(lp), np.asarray(ti), np.asarray(tp)
-            for q, (r, s) in enumerate(part):
-                logp[r] += lp[q]
-                if s == 0:
-                    top_ids[r], top_probs[r] = ti[q], tp[q]
-            if progress is not None:
-                progress(sum(1 for _, s in part if s == len(subs) - 1))
+            pending.append((part, read_continuations(logits, tgt, val)))
+            if len(pending) > 1:          # the device runs this batch while the host reads the last one
+                collect(*pending.pop(0))
+    while pending:
+        collect(*pending.pop(0))
     return logp, top_ids, top_probs
 
 def read_t5(judge, rows, progress=None):

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
-from jaxrank.judges._forward import read_decoder, read_t5
+from jaxrank.judges._forward import read_decoder, read_t5, rows_per_call
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, answer_prefix_of, check_label_mass,
@@ -52,6 +52,13 @@ from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, a
 from jaxrank.judges.textgen import generate_texts, sample_key
 from jaxrank.models.loading import GENERATIVE, load_model
 from jaxrank.models.partition import shard_model
+
+CPU_BATCH_SIZE = 8
+"""``batch_size="auto"`` on a CPU: a forward pass costs its padded tokens there, so small batches planned
+for the fewest padded tokens are as fast as large ones (``ACCELERATOR_BATCH_COST``'s note)."""
+ACCELERATOR_NOMINAL_BATCH = 64
+"""``judge.batch_size`` on an accelerator with ``batch_size="auto"`` where no call sets it (sampled
+answers); each judging call sizes its batches from the device memory free then."""
 
 __all__ = ["PromptJudge", "Judgement", "AnswerPrefixChoice", "bucket", "plan_batches", "batch_sizes", "BUCKETS",
            "ACCELERATOR_BATCH_COST", "READING_VERSION"]
@@ -144,7 +151,9 @@ class PromptJudge:
         template: the comparative prompt (:func:`~jaxrank.judges.pairwise_template`).
         chat: wrap the prompt in the model's chat template (default: when it has one).
         system: optional system message for the chat template.
-        batch_size: comparisons per forward pass (at most).
+        batch_size: rows per forward pass (at most), or ``"auto"`` (the default): 8 on a CPU; on an
+            accelerator, per call, the most rows whose caches and activations fit in 60% of the device
+            memory free then (up to 256; ``_forward.rows_per_call``).
         batch_cost: tokens' worth of fixed cost per forward call when planning
             batches (:func:`plan_batches`); ``"auto"``: 0 on a CPU,
             :data:`ACCELERATOR_BATCH_COST` on an accelerator (few, full batches).
@@ -185,7 +194,7 @@ class PromptJudge:
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
-                 batch_size: int = 8, max_length: int | None = None, soft_prompt=None, batch_cost="auto",
+                 batch_size="auto", max_length: int | None = None, soft_prompt=None, batch_cost="auto",
                  cache_dtype="auto", answer_prefix: str | None = None, min_label_mass: float = MIN_LABEL_MASS,
                  strict: bool = False, mesh=None):
         if not hasattr(model, "model"):
@@ -194,8 +203,12 @@ class PromptJudge:
             raise ValueError(f"model {model.name} has no tokenizer; a prompt judge needs one")
         if model.architecture not in GENERATIVE:
             raise ValueError(f"{model.architecture} models are not generative; use SimilarityJudge for encoders")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.auto_batch = isinstance(batch_size, str) and batch_size == "auto"
+        if self.auto_batch:
+            batch_size = CPU_BATCH_SIZE if jax.default_backend() == "cpu" else ACCELERATOR_NOMINAL_BATCH
+            self.auto_batch = jax.default_backend() != "cpu"
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be 'auto' or an int >= 1, got {batch_size!r}")
         if batch_cost == "auto":
             batch_cost = 0 if jax.default_backend() == "cpu" else ACCELERATOR_BATCH_COST
         if isinstance(batch_cost, bool) or not isinstance(batch_cost, (int, np.integer)) or batch_cost < 0:
@@ -263,6 +276,11 @@ class PromptJudge:
         """What the forward passes call (``prefill``, ``extend``, ``logits_at``): the model, or on a mesh its
         :class:`~jaxrank.models.partition.ShardedLlama` (caches and batches pinned to their shardings)."""
         return self.lm.model if self._sharded is None else self._sharded
+
+    def rows_per_call(self, cache_slots: int, new_tokens: int) -> int:
+        """Rows a forward pass runs after ``cache_slots`` cached tokens with ``new_tokens`` new ones: the
+        ``batch_size``, or with ``batch_size="auto"`` on an accelerator what fits the device memory free now."""
+        return rows_per_call(self, self.runner, cache_slots, new_tokens)
 
     # ------------------------------------------------------------------ naming
     @property
