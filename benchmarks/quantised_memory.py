@@ -13,6 +13,18 @@ compiling and running the forward (``VmHWM`` reset by ``/proc/self/clear_refs``
 in between), against the bytes of the quantised parameters. Goal: peak <= 1.3x
 the quantised bytes.
 
+**Real files.** Each registered GGUF (``--smoke``: SmolLM2-135M only) is
+loaded with ``weights="quantised"`` in a fresh subprocess while a thread
+samples ``/proc/self/status`` every 10 ms: ``VmRSS`` and its two parts,
+``RssAnon`` (heap: the weights held, scratch, the tokenizer) and ``RssFile``
+(pages of the memory-mapped file and of the libraries), by stage. The stages
+are the steps of ``load_model`` done one by one with the public
+``jaxrank.models.gguf`` functions (read the header, build the tokenizer,
+``build_model``: decode + repack + device put, one tensor at a time). Weights
+held: the bytes of the model's parameter arrays (codes, scales, norms). A
+7B ``Q4_K_M`` file is extrapolated from its tensor formats (see
+:func:`extrapolate_7b`).
+
 **Speed.** The registered SmolLM2-135M GGUF (``Q4_1`` matrices, ``Q8_0``
 embedding) judged three ways on the same token ids, in one process,
 interleaved rounds: jaxrank with its weights kept quantised, jaxrank with
@@ -23,7 +35,7 @@ evaluating the same prompt from an empty cache. One forward of a
 compared across the three.
 
     python benchmarks/quantised_memory.py [--smoke] [--format Q4_0] [--tokens 64] [--batch 2]
-        [--no-memory | --no-speed] [--out results/quantised_memory_speed]
+        [--no-memory | --no-real | --no-speed] [--out results/quantised_memory_speed]
 """
 
 from __future__ import annotations
@@ -51,9 +63,126 @@ def _status() -> dict[str, float]:
     with open("/proc/self/status") as f:
         for line in f:
             k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
+            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 out[k] = int(v.split()[0]) * 1024 / 1e9
     return out
+
+
+REAL = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+"""The registered GGUF files loaded by the real-file section (``--smoke``: the first)."""
+
+
+def real_child(name: str) -> dict:
+    """Load a registered GGUF kept quantised, sampling the resident set by stage (a fresh process)."""
+    import threading
+
+    from jaxrank.models import gguf, registry
+    from jaxrank.models.loading import build_model
+
+    stage, samples, done = ["runtime"], [], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            samples.append((stage[0], _status()))
+            time.sleep(0.01)
+    th = threading.Thread(target=sample, daemon=True)
+    base = _status()
+    th.start()
+    path = registry.resolve(name)
+    t0 = time.perf_counter()
+    stage[0] = "read the GGUF header (metadata, tensor table)"
+    meta, gts = gguf.read_gguf(path)
+    cfg = gguf.gguf_config(meta, [t.name for t in gts])
+    tensors = gguf.gguf_tensors(gts, cfg, keep_quantised=True)
+    stage[0] = "build the tokenizer"
+    tok = gguf.tokenizer_from_gguf(meta, path)
+    stage[0] = "build the parameters (decode + repack + device put, tensor by tensor)"
+    model, _ = build_model(cfg["model_type"], cfg, tensors)
+    load_s = time.perf_counter() - t0
+    stage[0] = "loaded"
+    time.sleep(0.05)
+    done.set()
+    th.join()
+    held = _bytes(model)
+    stages: dict[str, dict] = {}
+    for st, s in samples:
+        b = stages.setdefault(st, {"rss": 0.0, "anon": 0.0, "file": 0.0})
+        b["rss"], b["anon"], b["file"] = max(b["rss"], s["VmRSS"]), max(b["anon"], s["RssAnon"]), \
+            max(b["file"], s["RssFile"])
+        b["end_rss"], b["end_anon"] = s["VmRSS"], s["RssAnon"]
+    del tok
+    file_gb = path.stat().st_size / 1e9
+    return {"name": name, "file": path.name, "file_gb": file_gb, "held_gb": held / 1e9, "load_s": load_s,
+            "base_rss_gb": base["VmRSS"], "base_anon_gb": base["RssAnon"],
+            "peak_rss_gb": max(s["VmRSS"] for _, s in samples), "peak_anon_gb": max(s["RssAnon"] for _, s in samples),
+            "peak_file_gb": max(s["RssFile"] for _, s in samples), "stages": stages, "load": load()}
+
+
+# Qwen2.5-7B (hidden 3584, 28 layers, MLP 18944, 4 KV heads of 128, vocabulary 152064, untied output)
+_QWEN7B = dict(hidden=3584, layers=28, mlp=18944, kv=512, vocab=152064)
+_GGUF_BITS = {"Q4_K": 144 * 8 / 256, "Q6_K": 210 * 8 / 256}
+_HELD_BITS = {"Q4_K": 148 * 8 / 256, "Q6_K": 210 * 8 / 256, "mixed": 212 * 8 / 256}
+
+
+def extrapolate_7b(ref: dict) -> dict:
+    """A Qwen2.5-7B ``Q4_K_M`` file (llama.cpp's recipe, as in the 1.5B file: ``Q4_K`` matrices and
+    embedding, ``Q6_K`` output, ``ffn_down`` and ``attn_v`` in ``Q6_K`` on half the layers) held as this
+    loader holds it: ``Q4_K`` 4.625 bits a weight (its 6-bit scales and mins as bytes), ``Q6_K`` 6.5625,
+    the mixed stacks 6.625. Peak = held + the 1.5B run's overhead (peak - held: runtime, tokenizer,
+    file pages, one chunk's scratch), which does not grow with the weights but for the scratch of one
+    layer (a layer of 7B's ``ffn_down`` is 4.9x 1.5B's, decoded by chunks of 4M weights)."""
+    h, L, f, kv, v = (_QWEN7B[k] for k in ("hidden", "layers", "mlp", "kv", "vocab"))
+    q4 = L * (2 * h * h + kv * h + 2 * f * h) + v * h          # q, o, k, gate, up; embedding
+    mixed = L * (kv * h + f * h)                                # attn_v, ffn_down: half Q4_K, half Q6_K
+    q6 = v * h                                                  # output
+    file_ = (q4 * _GGUF_BITS["Q4_K"] + mixed * (_GGUF_BITS["Q4_K"] + _GGUF_BITS["Q6_K"]) / 2
+             + q6 * _GGUF_BITS["Q6_K"]) / 8e9
+    held = (q4 * _HELD_BITS["Q4_K"] + mixed * _HELD_BITS["mixed"] + q6 * _HELD_BITS["Q6_K"]) / 8e9
+    over = ref["peak_rss_gb"] - ref["held_gb"]
+    return {"file_gb": file_, "held_gb": held, "peak_rss_gb": held + over, "overhead_gb": over}
+
+
+def real(rep: Report, args):
+    names = REAL[:1] if args.smoke else REAL
+    rows, results = [], []
+    for name in names:
+        proc = subprocess.run([sys.executable, __file__, "--real-child", name], capture_output=True, text=True)
+        if proc.returncode != 0:
+            rep.say(f"{name}: not measured ({(proc.stderr.strip().splitlines() or ['?'])[-1]})")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.append(r)
+        h = r["held_gb"]
+        rows.append([f"{name} (`{r['file']}`)", f"{r['file_gb']:.3f}", f"{h:.3f}", f"{h / r['file_gb']:.3f}",
+                     f"{r['peak_rss_gb']:.3f}", f"{r['peak_anon_gb']:.3f}", f"{r['peak_file_gb']:.3f}",
+                     f"**{r['peak_rss_gb'] / h:.2f}**", f"{r['peak_anon_gb'] / h:.2f}",
+                     f"{(r['peak_anon_gb'] - r['base_anon_gb']) / h:.2f}", f"{r['load_s']:.1f} ({r['load']:.1f})"])
+        rep.row(part="real", **{k: v for k, v in r.items() if k != "stages"})
+    if not results:
+        return
+    rep.say("## Memory: real GGUF files loaded with weights kept quantised")
+    rep.say()
+    rep.say("Each in a fresh process; `RssAnon` is the heap (weights held, scratch, tokenizer), `RssFile` the "
+            "pages of the mapped file and the libraries; the runtime (JAX + jaxrank imported) is in every peak.")
+    rep.say()
+    rep.table(["model (file)", "file GB", "weights held GB", "held / file", "peak RSS GB", "peak anon GB",
+               "peak file-backed GB", "**peak RSS / held**", "peak anon / held",
+               "(peak anon - runtime's) / held", "load s (load avg)"], rows)
+    big = results[-1]
+    rep.say(f"### By stage: {big['name']}")
+    rep.say()
+    rep.table(["stage", "peak RSS GB", "peak anon GB", "peak file-backed GB", "anon at its end GB"],
+              [[k, f"{v['rss']:.3f}", f"{v['anon']:.3f}", f"{v['file']:.3f}", f"{v['end_anon']:.3f}"]
+               for k, v in big["stages"].items()])
+    if big["name"] == REAL[-1]:
+        e = extrapolate_7b(big)
+        rep.say(f"**7B Q4_K_M, extrapolated** (Qwen2.5-7B shapes, the 1.5B file's format recipe; "
+                f"`extrapolate_7b`): file {e['file_gb']:.2f} GB, weights held {e['held_gb']:.2f} GB "
+                f"({e['held_gb'] / e['file_gb']:.3f}x the file), peak RSS ~{e['peak_rss_gb']:.2f} GB "
+                f"(held + the 1.5B run's {e['overhead_gb']:.2f} GB of runtime, tokenizer and scratch; "
+                f"{e['peak_rss_gb'] / e['held_gb']:.2f}x held). Goal: under 6 GB.")
+        rep.say()
+        rep.row(part="extrapolated_7b_q4_k_m", **e)
 
 
 def _reset_peak() -> bool:
@@ -275,10 +404,15 @@ def main(argv=None):
     ap.add_argument("--cpp-threads", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
                     help="llama.cpp thread counts to time (comma-separated)")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--out", help="results path without suffix (default results/quantised_memory[_smoke])")
     ap.add_argument("--child", nargs=4, metavar=("SHAPE", "FORMAT", "TOKENS", "BATCH"))
+    ap.add_argument("--real-child", metavar="NAME")
     args = ap.parse_args(argv)
+    if args.real_child:
+        print(json.dumps(real_child(args.real_child)))
+        return
     if args.child:
         shape, fmt, tokens, batch = args.child
         print(json.dumps(child(shape, fmt, int(tokens), int(batch))))
@@ -286,12 +420,14 @@ def main(argv=None):
     if args.smoke:
         args.repeats, args.speed_tokens = 2, 64
     rep = Report("quantised_memory", smoke=args.smoke, out=args.out)
-    rep.say("# Weights kept quantised: memory of a 7B-shaped judge, speed of SmolLM2")
+    rep.say("# Weights kept quantised: memory of a 7B-shaped judge and of real GGUF files, speed of SmolLM2")
     rep.say()
     rep.say(f"{machine()}.")
     rep.say()
     if not args.no_memory:
         memory(rep, args)
+    if not args.no_real:
+        real(rep, args)
     if not args.no_speed:
         speed(rep, args)
     rep.write()
