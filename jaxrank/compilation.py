@@ -268,8 +268,9 @@ def _listen() -> None:
 
 
 def _signature(args) -> tuple:
-    return tuple((tuple(getattr(a, "shape", ())), str(getattr(a, "dtype", type(a).__name__)),
-                  bool(getattr(a, "weak_type", False))) for a in args)
+    """``(shape, dtype, weak type)`` of every argument (dtype objects: cheaper than their names on every call)."""
+    return tuple((getattr(a, "shape", ()), getattr(a, "dtype", type(a)), getattr(a, "weak_type", False))
+                 for a in args)
 
 
 def _default_device(args) -> bool:
@@ -344,7 +345,8 @@ class ExportedProgram:
         import jax  # deliberately lazy: see the module docstring
         import jaxlib
 
-        sig = ";".join(f"{shape}:{dtype}" + (":weak" if weak else "") for shape, dtype, weak in _signature(args))
+        sig = ";".join(f"{tuple(shape)}:{getattr(dtype, 'name', dtype)}" + (":weak" if weak else "")
+                       for shape, dtype, weak in _signature(args))
         return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(), _config(),
                          _source_digest()])
 
