@@ -114,3 +114,23 @@ def test_compacted_direction_solves_the_newton_system(hot_fit, monkeypatch):
     # the dropped edges hold below HOT_RELATIVE of either item's curvature each (at most 2 % over 20 edges)
     assert np.linalg.norm(x - x_star) <= 0.05 * np.linalg.norm(x_star)
     assert np.linalg.norm(full @ x - b) <= 0.05 * np.linalg.norm(b)
+
+
+def test_batch_of_contexts_uses_every_edge_and_reaches_stationary_points():
+    """Under ``vmap`` (a batch of contexts) the compacted operator is off (``lax.cond`` would run both branches):
+    plumbing through ``fit_bradley_terry``, each context checked against its float64 gradient."""
+    pools = []
+    for seed in (3, 4):
+        r = np.random.default_rng(seed)
+        i = r.integers(0, N, 10 * N)
+        j = (i + r.integers(1, N, 10 * N)) % N
+        s = r.normal(size=N)
+        pools.append((i.astype(np.int32), j.astype(np.int32), (s[i] > s[j]).astype(np.float32)))
+    c = jr.Comparisons.from_pairs(np.stack([p[0] for p in pools]), np.stack([p[1] for p in pools]),
+                                  np.stack([p[2] for p in pools]), num_items=N)
+    sol = jr.fit_bradley_terry(c)
+    assert np.all(np.asarray(sol.converged))
+    lam = 1.0 / (N - 1)
+    for b, (i, j, y) in enumerate(pools):
+        s = np.asarray(sol.scores[b], np.float64)
+        assert np.max(np.abs(_grad64(s, i, j, y.astype(np.float64), lam, N))) < 1e-3
