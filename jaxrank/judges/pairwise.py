@@ -45,11 +45,11 @@ import numpy as np
 from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
 from jaxrank.judges._forward import read_decoder, read_t5, rows_per_call
 from jaxrank.judges._truncation import fit_context
+from jaxrank.judges.answer_prefix import find_answer_prefix
+from jaxrank.judges.judgement import AnswerPrefixChoice, Judgement, _empty, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
-from jaxrank.judges.reading import (MIN_LABEL_MASS, TOP_K, LabelContinuations, answer_prefix_of, check_label_mass,
-                                    cut_text, format_top_tokens, label_continuations, naming_word, shared_split,
-                                    whole_text_ids)
-from jaxrank.judges.textgen import generate_texts, sample_key
+from jaxrank.judges.reading import (MIN_LABEL_MASS, LabelContinuations, check_label_mass, cut_text,
+                                    format_top_tokens, label_continuations, shared_split, whole_text_ids)
 from jaxrank.models.loading import GENERATIVE, load_model
 from jaxrank.models.partition import shard_model
 
@@ -68,78 +68,6 @@ READING_VERSION = "whole-continuation-1"
 (the first differing label token of piecewise-tokenised prompts, before) are never mixed with these."""
 
 _SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
-def check_pairs(candidates: Sequence[str], i, j) -> tuple[np.ndarray, np.ndarray]:
-    """``(i, j)`` as int arrays after checking them against ``candidates`` (shared by every judge).
-
-    Raises:
-        ValueError: ``i`` and ``j`` of different lengths, an index out of range,
-            or an empty candidate text among those compared.
-    """
-    i = np.asarray(i, np.int64).reshape(-1)
-    j = np.asarray(j, np.int64).reshape(-1)
-    if i.shape != j.shape:
-        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
-    n = len(candidates)
-    for name, idx in (("i", i), ("j", j)):
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            raise ValueError(f"{name} has indices outside [0, {n})")
-    empty = sorted(k for k in set(i.tolist()) | set(j.tolist()) if not str(candidates[k]).strip())
-    if empty:
-        raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
-    return i, j
-
-
-@dataclasses.dataclass(frozen=True)
-class Judgement:
-    """Probabilities for a list of comparisons of one context.
-
-    Attributes:
-        p: ``[R]`` ``P(A better)`` per comparison.
-        truncated: whether the context had to be shortened to fit the model.
-        logits: ``[R, 2]`` the two labels' scores, ``p = softmax(logits)[:, 0]``
-            (a prompt judge: the labels' log-probabilities ``log P(L_A), log P(L_B)``).
-        label_mass: ``[R]`` the labels' share of the model's answer,
-            ``P(L_A) + P(L_B)`` over the whole vocabulary (a sampling judge: the
-            share of its answers that name a label); ``None`` when the judge
-            cannot tell (a similarity or callable judge).
-        top_ids: ``[R, k]`` the model's top next tokens at the answer position
-            (``None`` where not read).
-        top_probs: ``[R, k]`` their probabilities.
-    """
-
-    p: np.ndarray
-    truncated: bool
-    logits: np.ndarray
-    label_mass: np.ndarray | None = None
-    top_ids: np.ndarray | None = None
-    top_probs: np.ndarray | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class AnswerPrefixChoice:
-    """What :meth:`PromptJudge.prepare` chose as the answer prefix, and from what.
-
-    Attributes:
-        prefix: the answer prefix now in the judge's template ("" when the
-            model answers with the label at once, or when neither its answers
-            nor the prompt give one).
-        answers: the model's greedy answers it was chosen from.
-        found: whether any answer named a label.
-        from_prompt: no answer named a label, so the prefix is the word the
-            prompt names the candidates with (:func:`~jaxrank.judges.reading.naming_word`:
-            "Summary" for "Summary A ... Summary B"), so that the answer can begin
-            as the prompt's own words do.
-    """
-
-    prefix: str
-    answers: tuple[str, ...]
-    found: bool
-    from_prompt: bool = False
-
-
-def _empty(k: int = TOP_K) -> Judgement:
-    return Judgement(np.zeros(0, np.float32), False, np.zeros((0, 2), np.float32), np.zeros(0, np.float32),
-                     np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))
 
 
 class PromptJudge:
@@ -440,38 +368,12 @@ class PromptJudge:
     # ------------------------------------------------------------ answer prefix
     def find_answer_prefix(self, context: str, candidates: Sequence[str], *, pairs: int = 4,
                            max_new_tokens: int = 12) -> AnswerPrefixChoice:
-        """The words the model writes before the label, from its greedy answers to a few pairs.
-
-        Pairs ``(0, 1), (1, 0), (1, 2), (2, 1) ...`` of ``candidates`` (up to
-        ``pairs``) are answered greedily without any answer prefix; the text
-        before the first stand-alone label word is taken
-        (:func:`~jaxrank.judges.reading.answer_prefix_of`: ``"Summary A is
-        more coherent"`` gives ``"Summary"``), the most common one winning.
-        When no answer names a label (a model that begins "To determine..."),
-        the prefix is the word the prompt names the candidates with
-        (:func:`~jaxrank.judges.reading.naming_word`), if any.
-
-        Raises:
-            ValueError: fewer than two candidates, or ``pairs < 1``.
-        """
-        if len(candidates) < 2 or pairs < 1:
-            raise ValueError(f"find_answer_prefix needs >= 2 candidates and pairs >= 1, got {len(candidates)} "
-                             f"and {pairs}")
+        """The words the model writes before the label, from its greedy answers to a few pairs
+        (:func:`~jaxrank.judges.answer_prefix.find_answer_prefix`)."""
         bare = copy.copy(self)                                   # the model answers after the bare header
         bare._auto_prefix = False
         bare._set_template(dataclasses.replace(self.template, answer_prefix=""))
-        n = len(candidates)
-        ij = [(k % n, (k + 1) % n) if s == 0 else ((k + 1) % n, k % n) for k in range(n) for s in (0, 1)][:pairs]
-        i, j = check_pairs(candidates, [a for a, _ in ij], [b for _, b in ij])
-        rows, _ = bare.prompt_rows(context, candidates, i, j, extra=max_new_tokens)
-        answers = generate_texts(self.lm, rows, batch_rows=min(len(rows), self.batch_size),
-                                 max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0,
-                                 key=sample_key(0, context))
-        prefix = answer_prefix_of(answers, self.template.labels)
-        if prefix is None:                       # no answer names a label: name them as the prompt does
-            word = naming_word(self.template.text, self.template.labels)
-            return AnswerPrefixChoice(word or "", tuple(answers), False, word is not None)
-        return AnswerPrefixChoice(prefix, tuple(answers), True)
+        return find_answer_prefix(bare, context, candidates, pairs=pairs, max_new_tokens=max_new_tokens)
 
     def prepare(self, context: str, candidates: Sequence[str]) -> AnswerPrefixChoice | None:
         """Resolve ``answer_prefix="auto"`` on one context (the first one judged); a no-op otherwise.
