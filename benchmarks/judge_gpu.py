@@ -98,7 +98,7 @@ def make_bundle(out: Path, articles: int = 8):
 
 
 def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, batch_cost="auto",
-                 attention="einsum"):
+                 attention="einsum", mesh=None):
     """A :class:`jaxrank.PromptJudge` on a bfloat16 Llama-family model with random weights drawn on the device."""
     import jax
     import jax.numpy as jnp
@@ -129,7 +129,7 @@ def random_judge(name, cfg_dict, bundle, *, batch_size, layers=None, seed=0, bat
     lm = LoadedModel(model, config, tok, info["chat_template"], name, config.model_type, bundle,
                      tuple(info["eos_ids"]), pad)
     return PromptJudge(lm, pairwise_template("summeval", "coherence"), batch_size=batch_size,
-                       batch_cost=batch_cost), config
+                       batch_cost=batch_cost, mesh=mesh), config
 
 
 def flops_and_tokens(judge, config, context, candidates, i, j):
@@ -224,6 +224,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=None, help="keep only the first K layers (quick check)")
     ap.add_argument("--candidates", type=int, default=None, help="the first K summaries only (quick check)")
     ap.add_argument("--peak-tflops", type=float, default=None)
+    ap.add_argument("--mesh", default=None, help="DATA,MODEL: judge on a mesh of that shape (PromptJudge(mesh=))")
     ap.add_argument("--profile", action="store_true",
                     help="after the timed passes, trace one more call and write the device time per kernel")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -255,17 +256,22 @@ def main(argv=None):
     rows = []
     profiles = {}
     args.out.mkdir(parents=True, exist_ok=True)
+    mesh = None
+    if args.mesh:
+        shape = tuple(int(x) for x in args.mesh.split(","))
+        mesh = jax.make_mesh(shape, ("data", "model"))
     for spec in args.models.split(","):
         parts = spec.split(":")
         name = parts[0]
         attention = parts[1] if len(parts) > 1 else "einsum"
         batch = parts[2] if len(parts) > 2 else args.batch_size
         batch = batch if batch == "auto" else int(batch)
-        label = name + ("" if spec == name else f", {attention} attention, batch {batch}")
+        label = name + ("" if spec == name else f", {attention} attention, batch {batch}") + \
+            (f", mesh {args.mesh}" if args.mesh else "")
         t0 = time.perf_counter()
         try:
             judge, config = random_judge(name, configs[name], args.bundle, batch_size=batch,
-                                         layers=args.layers, attention=attention,
+                                         layers=args.layers, attention=attention, mesh=mesh,
                                          batch_cost=args.batch_cost if args.batch_cost == "auto"
                                          else int(args.batch_cost))
         except Exception as e:                       # one variant failing must not lose the others
