@@ -378,19 +378,33 @@ def unpad(tree, num_items: int, batch_ndim: int):
 
 
 SMALL_PROGRAM_ITEMS = 64
-"""Buckets of at most this many items are compiled by XLA without its backend optimisations
-(:func:`compiler_options`)."""
+"""Buckets of at most this many items are compiled by XLA without its backend optimisations and with its
+older CPU emitters (:func:`compiler_options`)."""
+
+
+def _legacy_emitters_option() -> dict:
+    """``{"xla_cpu_use_fusion_emitters": False}`` where the installed jaxlib is one it was measured on (0.10.x,
+    the versions ``pyproject.toml`` allows; XLA rejects an option it does not know), else ``{}``."""
+    import jaxlib   # deferred: only the version string
+
+    return {"xla_cpu_use_fusion_emitters": False} if jaxlib.__version__.startswith("0.10.") else {}
 
 
 def compiler_options(num_items: int) -> dict | None:
-    """XLA options of a bucket's program: ``xla_backend_optimization_level=0`` for at most
-    :data:`SMALL_PROGRAM_ITEMS` items, else the defaults (``None``).
+    """XLA options of a bucket's program: for at most :data:`SMALL_PROGRAM_ITEMS` items
+    ``xla_backend_optimization_level=0`` and ``xla_cpu_use_fusion_emitters=False``, else the defaults (``None``).
 
-    On a small pool the compiled code runs in a fraction of a millisecond either way, and LLVM's optimisations
-    are most of its compilation: the soft-BT fit of 24 items (2 cores, load ~10) compiled in 3.4 s instead of
-    6.0 s and ran in 0.24 ms against 0.22 ms; at 1,000 items they pay (0.0011 s a call against 0.016 s).
+    On a small pool the compiled code runs in a fraction of a millisecond either way, and compiling is most of
+    a first call. LLVM's optimisations: the soft-BT fit of 24 items (2 cores, load ~10) compiled in 3.4 s
+    instead of 6.0 s and ran in 0.24 ms against 0.22 ms; at 1,000 items they pay (0.0011 s a call against
+    0.016 s). XLA's fusion emitters (issue 33, fresh processes, 2 pairs each at load 9, 24 items): without
+    them compilation took 0.72-1.04 s against 2.42-2.68 s (BT), 0.80 against 2.13-2.46 s (PoE-BT), 0.15-0.30
+    against 0.85-0.87 s (PoE-g), 0.43-0.48 against 1.30-1.74 s (max-likelihood ranking), with bit-identical
+    scores; a PoE-BT call then ran in 0.85-0.91 ms against 0.50 ms, the others within noise.
     """
-    return {"xla_backend_optimization_level": 0} if num_items <= SMALL_PROGRAM_ITEMS else None
+    if num_items > SMALL_PROGRAM_ITEMS:
+        return None
+    return {"xla_backend_optimization_level": 0, **_legacy_emitters_option()}
 
 
 _PROGRAMS: dict = {}
