@@ -393,11 +393,13 @@ def test_exported_directory_only_while_the_cache_is_on(tmp_path):
     before = jax.config.jax_compilation_cache_dir
     try:
         jax.config.update("jax_compilation_cache_dir", None)
-        assert compilation.exported_directory() is None
+        assert compilation.exported_directory() is None and compilation.compiled_directory() is None
         jax.config.update("jax_compilation_cache_dir", str(tmp_path / "xla"))
         assert compilation.exported_directory() == tmp_path / "exported"
+        assert compilation.compiled_directory() == tmp_path / "compiled"
         jax.config.update("jax_compilation_cache_dir", str(tmp_path / "mine"))
         assert compilation.exported_directory() == tmp_path / "mine-exported"
+        assert compilation.compiled_directory() == tmp_path / "mine-compiled"
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
 
