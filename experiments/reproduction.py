@@ -353,10 +353,13 @@ def real_efficiency_section(results: Path) -> list[str]:
     spec = importlib.util.spec_from_file_location("efficiency_real", HERE / "efficiency_real.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    L += [f"{SHAPE}: local judges (Qwen2.5-Coder-1.5B; the MiniLM similarity judge as a non-LLM reference) on "
-          "the slices their stores hold (every ordered pair judged once, then subsampled); the simulated judges "
-          "beside each are matched to its accuracy and to FlanT5-3B's. Each file's notes (`*.notes.md`) give "
-          "the slice, the judge's speed and how to grow it.", ""]
+    L += [f"{SHAPE}: local judges (Qwen2.5-Coder-1.5B in process; the same GGUF behind llama.cpp's "
+          "OpenAI-compatible server, `*_server`, read from the top-20 log-probabilities with the same prompt; "
+          "the MiniLM similarity judge as a non-LLM reference) on the slices their stores hold (every ordered "
+          "pair judged once, then subsampled); the simulated judges beside each are matched to its accuracy "
+          "and to FlanT5-3B's. Each file's notes (`*.notes.md`) give the slice, the judge's speed and how to "
+          "grow it; the server judge's instrument check (its p beside the in-process judge's on the same "
+          "token ids) is `server_instrument_topicalchat_qwen2.5-coder-1.5b.md`.", ""]
     for path in found:
         name = path.stem.removeprefix("efficiency_")
         L += mod.reproduction_section(path, title=f"Real judge efficiency: {name}") + [""]
