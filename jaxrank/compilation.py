@@ -440,6 +440,9 @@ class ExportedProgram:
             if call is not None:
                 self._calls[str(exec_path)] = call
                 return call
+        # lowering a program on a CPU binds LAPACK (JAX does it for every exported program): by SciPy's two
+        # extension modules, not its whole linalg package (see _load_scipy_lapack)
+        _load_scipy_lapack()
         path = self.path(*args)
         tag = hashlib.sha256((exec_key or key).encode()).hexdigest()[:16]
         jitted = self._calls.get(f"{path}#{tag}")
