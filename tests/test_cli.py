@@ -88,6 +88,19 @@ def test_judge_and_assess_refuse_non_positive_counts_before_loading_anything(arg
             main([command, "--judge", "no-such-model"] + argv)
 
 
+def test_batch_size_defaults_to_auto_and_takes_an_integer(capsys):
+    from jaxrank.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        main(["judge", "--judge", "no-such-model", "--batch-size", "many"])
+    assert "--batch-size: expected 'auto' or an integer, got 'many'" in capsys.readouterr().err
+
+    for command in ("judge", "assess"):
+        assert build_parser().parse_args([command]).batch_size == "auto"
+        assert build_parser().parse_args([command, "--batch-size", "16"]).batch_size == 16
+        assert build_parser().parse_args([command, "--batch-size", "auto"]).batch_size == "auto"
+
+
 def test_evalica_and_arena_files_rank_without_options(tmp_path):
     # win ratio by hand: a win counts 1, a tie 1/2, over the games an item played
     ev = tmp_path / "evalica.csv"

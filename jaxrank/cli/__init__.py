@@ -89,7 +89,7 @@ def _main(argv=None):
         return
     for flag in ("batch_size", "candidates", "budget"):      # judge and assess: before loading a model
         value = getattr(args, flag, None)
-        if value is not None and value < 1:
+        if value is not None and value != "auto" and value < 1:
             raise UsageError(f"jaxrank: --{flag.replace('_', '-')} must be >= 1, got {value}")
     if getattr(args, "candidates", None) == 1:
         raise UsageError("jaxrank: --candidates must be >= 2: a comparison needs two candidates, got 1")

@@ -5,6 +5,8 @@ Nothing here imports JAX at module level: ``jaxrank --help`` and argument errors
 
 from __future__ import annotations
 
+import argparse
+
 import os
 import sys
 from pathlib import Path
@@ -134,7 +136,7 @@ def make_judge(args, *, answer_prefix=None):
         if soft is not None:
             raise UsageError("jaxrank: --soft-prompt needs an LLM judge (a Llama-family model), not an encoder")
         from jaxrank.judges.similarity import SimilarityJudge
-        return SimilarityJudge(lm, batch_size=args.batch_size)
+        return SimilarityJudge(lm, batch_size=8 if args.batch_size == "auto" else args.batch_size)
     prefix = answer_prefix or getattr(args, "answer_prefix", "none")
     if prefix == "none":
         prefix = ""
@@ -145,6 +147,16 @@ def make_judge(args, *, answer_prefix=None):
                            min_label_mass=getattr(args, "min_label_mass", 0.5), strict=getattr(args, "strict", False))
     except ValueError as e:
         raise SystemExit(f"jaxrank: {'--soft-prompt: ' if soft is not None else ''}{e}")
+
+
+def batch_size_arg(text: str):
+    """``--batch-size``: ``auto`` or an integer (its range is checked before a model is loaded)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
 
 
 def template_option(args):

@@ -50,7 +50,9 @@ def add_parsers(sub):
                             "a 7B model at 4 bits in about 4 GB")
         common.reading_options(j)
         common.server_options(j)
-        j.add_argument("--batch-size", type=int, default=8)
+        j.add_argument("--batch-size", type=common.batch_size_arg, default="auto",
+                       help="rows per forward pass, or 'auto' (default): 8 on a CPU; on a GPU or TPU what fits "
+                            "the device memory free (an LLM judge; a similarity judge takes 8)")
         j.add_argument("--store", help="judgement store (.jsonl); default results/judgements/DATA-ASPECT-JUDGE.jsonl")
         j.add_argument("--no-progress", action="store_true", help="no progress bar")
         common.process_options(j)
