@@ -354,7 +354,7 @@ def real_efficiency_section(results: Path) -> list[str]:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     L += [f"{SHAPE}: local judges (Qwen2.5-Coder-1.5B in process; the same GGUF behind llama.cpp's "
-          "OpenAI-compatible server, `*_server`, read from the top-20 log-probabilities with the same prompt; "
+          "OpenAI-compatible server, `*-server`, read from the top-20 log-probabilities with the same prompt; "
           "the MiniLM similarity judge as a non-LLM reference) on the slices their stores hold (every ordered "
           "pair judged once, then subsampled); the simulated judges beside each are matched to its accuracy "
           "and to FlanT5-3B's. Each file's notes (`*.notes.md`) give the slice, the judge's speed and how to "

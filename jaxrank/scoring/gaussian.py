@@ -139,7 +139,7 @@ def solve_precision(cf, a, b, s):
 def tie_scores(s, mask, tol):
     """Scores that the solve cannot tell apart, made exactly equal: ``s`` with every tie group at its mean.
 
-    Sorted, the real items (``mask``) form groups of consecutive scores less than ``tol`` apart (``tol`` the
+    Sorted, the real items (``mask``) form groups of consecutive scores at most ``tol`` apart (``tol`` the
     solve's precision, :func:`solve_precision`); each item of a group gets the group's mean. Scores equal in
     exact arithmetic (hard decisions give many: two candidates with the same wins against the same
     opponents) are then equal in the result whatever the batch shape or the LAPACK path that solved them,
