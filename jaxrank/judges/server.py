@@ -154,6 +154,7 @@ def render_chat_template(template: str, messages: Sequence[dict], *, add_generat
     name (``bos_token=...``; empty strings by default).
     """
     import jinja2   # deferred: only the completions endpoint with a chat template needs it
+    import jinja2.ext   # not imported by jinja2 itself: loopcontrols below
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
