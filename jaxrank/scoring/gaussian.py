@@ -178,12 +178,12 @@ def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     cf = jax.scipy.linalg.cho_factor(a, lower=True)
     b = _graph.incidence_t(e, wy)
     s = jax.scipy.linalg.cho_solve(cf, b[:, None])[:, 0]
-    s = tie_scores(s, c.item_mask, solve_precision(cf, a, b, s))
+    alone = jnp.diagonal(proj) >= 1                 # padded or in no comparison: its score stays exactly 0
+    s = tie_scores(s, c.item_mask & ~alone, solve_precision(cf, a, b, s))
     if not with_cov:
         return s
     eye = jnp.eye(c.num_items, dtype=lap.dtype)
     cov = jax.scipy.linalg.cho_solve(cf, eye) - proj / k
-    alone = jnp.diagonal(proj) >= 1                 # padded or in no comparison: centred score exactly 0
     cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
     return GaussianPosterior(s, 0.5 * (cov + cov.T), lap)
 
