@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from jaxrank.assessment.run import ContextSet, judge_contexts
 from jaxrank.judges import similarity
-from jaxrank.judges.similarity import COMPILE_COST_TOKENS, SimilarityJudge
+from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.models.bert import embed
 
 SHARED = "A summary that two articles share, word for word."
@@ -36,13 +36,13 @@ def _store_p(path):
 
 @pytest.fixture()
 def calls(monkeypatch):
-    """Every encoder pass as (rows, length)."""
+    """Every encoder pass as (rows, length, texts in it)."""
     seen = []
     real = similarity._encode
 
-    def counted(graphdef, state, ids, mask, pooling):
-        seen.append(tuple(ids.shape))
-        return real(graphdef, state, ids, mask, pooling)
+    def counted(graphdef, state, ids, segment_ids, num_segments, pooling):
+        seen.append(tuple(ids.shape) + (int(np.asarray(segment_ids).max(1).sum()),))
+        return real(graphdef, state, ids, segment_ids, num_segments, pooling)
 
     monkeypatch.setattr(similarity, "_encode", counted)
     return seen
@@ -53,7 +53,7 @@ def test_each_text_embedded_once_and_p_is_the_numpy_cosine(minilm, tmp_path, cal
     judge_contexts(judge, CS, tmp_path / "s.jsonl", progress=False)
     distinct = _distinct(CS)
     assert judge.stats.texts == len(distinct) == 9               # SHARED and one candidate appear twice
-    assert len(calls) == judge.stats.passes and sum(r for r, _ in calls) >= len(distinct)
+    assert len(calls) == judge.stats.passes and sum(n for _, _, n in calls) == len(distinct)
     assert judge.stats.tokens <= judge.stats.padded_tokens
     # p from the store equals sigmoid(k (cos_a - cos_b)) of embeddings made one text at a time, unpadded
     direct = {}
@@ -101,24 +101,16 @@ def test_progress_counts_texts(minilm, tmp_path):
     assert told[0] == 1 and told[1] == 1 and sum(told[1:]) == 3
 
 
-def test_plan_few_full_shapes(minilm):
-    judge = SimilarityJudge(minilm, batch_size=8)                 # 8 x 256 = 2048 tokens a pass
-    assert judge._rows(256) == 8 and judge._rows(64) == 32 and judge._rows(96) == 21
-    # a lone long text keeps its length; many short ones are not padded up to it
-    lengths = [256] + [60] * 100 + [20] * 3
-    pad = judge._pad_lengths(lengths)
-    assert pad[0] == 256 and set(pad[1:101]) == {64}
-    assert pad[101] == 64                                         # 3 texts: not worth a shape of their own
+def test_plan_one_full_shape(minilm):
+    judge = SimilarityJudge(minilm, batch_size=8)                 # rows of 256 tokens, 8 rows a pass
+    lengths = [256] + [60] * 100 + [20] * 3 + [200, 56]
     passes = judge._plan(lengths)
-    assert sorted(k for _, _, idx in passes for k in idx) == list(range(len(lengths)))
-    # the long text's pass is filled with short ones (cheaper than compiling a pass of 1 row x 256)
-    assert [p[:2] for p in passes] == [(8, 256)] + [(32, 64)] * 3 and passes[0][2][0] == 0
-    # the last pass, when not full, has a power of two of rows
-    assert [p[:2] for p in judge._plan([60] * 40)] == [(32, 64), (8, 64)]
-    # a length is opened when it saves more padded tokens than a compile costs
-    many = [256] * 8 + [30] * (COMPILE_COST_TOKENS // 10)
-    assert set(judge._pad_lengths(many)[8:]) == {32}
-    assert judge._plan([]) == []
+    rows = [row for _, p in passes for row in p]
+    assert sorted(k for row in rows for k in row) == list(range(len(lengths)))
+    assert all(nb == 8 for nb, _ in passes)                       # one shape, the last pass filled up
+    # by hand: the 256 alone, 200 + 56, 25 rows of four 60s (16 tokens free each), one row of the three 20s
+    assert sorted(sorted(lengths[k] for k in row) for row in rows) == sorted(
+        [[256], [56, 200], *[[60] * 4] * 25, [20] * 3])
 
 
 def test_no_recompilation_for_the_same_shapes(minilm):

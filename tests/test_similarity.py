@@ -69,7 +69,7 @@ def test_truncation_buckets_and_errors(judge, minilm):
     assert jd.truncated
     ref = _torch_cos(minilm.path, [long_ctx, *CANDS[:2]])        # torch truncates at 256 tokens too
     np.testing.assert_allclose(judge.scores(long_ctx, CANDS)[:2], ref, atol=1e-4)
-    assert [(n, length) for n, length, _ in judge._plan([256, 10, 12, 40, 11])] == [(4, 256), (1, 256)]
+    assert judge._plan([256, 10, 12, 40, 11]) == [(2, [[0], [3, 2, 4, 1]])]     # two packed rows of 256
     with pytest.raises(ValueError, match="outside"):
         judge.compare(CTX, CANDS, [0], [4])
     with pytest.raises(ValueError, match="empty"):

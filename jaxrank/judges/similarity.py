@@ -12,15 +12,18 @@ Each distinct text is embedded once and kept by its text, so judging all
 ``N (N - 1)`` ordered pairs costs at most ``N + 1`` encodes, and a text met
 again (in another context, or a rerun in the same process) costs none.
 :meth:`SimilarityJudge.prefetch` embeds the texts of many contexts in one plan:
-sorted by length, padded to a few lengths of ``BUCKETS`` (chosen to trade
-padding against compiling another shape, :data:`COMPILE_COST_TOKENS`), in full
-passes, one compiled program per ``(rows, length)``; the pipeline
+the texts are packed several to a row of ``row_length`` tokens (best-fit
+decreasing), each attending only to itself with its own positions
+(:func:`~jaxrank.models.bert.embed_packed`: a text's embedding is the one it
+has alone, up to float32 rounding), in passes of ``batch_size`` rows: one
+shape, one compiled program, padding only at the rows' tails; the pipeline
 (``jaxrank.assessment.judge_contexts``) calls it before judging. On the main
 job (1,648 distinct texts, 24,000 comparisons; ``benchmarks/main_job_speed.py``)
-this halved the judging's CPU time (128 -> 66 CPU s): before, each context's 17
-texts went in small passes of many shapes (dozens of compiles) through
-``nnx.jit``, whose per-call walk of the module graph cost about 50-150 ms on a
-busy CPU; now 79 full passes of 5 shapes, and the encoder's arithmetic is
+that is 70 passes of 8 x 256 (2% padding). Before (until commit 2e51cd4),
+texts were padded to 5 lengths (5 shapes to compile, 14% padding); before that
+(until 8534c28), each context's 17 texts went in small passes of many shapes
+through ``nnx.jit``, whose per-call walk of the module graph cost about
+50-150 ms on a busy CPU. The encoder's arithmetic is
 nearly all that is left. ``p`` is exactly antisymmetric:
 ``p(a, b) = 1 - p(b, a)``.
 
@@ -47,27 +50,20 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxrank.judges._buckets import BUCKETS, bucket
+from jaxrank.judges._buckets import bucket
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.models.bert import embed
+from jaxrank.models.bert import embed_packed
 from jaxrank.models.loading import load_model
 
-__all__ = ["SimilarityJudge", "EncoderStats", "COMPILE_COST_TOKENS"]
-
-COMPILE_COST_TOKENS = 4096
-"""What compiling one more encoder shape costs, in tokens' worth of encoding: the plan of
-:meth:`SimilarityJudge.prefetch` pads texts up to a longer length rather than open a length for
-fewer padded tokens than this. Measured for MiniLM-L6 on 2 busy CPU cores (load 5-12,
-``benchmarks/main_job_speed.py``): a shape compiles in 3-5 s, and the encoder reads 700-1,500
-tokens/s."""
+__all__ = ["SimilarityJudge", "EncoderStats"]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "pooling"))
-def _encode(graphdef, state, ids: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-    """:func:`~jaxrank.models.bert.embed` of the model ``(graphdef, state)``: a plain ``jax.jit`` over the
-    split model, so a call flattens a pytree of arrays rather than the module graph (about 50-150 ms a
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_segments", "pooling"))
+def _encode(graphdef, state, ids: jax.Array, segment_ids: jax.Array, num_segments: int, pooling: str) -> jax.Array:
+    """:func:`~jaxrank.models.bert.embed_packed` of the model ``(graphdef, state)``: a plain ``jax.jit`` over
+    the split model, so a call flattens a pytree of arrays rather than the module graph (about 50-150 ms a
     call under ``nnx.jit`` on a busy CPU); one compiled program per ``(rows, length)``."""
-    return embed(nnx.merge(graphdef, state), ids, mask, pooling=pooling)
+    return embed_packed(nnx.merge(graphdef, state), ids, segment_ids, num_segments=num_segments, pooling=pooling)
 
 
 @dataclasses.dataclass
@@ -103,7 +99,7 @@ class SimilarityJudge:
 
     Each distinct text is embedded once and kept (by its text) for later calls: judging every context
     of a data set embeds its contexts and candidates once each, and :meth:`prefetch` embeds them all
-    in one plan of few, full, padded shapes (each compiled once per process).
+    in one plan of full passes of one shape (texts packed into rows; compiled once per process).
 
     Args:
         model: a BERT-family :class:`~jaxrank.models.loading.LoadedModel` or a
@@ -111,13 +107,15 @@ class SimilarityJudge:
         k: the slope of the link (see the module notes for the default).
         max_length: tokens per text (longer texts are cut at the end; MiniLM
             was trained with 256).
-        batch_size: texts per encoder pass at the full length ``max_length``; shorter texts go
-            more to a pass, as many as fill ``batch_size * max_length`` tokens. Lengths are padded
-            to a few of :data:`~jaxrank.judges.pairwise.BUCKETS`.
+        batch_size: rows per encoder pass; a row holds ``row_length`` tokens (``max_length`` rounded up
+            to a bucket of :data:`~jaxrank.judges._buckets.BUCKETS`), as many texts as fit (at most
+            ``texts_per_row``), so a pass reads ``batch_size * row_length`` tokens of any mix of texts.
         pooling: ``"mean"`` (default), ``"cls"``, ``"max"`` or ``"mean_sqrt_len"``.
         cache_size: embeddings kept (the oldest are dropped beyond it; 384 floats each for MiniLM).
 
     Attributes:
+        row_length: tokens per packed row (``max_length``'s bucket).
+        texts_per_row: most texts in one row (``row_length // 4``; the output's texts per row).
         stats: an :class:`EncoderStats`, where the encoding time went.
         chunk: comparisons per ``compare`` call and per store write in
             :func:`~jaxrank.assessment.judge_contexts` (4096: once its texts are embedded a
@@ -126,7 +124,7 @@ class SimilarityJudge:
 
     Raises:
         ValueError: a model that is not a BERT encoder or has no tokenizer; ``k <= 0``; a
-            ``batch_size``, ``max_length`` or ``cache_size`` out of range.
+            ``batch_size``, ``max_length`` or ``cache_size`` out of range; an unknown ``pooling``.
     """
 
     chunk = 4096
@@ -145,6 +143,8 @@ class SimilarityJudge:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+        if pooling not in ("mean", "cls", "max", "mean_sqrt_len"):
+            raise ValueError(f"pooling must be 'mean', 'cls', 'max' or 'mean_sqrt_len', got {pooling!r}")
         limit = int(getattr(model.config, "max_position_embeddings", 512))
         if not 2 < max_length <= limit:
             raise ValueError(f"max_length must be in (2, {limit}], got {max_length}")
@@ -152,8 +152,8 @@ class SimilarityJudge:
         self.k, self.max_length, self.batch_size, self.pooling = float(k), int(max_length), int(batch_size), pooling
         self.cache_size = int(cache_size)
         self._limit = limit
-        top = bucket(self.max_length)
-        self._lengths = sorted({min(b, limit) for b in (*BUCKETS, top) if b <= top})   # the padded lengths
+        self.row_length = bucket(self.max_length)
+        self.texts_per_row = max(1, self.row_length // 4)
         self._graph, self._state = nnx.split(model.model)
         self._cache: dict[str, tuple[np.ndarray, bool]] = {}
         self._memo_key = None
@@ -187,85 +187,78 @@ class SimilarityJudge:
         self.stats.tokenize_s += time.perf_counter() - t0
         return out
 
-    def _rows(self, length: int) -> int:
-        """Texts per pass at a padded length: as many as fill ``batch_size * max_length`` tokens."""
-        return max(1, self.batch_size * self.max_length // length)
+    def _pack(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Texts (indices into ``lengths``) packed into rows of :attr:`row_length` tokens, at most
+        :attr:`texts_per_row` a row: best-fit decreasing (longest text first, into the fullest row it
+        fits, else a new row). Rows come out in the order they were opened."""
+        cap, most = self.row_length, self.texts_per_row
+        rows: list[list[int]] = []
+        room_of: list[list[int]] = [[] for _ in range(cap + 1)]   # room_of[r]: open rows with r tokens free
+        for k in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+            n = int(lengths[k])
+            if not 0 <= n <= cap:
+                raise ValueError(f"a text of {n} tokens does not fit a row of {cap}")
+            free = next((r for r in range(n, cap + 1) if room_of[r]), None)
+            if free is None:
+                row, free = len(rows), cap
+                rows.append([])
+            else:
+                row = room_of[free].pop()
+            rows[row].append(k)
+            if len(rows[row]) < most:
+                room_of[free - n].append(row)
+        return rows
 
-    def _pad_lengths(self, lengths: Sequence[int]) -> list[int]:
-        """The padded length of each text: the lengths of :data:`BUCKETS` (up to ``max_length``'s bucket)
-        that cost the fewest padded tokens plus :data:`COMPILE_COST_TOKENS` per length used (a dynamic
-        programme over the buckets; the longest text's bucket is always one)."""
-        grid = self._lengths
-        cell = [min(k for k, g in enumerate(grid) if g >= n) for n in lengths]
-        counts = np.bincount(cell, minlength=len(grid)) if cell else np.zeros(len(grid), int)
-        top = max(cell) if cell else 0
-        best = [0.0] * (top + 1)          # best[t]: cells 0..t covered, grid[t] a chosen length
-        back = [-1] * (top + 1)
-        for t in range(top + 1):
-            best[t], back[t] = np.inf, -1
-            for p in range(-1, t):
-                cost = (best[p] if p >= 0 else 0.0) + COMPILE_COST_TOKENS + grid[t] * counts[p + 1:t + 1].sum()
-                if cost < best[t]:
-                    best[t], back[t] = cost, p
-        chosen, t = [], top
-        while t >= 0:
-            chosen.append(t)
-            t = back[t]
-        chosen = sorted(grid[c] for c in chosen)
-        return [min(g for g in chosen if g >= n) for n in lengths]
-
-    def _plan(self, lengths: Sequence[int]) -> list[tuple[int, int, list[int]]]:
-        """The encoder passes ``(rows, length, text indices)``: texts sorted longest first and cut into
-        passes of :meth:`_rows` of the padded length of each pass's first text; a last pass that is not
-        full has a power of two of rows."""
-        pad = self._pad_lengths(lengths)
-        order = sorted(range(len(lengths)), key=lambda r: (-pad[r], -lengths[r], r))
-        passes, start = [], 0
-        while start < len(order):
-            length = pad[order[start]]
-            rows = self._rows(length)
-            idx = order[start:start + rows]
-            start += len(idx)
-            if len(idx) < rows:
-                rows = min(rows, 1 << (len(idx) - 1).bit_length())
-            passes.append((rows, length, idx))
-        return passes
+    def _plan(self, lengths: Sequence[int]) -> list[tuple[int, list[list[int]]]]:
+        """The encoder passes ``(rows, packed rows of text indices)``: :meth:`_pack`'s rows cut into passes of
+        ``batch_size`` rows, every pass ``batch_size x row_length`` (the last one filled up with empty rows),
+        so a job compiles one shape; a job of fewer rows than ``batch_size`` runs one pass of a power of two
+        of rows."""
+        rows = self._pack(lengths)
+        if not rows:
+            return []
+        nb = self.batch_size if len(rows) >= self.batch_size else 1 << (len(rows) - 1).bit_length()
+        return [(nb, rows[i:i + nb]) for i in range(0, len(rows), nb)]
 
     def _encode_missing(self, texts: Sequence[str], progress: Callable[[int], object] | None = None) -> None:
         """Embed the texts not yet cached (each distinct one once) and cache them."""
         todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
         if not todo:
             return
-        rows = self._tokens(todo)
-        pad_id = self.lm.pad_token_id
+        tokens = self._tokens(todo)
+        pad_id, length, most = self.lm.pad_token_id, self.row_length, self.texts_per_row
         pending = None
 
         def collect(item):
-            idx, out = item
+            packed, out = item
             t0 = time.perf_counter()
             e = np.asarray(out, np.float32)
             self.stats.wait_s += time.perf_counter() - t0
-            for r, k in enumerate(idx):
-                self._cache[todo[k]] = (e[r].copy(), rows[k][1])
+            for r, row in enumerate(packed):
+                for s, k in enumerate(row):
+                    self._cache[todo[k]] = (e[r, s].copy(), tokens[k][1])
             if progress is not None:
-                progress(len(idx))
+                progress(sum(map(len, packed)))
 
-        for nb, length, idx in self._plan([len(x) for x, _ in rows]):
+        for nb, packed in self._plan([len(x) for x, _ in tokens]):
             ids = np.full((nb, length), pad_id, np.int32)
-            mask = np.zeros((nb, length), np.int32)
-            for r in range(nb):
-                x = rows[idx[r] if r < len(idx) else idx[0]][0]
-                ids[r, :len(x)], mask[r, :len(x)] = x, 1
+            seg = np.zeros((nb, length), np.int32)
+            for r, row in enumerate(packed):
+                at = 0
+                for s, k in enumerate(row):
+                    x = tokens[k][0]
+                    ids[r, at:at + len(x)], seg[r, at:at + len(x)] = x, s + 1
+                    at += len(x)
             t0 = time.perf_counter()
-            out = _encode(self._graph, self._state, jnp.asarray(ids), jnp.asarray(mask), self.pooling)
+            out = _encode(self._graph, self._state, jnp.asarray(ids), jnp.asarray(seg), most, self.pooling)
             self.stats.dispatch_s += time.perf_counter() - t0
             self.stats.passes += 1
             self.stats.shapes.add((nb, length))
-            self.stats.tokens += sum(len(rows[k][0]) for k in idx)
+            self.stats.tokens += int((seg > 0).sum())
             self.stats.padded_tokens += nb * length
             if pending is not None:            # the previous pass's results, while this one runs
                 collect(pending)
-            pending = (idx, out)
+            pending = (packed, out)
         collect(pending)
         self.stats.texts += len(todo)
         while len(self._cache) > self.cache_size:          # the oldest first (dicts keep insertion order)

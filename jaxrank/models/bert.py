@@ -15,7 +15,12 @@ Computation (post-norm transformer, as in transformers' ``modeling_bert.py``):
 
 :func:`embed` then mean-pools the last hidden state over non-padding tokens
 and L2-normalises, exactly like the sentence-transformers ``Pooling(mean)`` +
-``Normalize`` modules; :func:`sentence_transformer_settings` reads those
+``Normalize`` modules. :func:`embed_packed` does the same for several texts
+packed into one row: ``segment_ids`` give each token its text, attention is
+block-diagonal (``bias[q, k] = 0`` if ``seg[q] = seg[k] > 0``, else ``-1e9``),
+positions restart at each text (:func:`segment_positions`), and each text is
+pooled over its own tokens (:func:`pool_segments`), so one ``[B, T]`` shape
+serves texts of every length; :func:`sentence_transformer_settings` reads those
 choices from a model directory (``modules.json``, ``1_Pooling/config.json``).
 """
 
@@ -158,13 +163,10 @@ class _Embeddings(nnx.Module):
         self.token_type_embeddings = _Emb(c.type_vocab_size, c.hidden_size, dtype)
         self.LayerNorm = _LayerNorm(c.hidden_size, c.layer_norm_eps, dtype)
 
-    def __call__(self, ids: jax.Array, token_type_ids: jax.Array) -> jax.Array:
-        t = ids.shape[1]
-        h = (
-            self.word_embeddings.weight[...][ids]
-            + self.position_embeddings.weight[...][:t][None]
-            + self.token_type_embeddings.weight[...][token_type_ids]
-        )
+    def __call__(self, ids: jax.Array, token_type_ids: jax.Array, position_ids: jax.Array | None = None) -> jax.Array:
+        table = self.position_embeddings.weight[...]
+        pos = table[: ids.shape[1]][None] if position_ids is None else table[position_ids]
+        h = self.word_embeddings.weight[...][ids] + pos + self.token_type_embeddings.weight[...][token_type_ids]
         return self.LayerNorm(h)
 
 
@@ -245,26 +247,55 @@ class BertModel(nnx.Module):
             self.pooler = _Pooler(config, dtype)
 
     def __call__(
-        self, ids: jax.Array, mask: jax.Array | None = None, token_type_ids: jax.Array | None = None
+        self, ids: jax.Array, mask: jax.Array | None = None, token_type_ids: jax.Array | None = None, *,
+        segment_ids: jax.Array | None = None, position_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, jax.Array | None]:
         """Runs the encoder.
 
         Args:
-            ids: Token ids ``[B, T]`` (``T <= max_position_embeddings``).
-            mask: Attention mask ``[B, T]`` (1 = token); all ones if None.
-            token_type_ids: Segment ids ``[B, T]``; zeros if None.
+            ids: Token ids ``[B, T]`` (``T <= max_position_embeddings`` unless ``position_ids`` are given).
+            mask: Attention mask ``[B, T]`` (1 = token); all ones if None. Not with ``segment_ids``.
+            token_type_ids: Token-type ids ``[B, T]``; zeros if None.
+            segment_ids: Packed rows (several texts in one row): ``[B, T]``, the text of each token
+                (``1, 2, ...`` in order, each text contiguous; ``0`` = padding). A token attends only to
+                the tokens of its own text (block-diagonal bias), so each text's hidden states are those
+                of the text encoded alone (:func:`segment_positions` gives the positions).
+            position_ids: Positions ``[B, T]``; ``0..T-1`` if None, or restarting at each text of
+                ``segment_ids`` (:func:`segment_positions`).
 
         Returns:
-            ``(last_hidden_state [B, T, H], pooler_output [B, H] or None)``.
+            ``(last_hidden_state [B, T, H], pooler_output [B, H] or None)`` (the pooler reads each row's
+            first token: with ``segment_ids``, the first text's).
+
+        Raises:
+            ValueError: Both ``mask`` and ``segment_ids``.
         """
-        mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
         tt = jnp.zeros(ids.shape, jnp.int32) if token_type_ids is None else token_type_ids
-        h = self.embeddings(ids, tt)
-        bias = jnp.where(mask.astype(bool), 0.0, -1e9)[:, None, None, :].astype(jnp.float32)
+        if segment_ids is not None:
+            if mask is not None:
+                raise ValueError("BertModel: give either mask or segment_ids, not both")
+            seg = segment_ids.astype(jnp.int32)
+            if position_ids is None:
+                position_ids = segment_positions(seg)
+            same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0)
+            bias = jnp.where(same, 0.0, -1e9)[:, None].astype(jnp.float32)          # [B, 1, T, T]
+        else:
+            mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
+            bias = jnp.where(mask.astype(bool), 0.0, -1e9)[:, None, None, :].astype(jnp.float32)
+        h = self.embeddings(ids, tt, position_ids)
         for layer in self.encoder.layer:
             h = layer(h, bias)
         pooled = self.pooler(h) if self.config.add_pooler else None
         return h, pooled
+
+
+def segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """Positions restarting at each text of a packed row: ``[B, T]``, ``t - start(t)`` where ``start(t)``
+    is the first token of the run of equal ``segment_ids`` that holds ``t`` (texts are contiguous)."""
+    seg = jnp.asarray(segment_ids)
+    t = jnp.broadcast_to(jnp.arange(seg.shape[1], dtype=jnp.int32), seg.shape)
+    new = jnp.concatenate([jnp.ones(seg.shape[:1] + (1,), bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+    return t - jax.lax.cummax(jnp.where(new, t, 0), axis=1)
 
 
 def load_state_dict(config: BertConfig, tensors: Mapping[str, np.ndarray], *, dtype=jnp.float32) -> BertModel:
@@ -337,6 +368,60 @@ def embed(
     """
     hidden, _ = model(ids, mask)
     e = pool(hidden, mask, pooling)
+    if normalize:
+        e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
+    return e
+
+
+def pool_segments(hidden: jax.Array, segment_ids: jax.Array, num_segments: int, mode: str = "mean") -> jax.Array:
+    """:func:`pool` of each text of packed rows: ``[B, num_segments, H]``, text ``s`` of row ``b`` at
+    ``[b, s - 1]`` (``segment_ids`` as in :meth:`BertModel.__call__`; texts beyond ``num_segments`` are
+    dropped, missing ones give zeros). The sums run over the text's own tokens (``jax.ops.segment_sum``).
+    """
+    if mode not in ("mean", "cls", "max", "mean_sqrt_len"):
+        raise ValueError(f"pool_segments: unknown mode {mode!r}")
+    b, t, d = hidden.shape
+    seg = segment_ids.astype(jnp.int32)
+    valid = (seg > 0) & (seg <= num_segments)
+    flat = jnp.where(valid, jnp.arange(b, dtype=jnp.int32)[:, None] * num_segments + seg - 1, b * num_segments)
+    flat, h = flat.reshape(-1), hidden.astype(jnp.float32).reshape(b * t, d)
+    n = b * num_segments + 1                                     # the last bucket takes the padding
+    counts = jax.ops.segment_sum(valid.reshape(-1).astype(jnp.float32), flat, n)[:-1, None]
+    if mode == "max":
+        out = jnp.where(counts > 0, jax.ops.segment_max(h, flat, n)[:-1], 0.0)
+    elif mode == "cls":
+        first = (segment_positions(seg) == 0).reshape(-1, 1).astype(jnp.float32)
+        out = jax.ops.segment_sum(h * first, flat, n)[:-1]
+    else:
+        total = jax.ops.segment_sum(h, flat, n)[:-1]
+        c = jnp.maximum(counts, 1e-9)
+        out = total / (c if mode == "mean" else jnp.sqrt(c))
+    return out.reshape(b, num_segments, d)
+
+
+@functools.partial(nnx.jit, static_argnames=("num_segments", "pooling", "normalize"))
+def embed_packed(
+    model: BertModel, ids: jax.Array, segment_ids: jax.Array, *, num_segments: int, pooling: str = "mean",
+    normalize: bool = True,
+) -> jax.Array:
+    """Sentence embeddings of texts packed several to a row: ``[B, num_segments, H]`` (float32), jitted.
+
+    Each text attends only to itself and its positions restart at 0 (:meth:`BertModel.__call__` with
+    ``segment_ids``), so text ``s`` of row ``b`` (at ``[b, s - 1]``) equals :func:`embed` of that text
+    alone, up to float32 rounding: one shape ``[B, T]`` serves texts of any lengths up to ``T`` with no
+    padding but a row's tail.
+
+    Args:
+        model: A loaded :class:`BertModel`.
+        ids: Token ids ``[B, T]``, the texts of a row one after another (each with its own ``[CLS]`` and
+            ``[SEP]``), padding after the last.
+        segment_ids: ``[B, T]``: ``1, 2, ...`` for the row's first, second, ... text, ``0`` for padding.
+        num_segments: Texts per row in the output (static).
+        pooling: ``mean`` | ``cls`` | ``max`` | ``mean_sqrt_len`` (:func:`pool`).
+        normalize: L2-normalise the pooled vectors (zero vectors stay zero).
+    """
+    hidden, _ = model(ids, segment_ids=segment_ids)
+    e = pool_segments(hidden, segment_ids, num_segments, pooling)
     if normalize:
         e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
     return e
