@@ -404,6 +404,9 @@ def reproduction_section(csv_path, *, title: str | None = None) -> list[str]:
                            f"{100 * float(r['ci_hi']):+.1f}]" for r in diff if r["versus"] == vs and r["scorer"] == s
                            and int(r["budget"]) == b), "") for b in bs]
             out.append(f"| {vs} | {s} | " + " | ".join(cells) + " |")
+    slice_ = sorted({int(r["contexts"]) for r in curve if r["judge_kind"] == "real" and r.get("contexts")})
+    out += ["", f"Paper: {PAPER.get(data, '(no paper row for this data set)')}. Ours: one aspect, a small local "
+            f"judge, {slice_[-1] if slice_ else '?'} contexts (the 95% intervals above are over them)."]
     return out + [""]
 
 
