@@ -1,0 +1,363 @@
+"""The transport under the server judges (private): requests, retries, usage, the chat template, the reading
+of returned log-probabilities; :mod:`jaxrank.judges.server` holds the judges built on it and documents the
+behaviour (production behaviour: concurrency, retries with backoff, timeouts, the API key never kept)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+from typing import Sequence
+
+import httpx
+import numpy as np
+
+SERVER_READING_VERSION = "server-top-logprobs-1"
+"""How a server judge reads the answer; part of its ``template_key``."""
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+"""HTTP statuses retried with backoff (others are errors at once)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerReading:
+    """How a :class:`ServerJudge` reads ``p`` (its :attr:`~ServerJudge.reading`, which a report reads).
+
+    Attributes:
+        kind: ``"logprobs"`` (the labels' log-probabilities among the returned alternatives) or
+            ``"sampled"`` (the share of sampled answers naming A, LCA eq. 4-5).
+        texts: the label words as read (stripped of whitespace).
+        note: one sentence saying so.
+    """
+
+    kind: str
+    texts: tuple[str, str]
+    note: str
+
+
+class ServerError(OSError):
+    """The server could not be reached, refused the request, or answered something the judge cannot read.
+
+    An ``OSError`` (an input/output failure, which the command line prints as one line). The message names
+    the server (its base URL) and never holds the API key.
+    """
+
+
+@dataclasses.dataclass
+class ServerUsage:
+    """What a server judge has spent.
+
+    Attributes:
+        requests: answered requests.
+        retries: requests sent again after a retriable failure.
+        prompt_tokens, completion_tokens: the tokens the server reported (``usage``).
+        cost: ``prompt_tokens * price_in + completion_tokens * price_out`` (``None`` without a price).
+        reused: answers taken from the judge's memory instead of a request.
+    """
+
+    requests: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    reused: int = 0
+
+    def line(self) -> str:
+        """One line for a report: requests, retries, tokens and cost."""
+        cost = "" if self.cost is None else f", cost {self.cost:.4f}"
+        return (f"{self.requests} requests ({self.retries} retried, {self.reused} reused), "
+                f"{self.prompt_tokens} prompt + {self.completion_tokens} completion tokens{cost}")
+
+
+def render_chat_template(template: str, messages: Sequence[dict], *, add_generation_prompt: bool = True,
+                         **special) -> str:
+    """A Jinja chat template rendered as Hugging Face's ``apply_chat_template`` renders it.
+
+    The environment is Hugging Face's: sandboxed, ``trim_blocks`` and
+    ``lstrip_blocks``, the ``loopcontrols`` extension, ``raise_exception`` and a
+    ``tojson`` filter; ``special`` gives the special tokens the template may
+    name (``bos_token=...``; empty strings by default).
+    """
+    import jinja2   # deferred: only the completions endpoint with a chat template needs it
+    import jinja2.ext   # not imported by jinja2 itself: loopcontrols below
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals["raise_exception"] = raise_exception
+    values = {"bos_token": "", "eos_token": "", "unk_token": "", "pad_token": "", **special}
+    return env.from_string(template).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                                            **values)
+
+
+def _run(coro):
+    """Run a coroutine to its end from synchronous code (in a worker thread when a loop is running here)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:     # a notebook's running loop
+        return pool.submit(asyncio.run, coro).result()
+
+
+def _alternatives(choice: dict, endpoint: str) -> list[tuple[str, float]] | None:
+    """The ``(token, logprob)`` alternatives of the first answer token, best first; ``None`` when the server
+    returns no log-probabilities, ``[]`` when it returns them for no token (the answer ended at once: a
+    server such as llama.cpp's gives none for an end-of-text token)."""
+    lp = choice.get("logprobs")
+    if lp is None:
+        return None
+    if not lp:
+        return []
+    if endpoint == "chat":                      # {"content": [{"token", "logprob", "top_logprobs": [...]}]}
+        content = lp.get("content") or []
+        if not content:
+            return []
+        first = content[0]
+        top = first.get("top_logprobs") or [{"token": first.get("token"), "logprob": first.get("logprob")}]
+        out = [(str(t.get("token")), float(t.get("logprob"))) for t in top if t.get("logprob") is not None]
+    else:                                       # legacy: {"tokens", "token_logprobs", "top_logprobs": [{tok: lp}]}
+        tops = lp.get("top_logprobs") or []
+        if tops and tops[0]:
+            out = [(str(t), float(v)) for t, v in tops[0].items() if v is not None]
+        elif lp.get("tokens") and lp.get("token_logprobs") and lp["token_logprobs"][0] is not None:
+            out = [(str(lp["tokens"][0]), float(lp["token_logprobs"][0]))]
+        else:
+            return []
+    out = [(t, v) for t, v in out if math.isfinite(v)]
+    return sorted(out, key=lambda x: -x[1])
+
+
+def _text(choice: dict, endpoint: str) -> str:
+    if endpoint == "chat":
+        return str((choice.get("message") or {}).get("content") or "")
+    return str(choice.get("text") or "")
+
+
+class _ServerBase:
+    """The HTTP machinery both server judges share: requests, retries, the key, usage, the fingerprint."""
+
+    def __init__(self, base_url: str, model: str, *, endpoint: str, chat_template: str | None, system: str | None,
+                 api_key_env: str, max_concurrency: int, max_retries: int, timeout: float, backoff: float,
+                 max_backoff: float, top_logprobs: int, price_per_token, min_label_mass: float, strict: bool,
+                 chat_template_tokens: dict | None = None):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL (e.g. http://127.0.0.1:8000/v1), got {base_url!r}")
+        if not model or not isinstance(model, str):
+            raise ValueError(f"model must be the served model's name, got {model!r}")
+        if endpoint not in ("auto", "chat", "completions"):
+            raise ValueError(f"endpoint must be 'auto', 'chat' or 'completions', got {endpoint!r}")
+        for what, v, low in (("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0),
+                             ("top_logprobs", top_logprobs, 1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"{what} must be an int >= {low}, got {v!r}")
+        for what, v in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff)):
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"{what} must be a number > 0 (seconds), got {v!r}")
+        if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
+            raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
+        if not api_key_env or not isinstance(api_key_env, str):
+            raise ValueError(f"api_key_env must name an environment variable, got {api_key_env!r}")
+        if price_per_token is not None:
+            price = (price_per_token, price_per_token) if np.isscalar(price_per_token) else tuple(price_per_token)
+            if len(price) != 2 or any(not isinstance(x, (int, float)) or x < 0 for x in price):
+                raise ValueError("price_per_token must be a price >= 0 or (prompt price, completion price), got "
+                                 f"{price_per_token!r}")
+            self.price_per_token = (float(price[0]), float(price[1]))
+        else:
+            self.price_per_token = None
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._endpoint = endpoint
+        self.chat_template = chat_template
+        self.chat_template_tokens = dict(chat_template_tokens or {})
+        self.system = system
+        self.api_key_env = api_key_env
+        self.max_concurrency, self.max_retries = int(max_concurrency), int(max_retries)
+        self.timeout, self.backoff, self.max_backoff = float(timeout), float(backoff), float(max_backoff)
+        self.top_logprobs = int(top_logprobs)
+        self.min_label_mass, self.strict = float(min_label_mass), bool(strict)
+        self.usage = ServerUsage(cost=0.0 if self.price_per_token else None)
+        self.served_model: str | None = None
+        self._answers: dict[str, dict] = {}
+        self._mass_warned = False
+
+    # ----------------------------------------------------------------- naming
+    @property
+    def name(self) -> str:
+        """Judge id for the store: ``server:MODEL``."""
+        return f"server:{self.model}"
+
+    @property
+    def batch_size(self) -> int:
+        """Requests in flight at most (``judge_contexts`` judges ``4 x`` this per chunk)."""
+        return self.max_concurrency
+
+    @property
+    def fingerprint(self) -> str:
+        """What the judge is, for the store's keys: the base URL, the model name and the model id the server
+        reports for it (``GET /models``, asked once)."""
+        if self.served_model is None:
+            self.served_model = _run(self._served_model())
+        return f"{self.base_url}|{self.model}|{self.served_model}"
+
+    def __repr__(self) -> str:          # never the key
+        return (f"{type(self).__name__}({self.base_url!r}, {self.model!r}, endpoint={self.endpoint!r}, "
+                f"api_key_env={self.api_key_env!r})")
+
+    # --------------------------------------------------------------- rendering
+    def _wrap(self, message: str, answer_prefix: str = "", *, blank: bool = True) -> dict:
+        """The request's prompt: chat messages, or the whole completion text (chat template or raw, then prefix).
+
+        A raw prompt is written as the local judges write it: the message, a blank line (a pairwise judge,
+        ``blank``), the prefix."""
+        msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
+            [{"role": "user", "content": message}]
+        if self.endpoint == "chat":
+            return {"messages": msgs}
+        if self.chat_template is not None:
+            return {"prompt": render_chat_template(self.chat_template, msgs, **self.chat_template_tokens)
+                    + answer_prefix}
+        gap = "\n\n" if blank else ""
+        return {"prompt": (self.system + "\n\n" if self.system else "") + message + gap + answer_prefix}
+
+    # ------------------------------------------------------------------- HTTP
+    def _headers(self) -> dict:
+        key = os.environ.get(self.api_key_env)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _client(self) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), limits=limits)
+
+    def _delay(self, attempt: int, retry_after: str | None) -> float:
+        """Exponential backoff with jitter: a uniform draw in ``[d/2, d]``, ``d = min(max_backoff, backoff 2^attempt)``;
+        at least the server's ``Retry-After`` (seconds), at most 60 s more."""
+        d = min(self.max_backoff, self.backoff * 2.0 ** attempt)
+        d = random.uniform(d / 2, d)
+        if retry_after:
+            try:
+                d = max(d, min(60.0, float(retry_after)))
+            except ValueError:
+                pass
+        return d
+
+    def _refused(self, status: int, path: str, body: str) -> ServerError:
+        where = f"server {self.base_url}"
+        if status in (401, 403):
+            have = "set" if os.environ.get(self.api_key_env) else "not set"
+            return ServerError(f"{where} refused the API key ({status}): the key is read from ${self.api_key_env} "
+                               f"({have}); give the server's key there, or --api-key-env NAME")
+        if status == 404:
+            return ServerError(f"{where} has no {path} or no model {self.model!r} (404: {body[:200]!r}); check the "
+                               f"base URL (it usually ends in /v1) and the model name")
+        return ServerError(f"{where} answered {status} to {path} for model {self.model!r}: {body[:300]!r}")
+
+    async def _request(self, client: httpx.AsyncClient, sem: asyncio.Semaphore | None, method: str, path: str,
+                       payload: dict | None = None) -> dict:
+        url = self.base_url + path
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            try:
+                if sem is None:
+                    r = await client.request(method, url, json=payload, headers=self._headers())
+                else:
+                    async with sem:
+                        r = await client.request(method, url, json=payload, headers=self._headers())
+            except httpx.TimeoutException as e:
+                last = f"no answer within {self.timeout:g} s ({type(e).__name__})"
+            except httpx.TransportError as e:            # refused, reset or dropped connections
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 200:
+                    try:
+                        return r.json()
+                    except ValueError:
+                        raise ServerError(f"server {self.base_url} answered {path} with something that is not "
+                                          f"JSON: {r.text[:200]!r}") from None
+                if r.status_code not in RETRY_STATUSES:
+                    raise self._refused(r.status_code, path, r.text)
+                last = f"{r.status_code} {r.reason_phrase}: {r.text[:200]!r}"
+                retry_after = r.headers.get("retry-after")
+            if attempt < self.max_retries:
+                self.usage.retries += 1
+                await asyncio.sleep(self._delay(attempt, retry_after))
+        raise ServerError(f"server {self.base_url} failed {path} {self.max_retries + 1} times (model "
+                          f"{self.model!r}); last: {last}")
+
+    async def _served_model(self) -> str:
+        """The id the server lists for :attr:`model` (``GET /models``), or the name itself when it lists no match;
+        a server without ``/models`` gives ``"?"``."""
+        async with self._client() as client:
+            try:
+                data = await self._request(client, None, "GET", "/models")
+            except ServerError as e:
+                if "has no /models" in str(e):
+                    return "?"
+                raise
+        ids = [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)]
+        return self.model if self.model in ids else (ids[0] if len(ids) == 1 else self.model)
+
+    def _count(self, data: dict) -> None:
+        self.usage.requests += 1
+        u = data.get("usage") or {}
+        pt, ct = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+        self.usage.prompt_tokens += pt
+        self.usage.completion_tokens += ct
+        if self.price_per_token is not None:
+            self.usage.cost += pt * self.price_per_token[0] + ct * self.price_per_token[1]
+
+    async def _answer(self, client, sem, body: dict, progress=None) -> dict:
+        """One request's JSON answer, from memory when this very request was answered before."""
+        key = hashlib.sha1(json.dumps([self.endpoint, body], sort_keys=True).encode()).hexdigest()
+        if key in self._answers:
+            self.usage.reused += 1
+            data = self._answers[key]
+        else:
+            path = "/chat/completions" if self.endpoint == "chat" else "/completions"
+            data = await self._request(client, sem, "POST", path, {"model": self.model, **body})
+            if not data.get("choices"):
+                raise ServerError(f"server {self.base_url} answered {path} with no choices: {str(data)[:200]}")
+            self._count(data)
+            self._answers[key] = data
+        if progress is not None:
+            progress(1)
+        return data
+
+    async def _answers_of(self, bodies: Sequence[dict], progress=None) -> list[dict]:
+        sem = asyncio.Semaphore(self.max_concurrency)
+        async with self._client() as client:
+            return list(await asyncio.gather(*(self._answer(client, sem, b, progress) for b in bodies)))
+
+    def answers(self, bodies: Sequence[dict], progress=None) -> list[dict]:
+        """The server's JSON answers to request bodies (``model`` is added), concurrently, retried, remembered."""
+        return _run(self._answers_of(bodies, progress)) if bodies else []
+
+    def _logprob_request(self, prompt: dict) -> dict:
+        if self.endpoint == "chat":
+            return {**prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": True,
+                    "top_logprobs": self.top_logprobs}
+        return {**prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs}
+
+    def _read_words(self, alternatives, words: Sequence[str]) -> tuple[np.ndarray, float | None]:
+        """``(P(word) for each word, smallest returned probability)`` from one answer's alternatives."""
+        probs = np.zeros(len(words))
+        for tok, lp in alternatives:
+            w = tok.strip()
+            for k, word in enumerate(words):
+                if w == word:
+                    probs[k] += math.exp(lp)
+        return probs, (math.exp(alternatives[-1][1]) if alternatives else None)
+
+    @staticmethod
+    def _format_alternatives(alternatives) -> str:
+        return ", ".join(f"{t!r} {math.exp(v):.3f}" for t, v in (alternatives or [])[:5]) or "none returned"
