@@ -218,3 +218,22 @@ def ceiling_section(results: Path) -> list[str]:
              ceiling_cell(rows, r["dataset"], r["aspect"], "system_spearman")] for r in rows]
     L += table(["data set", "aspect", "contexts", "Spearman", "Kendall", "Pearson", "system Spearman"], body)
     return L + [""]
+
+
+def greedy_table(rows, aspect: str = "coherence") -> list[str]:
+    """Greedy minus random selection at EVERY budget both were run (Spearman points, mean over subsets), per
+    scorer, from the simulated study's CSV (``efficiency_summeval_sim-acc686-pa37.csv``: study ``greedy``
+    against study ``main``, non-symmetric); empty when either is absent."""
+    get = lambda study, sel: {(r["scorer"], int(r["budget"])): (float(r["mean"]), float(r["std"]))
+                              for r in rows or () if r["aspect"] == aspect and r["study"] == study
+                              and r["selection"] == sel and r["symmetric"] == "False"}
+    greedy, random = get("greedy", "greedy"), get("main", "random")
+    budgets = sorted({b for s, b in greedy if (s, b) in random})
+    if not budgets:
+        return []
+    out = ["| scorer | " + " | ".join(f"R = {b}" for b in budgets) + " |", "|---|" + "---:|" * len(budgets)]
+    for s in dict.fromkeys(s for s, _ in greedy):
+        cells = [f"{100 * (greedy[(s, b)][0] - random[(s, b)][0]):+.1f}" if (s, b) in greedy and (s, b) in random
+                 else "" for b in budgets]
+        out.append(f"| {s} | " + " | ".join(cells) + " |")
+    return out

@@ -252,3 +252,23 @@ def test_ceiling_beside_the_topicalchat_judge_by_hand():
     rows = [x for x in lines if x.startswith("| topicalchat COH |") and "personachat maintains_context" in x]
     assert rows, "a ceiling beside every TopicalChat judge"
     assert all(f"{np.mean(per):+.3f} [" in x for x in rows)
+
+
+def test_greedy_minus_random_at_every_budget_from_the_csv():
+    """The simulated study's greedy minus random, every budget: one cell by hand from the CSV rows."""
+    import csv
+
+    path = RESULTS / "efficiency_summeval_sim-acc686-pa37.csv"
+    if not path.is_file():
+        pytest.skip("no stored simulated study")
+    rows = list(csv.DictReader(open(path, newline="")))
+    pick = lambda study, sel, b: float(next(r["mean"] for r in rows if r["aspect"] == "coherence" and r["study"] == study
+                                            and r["selection"] == sel and r["symmetric"] == "False"
+                                            and r["scorer"] == "poe_gaussian" and int(r["budget"]) == b))
+    lines = _tables().greedy_table(rows)
+    budgets = [int(x) for x in re.findall(r"R = (\d+)", lines[0])]
+    greedy_budgets = {int(r["budget"]) for r in rows if r["study"] == "greedy" and r["aspect"] == "coherence"}
+    assert set(budgets) == greedy_budgets                     # every budget greedy was run at, not a chosen one
+    row = next(x for x in lines if x.startswith("| poe_gaussian |")).strip("|").split("|")[1:]
+    for b, cell in zip(budgets, row):
+        assert cell.strip() == f"{100 * (pick('greedy', 'greedy', b) - pick('main', 'random', b)):+.1f}"
