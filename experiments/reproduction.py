@@ -366,13 +366,6 @@ def real_efficiency_section(results: Path) -> list[str]:
     return L
 
 
-CEILING_NOTE = ("Human ceiling beside these rows: SummEval has none in the shared data (its file holds the 3 "
-                "experts' mean only); for TopicalChat the nearest is USR PersonaChat's 'maintains context' (one "
-                "rater against the other two, per dialogue; see 'The real judges as LCA Tables 5-7 report them' and "
-                "'The human ceiling' below).")
-"""The note under the LCA and G-Eval tables: which human ceiling stands beside their rows."""
-
-
 def tables_module():
     """``experiments/reproduction_tables.py`` (PoE Table 9, LCA Tables 5-7 per real judge, the human ceiling)."""
     spec = importlib.util.spec_from_file_location("reproduction_tables", HERE / "reproduction_tables.py")
@@ -421,7 +414,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
     ] + store_rows(results) + pointwise_vs_pairwise_row(results, boot=boot))
-    L += ["", CEILING_NOTE]
+    L += ["", extra.CEILING_NOTE]
     L += ["", "## Product of Experts (PoE)", ""]
     L += table(["setting", "judge", "paper avg-prob / PoE-BT", "ours avg-prob / PoE-BT", "note"], [
         ["HANNA COH", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",
@@ -441,14 +434,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
          f"{efficiency_point(eff_sim, 'poe_gaussian', budget=30, selection='greedy')}; every budget: below",
          SHAPE],
     ])
-    greedy = extra.greedy_table(eff_sim)
-    if greedy:
-        L += ["", "Greedy (D-optimal, PoE eq. 16, no repeats) minus random selection at every budget run, simulated "
-              "judge (acc 0.686, P(A) 0.37), SummEval coherence 100 x 16, Spearman points (mean over 100 subsets "
-              "each; std over subsets in `efficiency_summeval_sim-acc686-pa37.md`). PoE Table 2 (FlanT5-3B, "
-              "R = 48): +1.9 win ratio, +0.9 avg prob, +0.5 PoE-BT, +0.5 PoE-g. The real judges' greedy and "
-              "active minus random, with intervals over contexts, are under 'PoE efficiency with a real judge'.",
-              ""] + greedy
+    L += extra.greedy_section(eff_sim)
     L += ["", "## G-Eval", ""]
     L += table(["setting", "judge", "paper", "ours", "note"], geval_rows(results) or [
         ["SummEval COH, pointwise score", "GPT-4 (paper)", "0.582 (Table 1)", "left to fill",
@@ -459,7 +445,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
         ["HANNA COH, the same ratings as pairwise (variant share, PoE-BT)", "ChatGPT", "-",
          hanna_row(hanna, "ChatGPT", "coherence", "poe_bradley_terry"), SHAPE],
     ])
-    L += ["", CEILING_NOTE]
+    L += ["", extra.CEILING_NOTE]
     L += ["", "## ZEPO", "",
           "Paper: Table 1, a ZEPO row: 0.57, 0.54, 0.55, 0.56, 0.40, 0.25, 0.30, 0.39, avg 0.45 (+10 % over the "
           "pairwise seed). The text extraction keeps neither the column headers nor the model; its average gain "
