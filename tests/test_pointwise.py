@@ -13,8 +13,8 @@ from tiny_lm import EOS, OFFSET, ByteTokenizer, sharpen, tiny_lm
 from jaxrank.judges import textgen
 from jaxrank.models.loading import LoadedModel
 from jaxrank.models.llama import GenerateOutput
-from jaxrank.judges.pointwise import (FALLBACK_SCORE, GEvalJudge, PointwiseResult, PromptScoringJudge,
-                                      parse_score, pointwise_comparisons)
+from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
+from jaxrank.judges.prompt_scoring import FALLBACK_SCORE, PromptScoringJudge, parse_score
 from jaxrank.judges.prompts import PointwiseTemplate, pointwise_template
 
 CTX = "The council voted to close the old bridge. Repairs start in May and last a year."

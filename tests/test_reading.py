@@ -327,7 +327,8 @@ def test_geval_and_prompt_scoring_ids_equal_whole_text_tokenisation(smollm2, cha
     """The pointwise judges read the tokenizer's ids of each whole prompt: the context's cached prefix plus each
     candidate's suffix equals the whole text's ids, token for token (G-Eval's shared score lead appended), and
     the prefix is the same for every candidate of the context."""
-    from jaxrank.judges.pointwise import GEvalJudge, PromptScoringJudge
+    from jaxrank.judges.pointwise import GEvalJudge
+    from jaxrank.judges.prompt_scoring import PromptScoringJudge
     from jaxrank.judges.prompts import pointwise_template
 
     (ctx, cands), = _summeval(1, 3, words=60)

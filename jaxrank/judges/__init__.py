@@ -21,8 +21,8 @@ The names that moved to :mod:`jaxrank.models` and :mod:`jaxrank.assessment`
 
 from jaxrank import _deprecation
 from jaxrank.judges.pairwise import Judgement, PromptJudge
-from jaxrank.judges.pointwise import (GEvalJudge, PointwiseResult, PromptScoringJudge, parse_score,
-                                      pointwise_comparisons)
+from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
+from jaxrank.judges.prompt_scoring import PromptScoringJudge, parse_score
 from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser
 from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.judges.rating_replay import replay_comparisons, replay_probabilities, replay_scores

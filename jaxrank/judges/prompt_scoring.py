@@ -1,0 +1,130 @@
+"""The prompt-scoring baseline: ask for a 1-10 score, sample answers, parse them (METHODS.md §1).
+
+:class:`PromptScoringJudge` (llm-comparative-assessment §4.3.2): ask for a
+1-10 score, generate up to 5 tokens (temperature 1.0 in the paper; greedy with
+``temperature=0``) and parse the first number in 1..10 (:func:`parse_score`);
+the score is the mean over ``num_samples`` answers. Its prompts are built and
+cut to the model window as :class:`~jaxrank.judges.GEvalJudge`'s are
+(:mod:`jaxrank.judges.pointwise`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxrank.judges.pointwise import PointwiseResult, _CAND, _CTX, _PointwiseBase
+from jaxrank.judges.textgen import generate_texts, sample_key
+
+__all__ = ["PromptScoringJudge", "parse_score", "scoring_prompt", "FALLBACK_SCORE"]
+
+FALLBACK_SCORE = 5.5
+"""Score given to an answer with no number in 1..10: the middle of the scale."""
+
+# ----------------------------------------------------------------------------- parsing
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+          "nine": 9, "ten": 10}
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?|\b(?:" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
+
+
+def parse_score(text: str, low: float = 1, high: float = 10) -> float | None:
+    """The first number in ``[low, high]`` of a generated answer, else ``None``.
+
+    Numbers are written digits (``"7"``, ``"7.5"``, ``"-3"``) or the English
+    words one..ten; numbers outside the range are skipped, so
+    ``"Score: 8/10"`` gives 8, ``"10"`` gives 10, ``"ten"`` gives 10, ``"11"``,
+    ``"0"`` and ``""`` give ``None`` (the judge then uses its fallback, counted
+    as a failure), ``"11, I mean 9"`` gives 9.
+    """
+    for m in _NUMBER.finditer(text or ""):
+        tok = m.group(0).lower()
+        v = float(_WORDS[tok]) if tok in _WORDS else float(tok)
+        if low <= v <= high:
+            return v
+    return None
+
+
+# ------------------------------------------------------------------------ prompt scoring
+def scoring_prompt(aspect: str, *, kind: str = "summary", source: str = "article") -> str:
+    """A simple 1-10 scoring prompt (llm-comparative-assessment §4.3.2 style): ``{context}``, ``{candidate}``."""
+    return (f"{source.capitalize()}: {{context}}\n\n{kind.capitalize()}: {{candidate}}\n\n"
+            f"Score the {aspect} of the {kind} on a scale from 1 to 10, where 1 is the worst and 10 is "
+            "the best. Answer with the score only.")
+
+
+class PromptScoringJudge(_PointwiseBase):
+    """The prompt-scoring baseline: ask for a 1-10 score, generate, parse (llm-comparative-assessment §4.3.2).
+
+    Each candidate gets ``num_samples`` answers of at most ``max_new_tokens``
+    tokens (the paper: 5 tokens, temperature 1.0); each is parsed with
+    ``parser`` (default :func:`parse_score`, the first number in 1..10), an
+    unparsable answer counting ``fallback`` (default 5.5, the middle of the
+    scale) and one ``failure``; the score is the mean over the samples. Sampling
+    is deterministic given ``seed`` (the key also folds in the context text).
+
+    Args:
+        model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path.
+        aspect: the quality asked about (``"coherence"``).
+        text: the user message with ``{context}`` and ``{candidate}`` (default :func:`scoring_prompt`).
+        kind, source: words used by the default prompt ("summary", "article").
+        chat, system: chat template use and system message.
+        temperature: 0 for greedy decoding (T5 supports only 0).
+        top_p: nucleus mass.
+        max_new_tokens: answer length limit.
+        num_samples: answers per candidate.
+        batch_size: prompts per :func:`generate` call.
+        seed: PRNG seed.
+        fallback: the score of an unparsable answer.
+        parser: ``str -> float | None``.
+        answer_prefix: text after the prompt (default ``"Score:"`` without a chat template, else none).
+        max_length: context window.
+    """
+
+    def __init__(self, model, *, aspect: str, text: str | None = None, kind: str = "summary",
+                 source: str = "article", chat: bool | None = None, system: str | None = None,
+                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 5, num_samples: int = 1,
+                 batch_size: int = 8, seed: int = 0, fallback: float = FALLBACK_SCORE,
+                 parser: Callable[[str], float | None] | None = None, answer_prefix: str | None = None,
+                 max_length: int | None = None):
+        super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if not self.decoder and temperature > 0:
+            raise NotImplementedError("t5 generation is greedy only: PromptScoringJudge with a t5 model "
+                                      "needs temperature=0")
+        self.aspect = aspect
+        self.text = text or scoring_prompt(aspect, kind=kind, source=source)
+        if "{candidate}" not in self.text:
+            raise ValueError("the scoring prompt must contain {candidate}")
+        self.temperature, self.top_p = float(temperature), float(top_p)
+        self.max_new_tokens, self.num_samples = int(max_new_tokens), int(num_samples)
+        self.seed, self.fallback = int(seed), float(fallback)
+        self.parser = parser or parse_score
+        prefix = ("" if self.chat else "Score:") if answer_prefix is None else answer_prefix
+        self._full = self._wrap(self.text.replace("{context}", _CTX).replace("{candidate}", _CAND), prefix)
+        self._frame = self._split(self._full)
+        self._suffix_extra = []
+        self._extra_tokens = self.max_new_tokens
+
+    def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:
+        """Mean parsed score of ``num_samples`` answers per candidate (``failures`` counts the fallbacks)."""
+        if len(candidates) == 0:
+            return PointwiseResult(np.zeros(0, np.float64), None, False, 0, ())
+        pairs, truncated = self._pairs(context, candidates)
+        k = self.num_samples
+        rows = [p + s for p, s in pairs for _ in range(k)]
+        texts = generate_texts(self.lm, rows, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
+                              temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
+        vals, failures, parsed = [], 0, []
+        for t in texts:
+            v = self.parser(t)
+            parsed.append(v is not None)
+            if v is None:
+                v, failures = self.fallback, failures + 1
+            vals.append(float(v))
+        scores = np.asarray(vals, np.float64).reshape(len(candidates), k).mean(1)
+        grouped = tuple(tuple(texts[r * k:(r + 1) * k]) for r in range(len(candidates)))
+        share = np.asarray(parsed, np.float32).reshape(len(candidates), k).mean(1)
+        return PointwiseResult(scores, None, truncated, failures, grouped, label_mass=share)
