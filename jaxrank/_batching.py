@@ -383,16 +383,20 @@ older CPU emitters (:func:`compiler_options`)."""
 
 
 def _legacy_emitters_option() -> dict:
-    """``{"xla_cpu_use_fusion_emitters": False}`` where the installed jaxlib is one it was measured on (0.10.x,
-    the versions ``pyproject.toml`` allows; XLA rejects an option it does not know), else ``{}``."""
+    """``{"xla_cpu_use_fusion_emitters": False, "xla_cpu_parallel_codegen_split_count": 1}`` where the installed
+    jaxlib is one they were measured on (0.10.x, the versions ``pyproject.toml`` allows; XLA rejects an option
+    it does not know), else ``{}``."""
     import jaxlib   # deferred: only the version string
 
-    return {"xla_cpu_use_fusion_emitters": False} if jaxlib.__version__.startswith("0.10.") else {}
+    if not jaxlib.__version__.startswith("0.10."):
+        return {}
+    return {"xla_cpu_use_fusion_emitters": False, "xla_cpu_parallel_codegen_split_count": 1}
 
 
 def compiler_options(num_items: int) -> dict | None:
     """XLA options of a bucket's program: for at most :data:`SMALL_PROGRAM_ITEMS` items
-    ``xla_backend_optimization_level=0`` and ``xla_cpu_use_fusion_emitters=False``, else the defaults (``None``).
+    ``xla_backend_optimization_level=0`` and (jaxlib 0.10) ``xla_cpu_use_fusion_emitters=False`` and
+    ``xla_cpu_parallel_codegen_split_count=1``, else the defaults (``None``).
 
     On a small pool the compiled code runs in a fraction of a millisecond either way, and compiling is most of
     a first call. LLVM's optimisations: the soft-BT fit of 24 items (2 cores, load ~10) compiled in 3.4 s
@@ -400,7 +404,10 @@ def compiler_options(num_items: int) -> dict | None:
     0.016 s). XLA's fusion emitters (issue 33, fresh processes, 2 pairs each at load 9, 24 items): without
     them compilation took 0.72-1.04 s against 2.42-2.68 s (BT), 0.80 against 2.13-2.46 s (PoE-BT), 0.15-0.30
     against 0.85-0.87 s (PoE-g), 0.43-0.48 against 1.30-1.74 s (max-likelihood ranking), with bit-identical
-    scores; a PoE-BT call then ran in 0.85-0.91 ms against 0.50 ms, the others within noise.
+    scores; a PoE-BT call then ran in 0.85-0.91 ms against 0.50 ms, the others within noise. LLVM's module in
+    one piece (``xla_cpu_parallel_codegen_split_count=1``, not split for threads that 2 busy cores cannot run at
+    once): ``jaxrank rank``'s PoE-BT + Laplace program of 8 items compiled in 0.51 s of CPU against 0.59 s
+    (median of 5, load 10), the same scores.
     """
     if num_items > SMALL_PROGRAM_ITEMS:
         return None

@@ -340,5 +340,6 @@ def stack_contexts(contexts: Sequence[Comparisons], *, num_items: int | None = N
     p = np.stack([pad(np.asarray(c.p, dtype), r, 0.5) for c in contexts])
     w = np.stack([pad(np.asarray(c.weight, dtype), r, 0.0) for c in contexts])
     m = np.stack([pad(c.item_mask, n, False) for c in contexts])
-    return Comparisons(i=jnp.asarray(i, jnp.int32), j=jnp.asarray(j, jnp.int32), p=jnp.asarray(p),
-                       weight=jnp.asarray(w), item_mask=jnp.asarray(m), num_items=int(n))
+    # cast by NumPy and moved in one transfer: ``jnp.asarray`` would compile a small program per array and shape
+    arrays = _to_device(i.astype(np.int32), j.astype(np.int32), p.astype(dtype), w.astype(dtype), m.astype(bool))
+    return Comparisons(*arrays, num_items=int(n))
