@@ -138,16 +138,16 @@ def test_pack_holds_every_text_once_within_the_row(minilm):
 
 
 def _torch_embeddings(path, texts, max_length=256):
-    """Each text alone through transformers' BertModel: mean of the last hidden state, L2-normalised."""
+    """transformers' BertModel, a text a row (padded, masked): the mean of each text's last hidden states
+    over its own tokens, L2-normalised (sentence-transformers' Pooling(mean) + Normalize)."""
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     tm = transformers.BertModel.from_pretrained(str(path)).eval()
-    out = []
-    for t in texts:
-        enc = tok(t, truncation=True, max_length=max_length, return_tensors="pt")
-        with torch.no_grad():
-            h = tm(**enc).last_hidden_state[0].double().numpy()
-        out.append(h.mean(0) / np.linalg.norm(h.mean(0)))
-    return np.stack(out)
+    enc = tok(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = tm(**enc).last_hidden_state.double().numpy()
+    m = enc["attention_mask"].numpy()[..., None]
+    mean = (h * m).sum(1) / m.sum(1)
+    return mean / np.linalg.norm(mean, axis=1, keepdims=True)
 
 
 def test_judge_packs_texts_of_many_lengths_into_one_compiled_shape(minilm):
@@ -160,13 +160,12 @@ def test_judge_packs_texts_of_many_lengths_into_one_compiled_shape(minilm):
     e, truncated = judge.embed(texts)
     assert truncated and judge.stats.shapes == {(3, 256)} and judge.stats.passes >= 2
     assert similarity._encode._cache_size() == before + 1      # one shape, one compile
-    # each embedding is the text's own: jaxrank's unpacked encoder, and PyTorch, one text at a time
-    alone = []
-    for t in texts:
-        ids = minilm.tokenizer(t, truncation=True, max_length=256)["input_ids"]
-        alone.append(np.asarray(bert.embed(minilm.model, jnp.asarray([ids]), jnp.ones((1, len(ids)), jnp.int32)))[0])
-    np.testing.assert_allclose(e, np.stack(alone), atol=2e-6)
-    np.testing.assert_allclose(e, _torch_embeddings(minilm.path, texts), atol=1e-5)
+    # each embedding is the text's own: jaxrank's unpacked encoder and PyTorch, a text a row (padding masked)
+    enc = minilm.tokenizer(texts, truncation=True, max_length=256, padding="max_length", return_tensors="np")
+    unpacked = bert.embed(minilm.model, jnp.asarray(enc["input_ids"]), jnp.asarray(enc["attention_mask"]))
+    np.testing.assert_allclose(e, np.asarray(unpacked), atol=2e-6)
+    short = [k for k, t in enumerate(texts) if len(t.split()) < 60]        # PyTorch pads them to 60-odd tokens
+    np.testing.assert_allclose(e[short], _torch_embeddings(minilm.path, [texts[k] for k in short]), atol=1e-5)
     more = SimilarityJudge(minilm, batch_size=3)
     more.embed([t + " again" for t in texts])                  # other texts, the same shape: no compile
     assert similarity._encode._cache_size() == before + 1
