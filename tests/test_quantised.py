@@ -7,13 +7,12 @@ matmul; the float32-dequantised model (the default loader, itself checked agains
 """
 
 import json
-import os
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from judge_pair import judge_both
 from hypothesis import given, settings, strategies as st
 
 from jaxrank.models import _quant
@@ -25,7 +24,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 # byte offsets of the float16 fields of each block (d, and m / dmin where there is one)
 _F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q4_K": [0, 2],
            "Q5_K": [0, 2], "Q6_K": [208]}
-DATA = Path(os.environ.get("JAXRANK_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _random_blocks(name, rows, n_blocks, seed, scale=0.05):
@@ -184,8 +182,6 @@ batch of 4 in ``benchmarks/results/quantised_memory.md`` (another product kernel
 
 
 def test_real_gguf_judge_quantised_agrees_with_float32():
-    from jaxrank.judges.pairwise import PromptJudge
-    from jaxrank.judges.prompts import pairwise_template
     from jaxrank.models import gguf as gguf_mod
 
     q = _load_or_skip("smollm2-135m", weights="quantised")
@@ -198,22 +194,10 @@ def test_real_gguf_judge_quantised_agrees_with_float32():
     held = _quant.nbytes(q.model.weights())
     assert 0.97 * file_bytes <= held <= 1.03 * file_bytes, (held, file_bytes)
     assert held < 0.25 * _quant.nbytes(f.model.weights())
-    rows = [json.loads(x) for x in open(DATA / "summeval" / "summeval.jsonl")] if (
-        DATA / "summeval" / "summeval.jsonl").is_file() else []
-    rows = [r for r in rows if r["article_id"] == "A1"][:3]
-    if rows:
-        ctx, cands = " ".join(rows[0]["article"].split()[:120]), [r["summary"] for r in rows]
-    else:
-        ctx, cands = "A short article about the weather.", ["It rained.", "Sunny skies all week.", "Snow."]
-    i, j = [0, 2, 1], [1, 0, 2]
-    res = {}
-    for key, lm in (("q", q), ("f", f)):
-        judge = PromptJudge(lm, pairwise_template("summeval", "coherence"), min_label_mass=0.0)
-        res[key] = judge.compare(ctx, cands, i, j)
-    dp = np.abs(np.asarray(res["q"].p) - np.asarray(res["f"].p))
-    assert dp.max() <= P_TOL, dp
-    np.testing.assert_allclose(res["q"].logits, res["f"].logits, atol=1e-4)
-    np.testing.assert_allclose(res["q"].label_mass, res["f"].label_mass, rtol=1e-4)
+    rq, rf, dp = judge_both(q, f, 3, 120)
+    assert dp <= P_TOL, dp
+    np.testing.assert_allclose(rq.logits, rf.logits, atol=1e-4)
+    np.testing.assert_allclose(rq.label_mass, rf.label_mass, rtol=1e-4)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "phi3"])

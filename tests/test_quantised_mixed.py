@@ -7,14 +7,12 @@ Python port of the block formats) bit for bit; the held size against a bound com
 """
 
 import dataclasses
-import json
-import os
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from judge_pair import judge_both
 from hypothesis import given, settings, strategies as st
 
 from jaxrank.models import _quant
@@ -24,7 +22,6 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
 
 _F16_AT = {"Q8_0": [0], "Q4_0": [0], "Q5_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
            "Q5_K": [0, 2], "Q6_K": [208]}
-DATA = Path(os.environ.get("JAXRANK_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _blocks(name, rows, n, seed, nan_dmin=False):
@@ -145,8 +142,6 @@ def test_real_q4_k_m_file_judges_as_its_float32_model():
     """gemma-3-270m ``Q4_K_M``: ``ffn_down`` in ``Q4_K`` and ``Q6_K`` layers, ``attn_v`` in ``Q5_0`` and
     ``Q8_0``. Kept quantised, the mixed ``ffn_down`` holds <= the bound's bits a weight, and PromptJudge's
     p(A) is the float32-dequantised model's within 1e-5."""
-    from jaxrank.judges.pairwise import PromptJudge
-    from jaxrank.judges.prompts import pairwise_template
     from jaxrank.models import gguf as gguf_mod, load_model
 
     try:
@@ -164,17 +159,5 @@ def test_real_q4_k_m_file_judges_as_its_float32_model():
     # the same tokenizer object (its build from a 262k SentencePiece vocabulary is the slow part of a load)
     f = dataclasses.replace(load_model("gemma3-270m", tokenizer=False), tokenizer=q.tokenizer,
                             pad_token_id=q.pad_token_id)
-    rows = [json.loads(x) for x in open(DATA / "summeval" / "summeval.jsonl")] if (
-        DATA / "summeval" / "summeval.jsonl").is_file() else []
-    rows = [r for r in rows if r["article_id"] == "A1"][:2]
-    if rows:
-        ctx, cands = " ".join(rows[0]["article"].split()[:40]), [" ".join(r["summary"].split()[:30]) for r in rows]
-    else:
-        ctx, cands = "A short article about the weather.", ["It rained.", "Sunny skies all week."]
-    i, j = [0, 1], [1, 0]
-    res = {}
-    for key, lm in (("q", q), ("f", f)):
-        judge = PromptJudge(lm, pairwise_template("summeval", "coherence"), min_label_mass=0.0)
-        res[key] = judge.compare(ctx, cands, i, j)
-    dp = np.abs(np.asarray(res["q"].p) - np.asarray(res["f"].p))
-    assert dp.max() <= P_TOL, dp
+    rq, rf, dp = judge_both(q, f, 2, 40, 30)
+    assert dp <= P_TOL, dp
