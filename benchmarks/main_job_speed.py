@@ -18,7 +18,8 @@ the process's CPU seconds (all its threads): on a shared machine the wall time i
 of the cores the run gets. The two sides run interleaved, ``--repeats`` rounds, each with the load
 average at its end; reported are the median and the range. Every run's judgements are compared
 with the first ``before`` run's: the largest ``|p_after - p_before|`` over the same keys, and
-whether the store keys are the same.
+whether the store keys are the same. Each side's encoder statistics (texts, passes, shapes, tokens with and
+without padding) and the number of programs its encoder compiled (the jit cache of ``similarity._encode``).
 
 A further run of each side under ``cProfile`` splits the judging time into parts (the profiler
 slows Python-heavy parts, so the parts are shares of a profiled run, not of the timed ones):
@@ -124,6 +125,9 @@ def worker(root: str, out: str, contexts: str, candidates: int | None, profile: 
                "jaxrank": str(Path(jaxrank.__file__).parent)}
     stats = getattr(judge, "stats", None)
     if stats is not None:
+        from jaxrank.judges import similarity
+
+        summary["compiled"] = similarity._encode._cache_size()        # programs the encoder compiled
         summary["encoder"] = {"texts": stats.texts, "passes": stats.passes, "tokens": stats.tokens,
                               "padded_tokens": stats.padded_tokens, "shapes": sorted(stats.shapes),
                               "tokenize_s": stats.tokenize_s, "dispatch_s": stats.dispatch_s,
@@ -227,15 +231,22 @@ def main() -> None:
     rep.say(f"Speed-up before / after, per round: {spread(ratios, fmt='{:.1f}')}x.")
     rep.say()
 
-    enc = runs["after"][0].get("encoder")
-    if enc:
-        rep.say(f"After, the encoder (first round): {enc['texts']} texts in {enc['passes']} passes of "
+    for name in sides:
+        enc = runs[name][0].get("encoder")
+        if not enc:
+            continue
+        rep.say(f"{name.capitalize()}, the encoder (first round): {enc['texts']} texts in {enc['passes']} passes of "
                 f"{len(enc['shapes'])} shapes (rows x length: "
                 f"{', '.join(f'{a}x{b}' for a, b in enc['shapes'])}); {enc['tokens']:,} tokens, "
                 f"{enc['padded_tokens']:,} with padding ({enc['padded_tokens'] / max(enc['tokens'], 1) - 1:.0%} "
                 f"more); tokenising {enc['tokenize_s']:.1f} s, dispatch (tracing and compiling) "
                 f"{enc['dispatch_s']:.1f} s, waiting for the encoder {enc['wait_s']:.1f} s.")
         rep.say()
+    for name in sides:
+        if "compiled" in runs[name][0]:
+            rep.say(f"- {name}: the encoder compiled {runs[name][0]['compiled']} program(s) "
+                    f"(the jit cache of `similarity._encode` at the end of the first round)")
+    rep.say()
 
     if not args.no_profile:
         prof = {name: run_side(root, args, profile=True) for name, root in sides.items()}
