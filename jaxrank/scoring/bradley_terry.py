@@ -38,6 +38,10 @@ per connected component after each step; the loop stops when
 ``max |r - r_old| / max(1, r) < tol`` (the papers' rule ``max |r - r_old| < tol``
 for ``r <= 1``, relative above, so a float32 tolerance stays attainable for
 strong items) or after ``max_iter`` steps.
+
+**Ties.** With Newton (small and dense pools), scores that only the solve's float32 rounding sets apart come
+back exactly tied (``soft_bt._tied``, issue 32): in a complete balanced design two items with equal wins have
+the same estimate, and a rank statistic then ranks them as the win ratio does, whatever the batch shape.
 """
 
 from __future__ import annotations

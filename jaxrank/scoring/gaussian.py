@@ -27,7 +27,7 @@ different batch shapes (the batched efficiency sweep and the same problem
 solved alone ranked such candidates differently: Spearman 43.0 against 47.0 on
 a TopicalChat slice). The dense path therefore returns scores closer than the
 solve's estimated forward error (:func:`solve_precision`) as exact ties at
-their mean (:func:`tie_scores`): a rank statistic with average ranks then sees
+their mean (:func:`tie_scores`, shared with Bradley-Terry: ``_ties``): a rank statistic with average ranks then sees
 the ties the equations have, whichever path solved them. The CG path (large
 pools, solved to ``CG_TOL``) returns its scores as solved.
 """
@@ -35,7 +35,6 @@ pools, solved to ``CG_TOL``) returns its scores as solved.
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import jax
@@ -44,6 +43,8 @@ import numpy as np
 
 from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import _ties
+from jaxrank.scoring._ties import TIE_SAFETY, tie_scores  # noqa: F401  (their home before issue 32's BT ties)
 from jaxrank.scoring.counting import decisions
 
 __all__ = ["poe_gaussian", "poe_gaussian_posterior", "GaussianPosterior", "MarginalPosterior"]
@@ -117,49 +118,19 @@ def _solve_cg(e, w, rhs, labels, k):
     return s
 
 
-TIE_SAFETY = 4.0
-"""How many times the estimated forward error of the Cholesky solve two scores may differ by and still be tied."""
-
-
 def solve_precision(cf, a, b, s):
     """An estimate of the largest error of ``s = a^{-1} b`` solved through the Cholesky factor ``cf`` (float).
 
-    ``TIE_SAFETY (max_i |delta_i| + sqrt(n + 1) eps max_i |s_i|)`` with ``delta = a^{-1} (b - a s)`` the
-    correction one step of iterative refinement would make (the a-posteriori estimate of the forward error, as
-    LAPACK's ``xPORFS`` forms it; it carries the condition number of ``a``) and ``sqrt(n + 1) eps |s|`` the
-    rounding of ``s`` itself (``eps`` the dtype's machine epsilon, ``n`` the items; the typical accumulation of
-    ``n`` roundings, not the worst case ``(n + 1) eps``, which at 600 items tied soft scores 1e-4 apart that a
-    float32 solve resolves): the floor where the residual, itself computed in ``s``'s precision,
-    underestimates the error. No gradient flows through it.
+    ``_ties.tolerance(delta, s)``: ``TIE_SAFETY (max_i |delta_i| + sqrt(n + 1) eps max_i |s_i|)`` with
+    ``delta = a^{-1} (b - a s)`` the correction one step of iterative refinement would make (the a-posteriori
+    estimate of the forward error, as LAPACK's ``xPORFS`` forms it; it carries the condition number of ``a``)
+    and ``sqrt(n + 1) eps |s|`` the rounding of ``s`` itself (``_ties.rounding_floor``): the floor where the
+    residual, itself computed in ``s``'s precision, underestimates the error. No gradient flows through it.
     """
     s0 = jax.lax.stop_gradient(s)
     r = jax.lax.stop_gradient(b - a @ s0)
     delta = jax.scipy.linalg.cho_solve((jax.lax.stop_gradient(cf[0]), cf[1]), r[:, None])[:, 0]
-    eps = jnp.finfo(s.dtype).eps
-    return TIE_SAFETY * (jnp.max(jnp.abs(delta)) + math.sqrt(s.shape[-1] + 1) * eps * jnp.max(jnp.abs(s0)))
-
-
-def tie_scores(s, mask, tol):
-    """Scores that the solve cannot tell apart, made exactly equal: ``s`` with every tie group at its mean.
-
-    Sorted, the real items (``mask``) form groups of consecutive scores at most ``tol`` apart (``tol`` the
-    solve's precision, :func:`solve_precision`); each item of a group gets the group's mean. Scores equal in
-    exact arithmetic (hard decisions give many: two candidates with the same wins against the same
-    opponents) are then equal in the result whatever the batch shape or the LAPACK path that solved them,
-    so a rank statistic with average ranks (:func:`jaxrank.metrics.spearman`, ``scipy.stats.spearmanr``)
-    sees them tied; scores further apart than ``tol`` (all a float32 solve resolves) are unchanged.
-    ``O(N^2)``, as the dense solve it follows. Padded items keep their scores.
-    """
-    n = s.shape[-1]
-    key = jax.lax.stop_gradient(jnp.where(mask, s, jnp.inf))
-    order = jnp.argsort(key)
-    srt = key[order]
-    step = jnp.concatenate([jnp.zeros(1, jnp.int32), (srt[1:] - srt[:-1] > tol).astype(jnp.int32)])
-    group = jnp.zeros(n, jnp.int32).at[order].set(jnp.cumsum(step))
-    same = (group[:, None] == group[None, :]) & mask[:, None] & mask[None, :]
-    size = jnp.sum(same, axis=-1)
-    mean = jnp.sum(jnp.where(same, s[None, :], 0), axis=-1) / jnp.maximum(size, 1)
-    return jnp.where(mask & (size > 1), mean, s)
+    return _ties.tolerance(delta, s)
 
 
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):

@@ -55,8 +55,9 @@ import numpy as np
 from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
-from jaxrank.scoring import _soft_bt_newton
-from jaxrank.scoring._soft_bt_newton import _argmin, _fixed_gamma, _grad, _hessian, _problem
+from jaxrank.scoring import _soft_bt_newton, _ties
+from jaxrank.scoring._soft_bt_newton import (_argmin, _diffs, _fixed_gamma, _grad, _grad_p, _hessian,
+                                             _problem, _residual)
 from jaxrank.scoring.solver import BradleyTerrySolver
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
@@ -95,12 +96,54 @@ class SoftBTSolution(NamedTuple):
 
 
 
+def _tied(c, pr, labels, x, s, mode, st):
+    """The centred scores ``s`` of one context's solution ``x`` (its problem ``pr``, score prior in ``st``) with
+    every group that the solve cannot tell apart tied exactly (``_ties.tie_scores``; issue 32): dense Newton
+    systems only, large sparse pools (conjugate gradients) keep their scores as solved, as PoE-g's do. Items in
+    no comparison keep their exact score.
+
+    Scores equal at the optimum share the solve's convergence error (every operation of the loop treats
+    exchangeable items alike), so only rounding sets them apart: two responses with equal wins in a complete
+    balanced design came out of a float32 solve up to ~1e-7 apart, differently per batch shape. The tolerance
+    is therefore the rounding of the last Newton step, not its convergence error (hard BT's ``tol`` 1e-3 leaves
+    ~1e-4, which would tie distinct football teams). For two exchangeable items ``a``, ``b`` (swapping them
+    leaves the problem unchanged) ``e_a - e_b`` is an eigenvector of the Hessian ``H``, with eigenvalue
+    ``H_aa - H_ab >= H_aa`` (``H_ab <= 0``: a Laplacian), so a gradient error ``delta g`` splits their Newton step
+    by ``(delta g_a - delta g_b) / (H_aa - H_ab)``, at most ``rho_a + rho_b`` with ``rho_n = eps sum_k |terms_{n,k}|
+    / H_nn`` (each gradient entry's rounding, as the loop's rounding test, ``_soft_bt_newton._pass``, scaled by
+    the item's curvature, floored as in the loop). Neighbours are tied at most
+    ``TIE_SAFETY (rho_a + rho_b + sqrt(n + 1) eps max |s|)`` and at most ``TIE_CAP max(1, max |s|)`` apart:
+    ``O(N + R)``, no factorisation.
+    """
+    if _graph.sizes_use_cg(c.num_items, c.i.shape[-1]):
+        return s
+    n, dt = c.num_items, x.dtype
+    x0 = jax.lax.stop_gradient(x)
+    floor = 1e-6 if dt == jnp.float32 else 1e-12      # the Newton loop's curvature floor (dense path)
+    d = _diffs(x0, pr, mode)
+    _, mag, qq = _residual(d, pr)
+    h = pr.w * jnp.maximum(qq, floor)
+    scale, curv = (_graph.item_sums(pr.e, m, m) for m in (mag, h))
+    live = c.item_mask & (_graph.item_sums(pr.e, pr.w, pr.w) > 0)
+    rho = jnp.finfo(dt).eps * (scale + st.score_prior * jnp.abs(x0[:n])) / jnp.maximum(curv + st.score_prior,
+                                                                                        jnp.finfo(dt).tiny)
+    cap = TIE_CAP * jnp.maximum(1, jnp.max(jnp.abs(jax.lax.stop_gradient(s))))
+    return _ties.tie_scores(s, live, _ties.TIE_SAFETY * _ties.rounding_floor(s), _ties.TIE_SAFETY * rho, cap)
+
+
+TIE_CAP = 1e-4
+"""Scores further apart than ``TIE_CAP max(1, max |s|)`` are never tied (:func:`_tied`): float32 rounding splits
+exact ties by ~1e-7 relative."""
+
+
 def _finish(c, labels, x, it, done, result, prior, mode, st):
     n = c.num_items
     st = st._replace(score_prior=prior)
     s, g = (x[:n], x[n]) if mode == "learn" else (x, _fixed_gamma(c, mode, st.eps))
     s = _graph.centre_per_component(jnp.where(c.item_mask, s, 0), labels)
-    gn = jnp.max(jnp.abs(_grad(jax.lax.stop_gradient(x), c, mode, st)))
+    pr = _problem(c, mode, st.eps)
+    s = _tied(c, pr, labels, x, s, mode, st)
+    gn = jnp.max(jnp.abs(_grad_p(jax.lax.stop_gradient(x), pr, mode, st)))
     return SoftBTSolution(s, g, it, done, gn, result)
 
 
