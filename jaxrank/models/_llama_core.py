@@ -241,33 +241,49 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
         return x + y, (k, v)
 
     def attend(q, k, v, lw):
-        """Attention with the scores materialised: ``[cache ; own]`` keys, one masked softmax."""
+        """Attention with the scores materialised, over ``[cache ; own]`` keys without joining them.
+
+        ``softmax([s_c ; s_own]) @ [v_c ; v_own]`` computed in two blocks: the row maximum ``m`` over
+        both, ``e = exp(s - m)`` per block, ``(e_c @ v_c + e_own @ v_own) / (sum e_c + sum e_own)``, so
+        the float32 scores are never concatenated or copied. Each block's scores come out of their
+        matrix product in the layout the softmax and the next product read (batch axes first, keys
+        last): ``[h, b, t, g, S]`` against a batch-1 cache shared by every row (one product per kv
+        head, the rows, positions and query heads of the group as its rows), ``[b, h, t, g, S]``
+        otherwise; only ``q`` and the outputs ``[b, t, h, g, Dh]`` (no key axis) are transposed.
+        """
         f32 = jnp.float32
-        s_self = _softcap(jnp.einsum("bthgd,bshd->bhgts", q, k, preferred_element_type=f32) * scale,
-                          cfg.attn_softcap)
-        ok = self_ok & (dpos < lw["window"])
-        scores, oks = [s_self], [ok]
+        ok = self_ok & (dpos < lw["window"])                                     # [b, t, t]
+        s_own = _softcap(jnp.einsum("bthgd,bshd->bhtgs", q, k, preferred_element_type=f32) * scale,
+                         cfg.attn_softcap)
+        s_own = jnp.where(ok[:, None, :, None, :], s_own, neg)
+        m = s_own.max(-1)                                                        # [b, h, t, g]
         if cache is not None:
             kc, vc = lw["ck"], lw["cv"]
             qc = q.astype(kc.dtype)          # a low-precision cache is read as it is (never widened)
-            if shared:
-                s_c = jnp.einsum("bthgd,shd->bhgts", qc, kc[0], preferred_element_type=f32)
-            else:
-                s_c = jnp.einsum("bthgd,bshd->bhgts", qc, kc, preferred_element_type=f32)
-            scores.insert(0, _softcap(s_c * scale, cfg.attn_softcap))
-            oks.insert(0, jnp.broadcast_to(valid_c & (dpos_c < lw["window"]), (b,) + dpos_c.shape[1:]))
-        s_all = jnp.concatenate(scores, -1)
-        ok_all = jnp.concatenate(oks, -1)[:, None, None]
-        p = jax.nn.softmax(jnp.where(ok_all, s_all, neg), axis=-1).astype(v.dtype)
+            ok_c = valid_c & (dpos_c < lw["window"])                            # [b, t, S]
+            if shared:                       # [h, b, t, g, S]
+                s_c = jnp.einsum("bthgd,shd->hbtgs", qc, kc[0], preferred_element_type=f32)
+                s_c = jnp.where(ok_c[None, :, :, None, :], _softcap(s_c * scale, cfg.attn_softcap), neg)
+                m = jnp.maximum(m, s_c.max(-1).transpose(1, 0, 2, 3))
+                m_c = m.transpose(1, 0, 2, 3)
+            else:                            # [b, h, t, g, S]
+                s_c = jnp.einsum("bthgd,bshd->bhtgs", qc, kc, preferred_element_type=f32)
+                s_c = jnp.where(ok_c[:, None, :, None, :], _softcap(s_c * scale, cfg.attn_softcap), neg)
+                m = m_c = jnp.maximum(m, s_c.max(-1))
+        e = jnp.exp(s_own - m[..., None])
+        total = e.sum(-1)
+        o = _mix("bhtgs,bshd->bhtgd", e.astype(v.dtype), v).astype(f32)
         if cache is not None:
-            n_c = kc.shape[1]
-            pc, p = p[..., :n_c], p[..., n_c:]
-            eq = "bhgts,shd->bthgd" if shared else "bhgts,bshd->bthgd"
-            o_c = jnp.einsum(eq, pc.astype(vc.dtype), vc[0] if shared else vc, preferred_element_type=f32)
-            o = o_c.astype(v.dtype) + _mix("bhgts,bshd->bthgd", p, v)
-        else:
-            o = _mix("bhgts,bshd->bthgd", p, v)
-        return o
+            e_c = jnp.exp(s_c - m_c[..., None])
+            if shared:
+                total = total + e_c.sum(-1).transpose(1, 0, 2, 3)
+                o_c = jnp.einsum("hbtgs,shd->hbtgd", e_c.astype(vc.dtype), vc[0], preferred_element_type=f32)
+                o_c = o_c.transpose(1, 0, 2, 3, 4)
+            else:
+                total = total + e_c.sum(-1)
+                o_c = jnp.einsum("bhtgs,bshd->bhtgd", e_c.astype(vc.dtype), vc, preferred_element_type=f32)
+            o = o + o_c
+        return (o / total[..., None]).transpose(0, 2, 1, 3, 4).astype(v.dtype)
 
     def fused(q, k, v, lw):
         """The same attention by ``jax.nn.dot_product_attention``'s fused cuDNN kernel (GPU)."""
