@@ -53,14 +53,11 @@ SKIPPED = ("max_likelihood_ranking",)
 
 
 def _pool(n, seed=0):
-    """``R = 10 N`` distinct-pair comparisons of ``n`` items: ``(i, j, p)`` as NumPy arrays."""
-    rng = np.random.default_rng(seed)
-    r = 10 * n
-    i = rng.integers(0, n, r)
-    j = (i + rng.integers(1, n, r)) % n
-    s = rng.normal(size=n)
-    p = 1.0 / (1.0 + np.exp(-(s[i] - s[j])))
-    return i.astype(np.int32), j.astype(np.int32), p.astype(np.float32)
+    """``R = 10 N`` distinct-pair comparisons of ``n`` items: ``(i, j, p)`` as NumPy arrays
+    (:func:`jaxrank.simulate.sparse_pool`; imported here: the parent process imports no JAX)."""
+    from jaxrank.simulate import sparse_pool
+
+    return sparse_pool(n, per_item=10, seed=seed)[:3]
 
 
 def _rss_mb():

@@ -47,7 +47,7 @@ from scipy import optimize
 from scipy.special import ndtr
 
 __all__ = ["JudgeParams", "SimulatedJudge", "calibrate_judge", "simulate_judge", "expected_judge_stats",
-           "judge_stats", "PRESETS"]
+           "judge_stats", "sparse_pool", "PRESETS"]
 
 PRESETS = {
     "flant5-3b/summeval-coherence": dict(accuracy=0.686, p_a=0.37),
@@ -263,3 +263,34 @@ def judge_stats(probs, labels, mask=None) -> dict:
     diff = real & (dh != 0)
     acc = float((decide_a == (dh > 0))[diff].mean())
     return dict(accuracy=acc, p_a=float(decide_a[real].mean()), mean_p=float(p[real].mean()))
+
+
+def sparse_pool(num_items: int, *, per_item: int = 10, seed: int = 0):
+    """A large sparse pool: ``R = per_item * N`` comparisons between uniformly drawn distinct items.
+
+    Item ``a = i_k`` is drawn uniformly and ``b = j_k = (a + U{1..N-1}) mod N`` (never ``a``); every item has
+    a true score ``s ~ N(0, 1)`` and ``p_k = sigmoid(s_a - s_b)``. The decisions ``1[p > 0.5]`` all follow the
+    order of ``s``: hard Bradley-Terry's hardest case (its fixed point set by the prior alone). What the
+    memory and speed benchmarks of large pools use (``benchmarks/memory_scale.py``).
+
+    Args:
+        num_items: ``N >= 2``.
+        per_item: comparisons per item (``R = per_item * N``), ``>= 1``.
+        seed: NumPy random seed.
+
+    Returns:
+        ``(i, j, p, s)``: ``int32 [R]``, ``int32 [R]``, ``float32 [R]`` and the true scores ``float64 [N]``.
+
+    Raises:
+        ValueError: ``num_items < 2`` or ``per_item < 1`` (or not integers).
+    """
+    from jaxrank import _validate
+
+    n = _validate.integer("num_items", num_items, low=2)
+    r = _validate.integer("per_item", per_item, low=1) * n
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, r)
+    j = (i + rng.integers(1, n, r)) % n
+    s = rng.normal(size=n)
+    p = 1.0 / (1.0 + np.exp(-(s[i] - s[j])))
+    return i.astype(np.int32), j.astype(np.int32), p.astype(np.float32), s

@@ -1,4 +1,4 @@
-"""Hard BT's compacted CG operator on large sparse pools (``_soft_bt_newton.HOT_NOTE``, issue 33).
+"""Hard BT's compacted CG operator on large sparse pools (``_soft_bt_sparse.HOT_NOTE``, issue 33).
 
 The Newton direction that ``_direction_cg`` computes over the edges that carry curvature is checked against
 ``numpy.linalg.solve`` of the float64 Newton system (the full one and the compacted one), and a whole fit with
@@ -14,28 +14,28 @@ import pytest
 
 import jaxrank as jr
 from jaxrank import _graph
+from jaxrank.simulate import sparse_pool
 from jaxrank.scoring import _soft_bt_newton as sbn
+from jaxrank.scoring import _soft_bt_sparse as sparse
 
 N = 600   # >= _graph.CG_MIN_ITEMS, R = 10 N: the sparse CG path
 SHARE = 0.5   # at 600 items ~36 % of the edges carry curvature (5,000 items: 23 %): a larger static share
 
 
 def _separable(n, seed=0):
-    rng = np.random.default_rng(seed)
-    r = 10 * n
-    i = rng.integers(0, n, r)
-    j = (i + rng.integers(1, n, r)) % n
-    s = rng.normal(size=n)
+    """``benchmarks/memory_scale.py``'s pool (``jaxrank.simulate.sparse_pool``): its decisions follow one order."""
+    i, j, p, _ = sparse_pool(n, per_item=10, seed=seed)
+    r = len(i)
     lam = 1.0 / (n - 1)
-    y = (s[i] > s[j]).astype(np.float32)
+    y = (p > 0.5).astype(np.float32)
     # the smoothed problem hard BT solves (bradley_terry._smoothed): its optimum is hard BT's fixed point
-    c = jr.Comparisons.from_pairs(i.astype(np.int32), j.astype(np.int32), (y + lam) / (1 + 2 * lam),
-                                  weight=np.full(r, 1 + 2 * lam, np.float32), num_items=n)
+    c = jr.Comparisons.from_pairs(i, j, (y + lam) / (1 + 2 * lam), weight=np.full(r, 1 + 2 * lam, np.float32),
+                                  num_items=n)
     return c, i, j, y, lam
 
 
 def _fit(c, hot_share, monkeypatch):
-    monkeypatch.setattr(sbn, "HOT_SHARE", hot_share)
+    monkeypatch.setattr(sparse, "HOT_SHARE", hot_share)
     st = jr.BradleyTerrySolver(eps=0.0).settings(np.float32)
     pr = sbn._problem(c, "off", 0.0)
     labels = _graph.components(c, e=pr.e, w=pr.w)
@@ -63,7 +63,7 @@ def hot_fit():
 def _hot_edges(h, i, j):
     h64 = np.asarray(h, np.float64)
     deg = np.bincount(i, h64, N) + np.bincount(j, h64, N)
-    return h64, deg, h64 > sbn.HOT_RELATIVE * np.minimum(deg[i], deg[j])
+    return h64, deg, h64 > sparse.HOT_RELATIVE * np.minimum(deg[i], deg[j])
 
 
 def test_fit_with_compacted_operator_reaches_a_float64_stationary_point(hot_fit, monkeypatch):
@@ -71,7 +71,7 @@ def test_fit_with_compacted_operator_reaches_a_float64_stationary_point(hot_fit,
     s_full, _, conv_full, *_ = _fit(c, 0.0, monkeypatch)
     assert conv_hot and conv_full
     qq = 1 / (1 + np.exp(-(s_hot[i] - s_hot[j])))
-    hot = _hot_edges(np.asarray(pr.w) * np.maximum(qq * (1 - qq), sbn.SWEEP_FLOOR), i, j)[2]
+    hot = _hot_edges(np.asarray(pr.w) * np.maximum(qq * (1 - qq), sparse.SWEEP_FLOOR), i, j)[2]
     assert hot.sum() <= SHARE * len(i)   # plumbing: at the optimum the compacted operator is the one used
     assert np.max(np.abs(_grad64(s_hot, i, j, y, lam, N))) < 1e-3
     assert np.max(np.abs(s_hot - s_full)) < 1e-2 * max(1.0, np.ptp(s_full) / 100)
@@ -81,19 +81,19 @@ def test_compacted_direction_solves_the_newton_system(hot_fit, monkeypatch):
     """Near the optimum (relative CG target ``eta = |g|``, floors lowered): the direction solves the compacted
     system to ``eta`` and the full float64 Newton system (``numpy.linalg.solve``) to within the dropped curvature."""
     c, i, j, y, lam, (s, _, _, pr, labels, st) = hot_fit
-    monkeypatch.setattr(sbn, "LOOSE_FLOOR", 1e-6)
-    monkeypatch.setattr(sbn, "HOT_SHARE", SHARE)
+    monkeypatch.setattr(sparse, "LOOSE_FLOOR", 1e-6)
+    monkeypatch.setattr(sparse, "HOT_SHARE", SHARE)
     st = st._replace(score_prior=jnp.float32(st.score_prior), tol=1e-6)
     mu = float(st.score_prior)
     yv = jnp.asarray(s + np.random.default_rng(2).normal(0, 1e-4, N), jnp.float32)
     d = _graph.incidence(pr.e, yv)
     r, mag, qq = sbn._residual(d, pr)
-    h = pr.w * jnp.maximum(qq, sbn.SWEEP_FLOOR)
+    h = pr.w * jnp.maximum(qq, sparse.SWEEP_FLOOR)
     k = int(SHARE * len(i))
     h64, deg, hot = _hot_edges(h, i, j)
     assert 0 < hot.sum() <= k   # the compacted branch is the one taken
 
-    x, g, diag, _, _, eta = jax.jit(functools.partial(sbn._direction_cg, mode="off", st=st, loose=True, hot=True))(
+    x, g, diag, _, _, eta = jax.jit(functools.partial(sparse._direction_cg, mode="off", st=st, loose=True, hot=True))(
         yv, h, r, mag, pr, labels=labels)
     x, g, eta = np.asarray(x, np.float64), np.asarray(g, np.float64), float(eta)
     damp = np.asarray(diag, np.float64) - (deg + 1.0 / N + mu)   # the per-item term (one component here)
@@ -134,3 +134,17 @@ def test_batch_of_contexts_uses_every_edge_and_reaches_stationary_points():
     for b, (i, j, y) in enumerate(pools):
         s = np.asarray(sol.scores[b], np.float64)
         assert np.max(np.abs(_grad64(s, i, j, y.astype(np.float64), lam, N))) < 1e-3
+
+
+def test_sparse_pool_is_the_documented_design():
+    """``jaxrank.simulate.sparse_pool``: distinct pairs, ``p = sigmoid(s_a - s_b)`` (SciPy's ``expit``),
+    ``R = per_item N``, reproducible; bad sizes raise."""
+    from scipy.special import expit
+
+    i, j, p, s = sparse_pool(50, per_item=4, seed=3)
+    assert len(i) == 200 and np.all(i != j) and i.min() >= 0 and max(i.max(), j.max()) < 50
+    np.testing.assert_allclose(p, expit(s[i] - s[j]), rtol=1e-6)
+    assert all(np.array_equal(a, b) for a, b in zip(sparse_pool(50, per_item=4, seed=3), (i, j, p, s)))
+    for bad in (dict(num_items=1), dict(num_items=10, per_item=0), dict(num_items=2.5)):
+        with pytest.raises(ValueError):
+            sparse_pool(**bad)

@@ -1,4 +1,4 @@
-"""Hard BT's rank-scaled start on nearly separable sparse pools (``_soft_bt_newton._rank_start``, issue 33).
+"""Hard BT's rank-scaled start on nearly separable sparse pools (``_soft_bt_sparse._rank_start``, issue 33).
 
 Checked against independent float64 computations: the fitted scores against SciPy's trust-region Newton
 optimum of the smoothed hard-decision likelihood (PoE eq. 1-2, prior ``1/(N-1)``), and the start's scale
@@ -14,6 +14,7 @@ from scipy import optimize
 import jaxrank as jr
 from jaxrank import _graph
 from jaxrank.scoring import _mm, _soft_bt_newton as sbn
+from jaxrank.scoring import _soft_bt_sparse as sparse
 
 N = 1000   # >= _graph.CG_MIN_ITEMS and sparse (R = 10 N): the Newman-started CG path
 
@@ -86,9 +87,9 @@ def test_rank_start_taken_only_on_the_separable_pool(noisy):
     pr, labels = _smoothed_problem(i, j, p, N)
     batch = lambda a: a[None]
     prb = jax.tree.map(batch, pr)
-    x = _mm.newman_sweeps(pr.e, pr.wp, pr.wl, labels, _graph.component_sizes(labels, jnp.float32), sbn.MM_START_SWEEPS)
+    x = _mm.newman_sweeps(pr.e, pr.wp, pr.wl, labels, _graph.component_sizes(labels, jnp.float32), sparse.MM_START_SWEEPS)
     st = jr.BradleyTerrySolver(eps=0.0).settings(np.float32)
-    out = sbn._rank_start(prb, x[None], labels[None], jnp.zeros(1, jnp.float32), "off", st)[0]
+    out = sparse._rank_start(prb, x[None], labels[None], jnp.zeros(1, jnp.float32), "off", st)[0]
     assert bool(jnp.any(out != x)) == (not noisy)
 
 
@@ -97,7 +98,7 @@ def test_rank_scale_minimises_objective_along_ranks():
     n = N
     pr, labels = _smoothed_problem(i, j, p, n)
     s0 = np.asarray(_mm.newman_sweeps(pr.e, pr.wp, pr.wl, labels, _graph.component_sizes(labels, jnp.float32), 5))
-    x = np.asarray(sbn._rank_scaled(pr, jnp.asarray(s0), labels, jnp.float32(0.0)), np.float64)
+    x = np.asarray(sparse._rank_scaled(pr, jnp.asarray(s0), labels, jnp.float32(0.0)), np.float64)
     u = np.argsort(np.argsort(s0)).astype(np.float64)
     u -= u.mean()
     f, _, _ = _objective(i, j, p, n)

@@ -1,12 +1,14 @@
-"""The soft Bradley-Terry likelihood (PoE eq. 3) and the Newton loop that maximises it, for one context.
+"""The Newton loop that maximises the soft Bradley-Terry likelihood (PoE eq. 3), for a batch of contexts.
 
 Private to the scoring package (:mod:`jaxrank.scoring.poe` shares its loop state
 :class:`_State`); :mod:`jaxrank.scoring.soft_bt` holds the public API and the
-method's description (its module docstring): the edge-space problem
-(:class:`_Problem`), the objective, gradient and Hessian, one Newton pass with
-backtracking (:func:`_pass`; dense Cholesky or matrix-free conjugate gradients
-on large sparse pools, :func:`_direction_cg`), the loop over a batch of
-contexts (:func:`_newton`) and its implicit derivative (:func:`_argmin`).
+method's description (its module docstring). The objective, gradient and Hessian
+are :mod:`jaxrank.scoring._soft_bt_objective`; the conjugate-gradient direction and
+hard BT's measures on large sparse pools :mod:`jaxrank.scoring._soft_bt_sparse`
+(read through the module, so a test may set its constants). Here: one Newton pass
+with backtracking (:func:`_pass`; dense Cholesky, or conjugate gradients on large
+sparse pools), the starts (least squares of the logits, polished), the loop over a
+batch of contexts (:func:`_newton`) and its implicit derivative (:func:`_argmin`).
 """
 
 from __future__ import annotations
@@ -19,177 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank import _batching, _graph
-from jaxrank.scoring import _mm
+from jaxrank.scoring import _mm, _soft_bt_sparse as _sparse
+# _problem, _diffs, _nll_d are also read here by tests
+from jaxrank.scoring._soft_bt_objective import (_diffs, _grad, _grad_from, _grad_p, _hessian, _hessian_from,
+                                                _nll_change, _nll_d, _problem, _residual, _split)
 from jaxrank.scoring.solver import RESULTS
 
 _STEPS = 30  # a step halved 30 times without sufficient decrease ends the solve, unconverged
-
-
-def _fixed_gamma(c, mode, eps):
-    if mode == "mean":
-        pbar = jnp.sum(c.weight * c.p) / jnp.maximum(jnp.sum(c.weight), 1e-30)
-        pbar = jnp.clip(pbar, eps, 1 - eps)
-        return jnp.log1p(-pbar) - jnp.log(pbar)
-    return jnp.zeros((), c.p.dtype)
-
-
-class _Problem(NamedTuple):
-    """One context's likelihood data in its edge space (``_graph.edges``)."""
-
-    e: _graph.Edges
-    w: jax.Array      # summed comparison weights per edge
-    wp: jax.Array     # summed w * clip(p) per edge
-    wl: jax.Array     # summed w * (1 - clip(p)) per edge (not w - wp: exact when p is near 1)
-    gamma: jax.Array  # the fixed gamma (unused when learnt)
-    free: jax.Array   # 1 where a learnt gamma is identified by the comparisons, else 0 (gamma held at 0)
-
-
-def _problem(c, mode, eps):
-    e = _graph.edges(c)
-    pc = jnp.clip(c.p, eps, 1 - eps)
-    w, wp, wl = _graph.reduce(e, c.weight, c.weight * pc, c.weight * (1 - pc))
-    free = jnp.ones((), c.p.dtype)
-    if mode == "learn":
-        # Where no comparison pins gamma down, the likelihood is flat along (s + t phi, gamma + t)
-        # and only the weak prior picks gamma = 0: below float32's resolution, so gamma would land
-        # wherever the iteration stopped. Decide that exactly from the graph and hold gamma at 0.
-        on = jax.lax.stop_gradient(w)
-        labels = _graph.components(c, e=e, w=on)
-        free = _graph.bias_identified(e, on, labels).astype(c.p.dtype)
-    return _Problem(e, w, wp, wl, _fixed_gamma(c, mode, eps), free)
-
-
-def _residual(d, pr):
-    """Edge residuals ``r = w sigmoid(d) - w p`` and the magnitude of their two terms.
-
-    Where the edge's ``p`` is above 1/2 the residual is computed as
-    ``w (1 - p) - w sigmoid(-d)``: both terms are small near saturation, so the
-    difference keeps its digits (``w sigmoid(d) - w p`` would cancel two numbers
-    close to ``w`` and lose them in float32).
-    """
-    hi = pr.wp > pr.wl
-    qa, qb = jax.nn.sigmoid(d), jax.nn.sigmoid(-d)
-    r = jnp.where(hi, pr.wl - pr.w * qb, pr.w * qa - pr.wp)
-    mag = jnp.where(hi, pr.wl + pr.w * qb, pr.w * qa + pr.wp)
-    return r, mag, qa * qb
-
-
-def _split(x, pr, mode):
-    n = pr.e.num_items
-    if mode == "learn":
-        return x[:n], x[n]
-    return x, pr.gamma
-
-
-def _nll_d(x, d, pr, mode, st):
-    """The objective at ``x`` given its edge differences ``d = s_i - s_j - gamma``."""
-    s, g = _split(x, pr, mode)
-    # -sum_k [w p log sig(d) + w (1 - p) log sig(-d)] = sum_k [w softplus(-|d|) + (w (1 - p) d if d >= 0 else
-    # -w p d)]: every term >= 0, so the sum keeps float32's relative accuracy and the line search's
-    # allowance of 16 eps |f| covers its rounding. (The form w softplus(-d) + w (1 - p) d cancels two terms
-    # of size w |d| where d < 0: near a nearly separable optimum its rounding, ~1e-6, hid decreases of 1e-8,
-    # the full Newton step was rejected pass after pass and the error halved every two passes.)
-    f = (jnp.sum(pr.w * jax.nn.softplus(-jnp.abs(d)) + jnp.where(d >= 0, pr.wl * d, -pr.wp * d))
-         + 0.5 * st.score_prior * jnp.sum(s**2))
-    if mode == "learn":
-        f = f + 0.5 * st.gamma_prior * g**2
-    return f
-
-
-def _nll_change(x, d, step, d_new, pr, mode, st):
-    """``(f(x + step) - f(x), sum of the magnitudes of its terms)`` from per-edge changes, for edge
-    differences ``d`` at ``x`` and ``d_new`` at ``x + step`` (score prior only; ``mode`` ``"off"``).
-
-    ``f`` is ``sum_k w softplus(-d) + (1 - p) w d`` (:func:`_nll_d`); each edge's change is
-    ``w [softplus(-d_new) - softplus(-d)] + w (1 - p) (d_new - d)`` with ``d_new - d`` from ``step``
-    itself, and ``softplus(u') - softplus(u) = (u' - u) + softplus(-u') - softplus(-u)`` where both
-    are positive, so no term subtracts two large numbers: the change of a loosely held item
-    (~1e-7) is resolved where ``f`` itself (~1e3) is only known to ~1e-4 in float32.
-    """
-    dd = _diffs(step, pr, mode)        # linear in x: the exact change of each edge's difference
-    u, u_new = -d, -d_new
-    both = jnp.minimum(u, u_new) > 0
-    sp = jnp.where(both, -dd + jax.nn.softplus(-u_new) - jax.nn.softplus(-u),
-                   jax.nn.softplus(u_new) - jax.nn.softplus(u))
-    # the slope's coefficient as the gradient has it (:func:`_residual`: ``w (1 - p)`` where ``p > 1/2``,
-    # else ``w - w p``), so the change's derivative is exactly the gradient's (w - w p alone is off by
-    # its rounding, ~1e-7 per edge, which summed over 10^5 edges outweighed the changes it judges)
-    coef = jnp.where(pr.wp > pr.wl, pr.wl, pr.w - pr.wp)
-    terms = pr.w * sp + coef * dd
-    s, s_new = _split(x, pr, mode)[0], _split(x + step, pr, mode)[0]
-    from_prior = 0.5 * st.score_prior * jnp.sum((s_new - s) * (s_new + s))
-    return jnp.sum(terms) + from_prior, jnp.sum(jnp.abs(terms)) + jnp.abs(from_prior)
-
-
-def _diffs(x, pr, mode):
-    s, g = _split(x, pr, mode)
-    return _graph.incidence(pr.e, s) - pr.free * g
-
-
-def _nll_p(x, pr, mode, st):
-    return _nll_d(x, _diffs(x, pr, mode), pr, mode, st)
-
-
-def _grad_from(x, wt_r, sum_r, mode, st):
-    """Gradient from ``W^T r`` and ``1^T r`` of the edge residuals ``r = w q - w p``:
-    ``[W^T r + lambda s, -1^T r + lambda_g gamma]``."""
-    n = wt_r.shape[0]
-    gs = wt_r + st.score_prior * x[:n]
-    if mode == "learn":
-        return jnp.concatenate([gs, (-sum_r + st.gamma_prior * x[n])[None]])
-    return gs
-
-
-def _hessian_from(lap, wt_h, sum_h, mode, st, proj):
-    """``[[L(h) + lambda I + P, -W^T h], [-h^T W, 1^T h + lambda_g]]`` (the last row/column if learnt).
-
-    ``P`` (the per-component projector) acts only on per-component constants,
-    along which the gradient is always 0 (and the scores stay centred), so it
-    never changes a Newton step or the implicit derivative; it only makes the
-    system definite.
-    """
-    n = lap.shape[0]
-    hss = lap + proj + st.score_prior * jnp.eye(n, dtype=lap.dtype)
-    if mode != "learn":
-        return hss
-    hsg = -wt_h
-    hgg = sum_h + st.gamma_prior
-    top = jnp.concatenate([hss, hsg[:, None]], axis=1)
-    bottom = jnp.concatenate([hsg, hgg[None]])[None, :]
-    return jnp.concatenate([top, bottom], axis=0)
-
-
-def _grad_r(x, r, pr, mode, st):
-    return _grad_from(x, _graph.incidence_t(pr.e, r), pr.free * jnp.sum(r), mode, st)
-
-
-def _grad_p(x, pr, mode, st):
-    return _grad_r(x, _residual(_diffs(x, pr, mode), pr)[0], pr, mode, st)
-
-
-def _hessian_h(h, pr, mode, st, proj):
-    wt_h = pr.free * _graph.incidence_t(pr.e, h) if mode == "learn" else None
-    return _hessian_from(_graph.laplacian(pr.e, h), wt_h, pr.free * jnp.sum(h), mode, st, proj)
-
-
-def _hessian_p(x, pr, mode, st, proj, floor=1e-12):
-    q = jax.nn.sigmoid(_diffs(x, pr, mode))
-    return _hessian_h(pr.w * jnp.maximum(q * (1 - q), floor), pr, mode, st, proj)
-
-
-def _nll(x, c, mode, st):
-    """Negative log-likelihood (PoE eq. 3) of ``x = s`` or ``x = [s, gamma]`` for one context."""
-    return _nll_p(x, _problem(c, mode, st.eps), mode, st)
-
-
-def _grad(x, c, mode, st):
-    """Gradient of :func:`_nll` in ``x``."""
-    return _grad_p(x, _problem(c, mode, st.eps), mode, st)
-
-
-def _hessian(x, c, mode, st, proj):
-    """Hessian of :func:`_nll` in ``x`` plus ``proj`` on the score block."""
-    return _hessian_p(x, _problem(c, mode, st.eps), mode, st, proj)
 
 
 class _State(NamedTuple):
@@ -212,7 +50,7 @@ def _direction(y, h, r, mag, pr, labels, proj, mode, st, loose=False, hot=False)
     sparse pools (:func:`_direction_cg`: no factor, ``eta`` its relative residual target)."""
     n = pr.e.num_items
     if _graph.use_cg(pr.e):
-        x, g, diag, scale, trace, eta = _direction_cg(y, h, r, mag, pr, mode, st, labels, loose, hot)
+        x, g, diag, scale, trace, eta = _sparse._direction_cg(y, h, r, mag, pr, mode, st, labels, loose, hot)
         return x, g, diag, scale, trace, None, eta
     # the terms' magnitudes summed per item too: the scale of each gradient entry's rounding error
     lap, wt_h, wt_r, scale = _graph.laplacian_and_incidence_t(pr.e, h, r, mag)
@@ -239,12 +77,12 @@ def _pass(ops, state: _State, mode, st, sweep=False, chord=False, hot=False) -> 
     also takes one saturation step per group of linked items (``_mm.saturation_step``), kept where
     it lowers the objective; the Newton system has a per-item damping term and a lower curvature
     floor, its direction is clipped per item, and the conjugate-gradient solves are loose (relative
-    residual 0.1) while the gradient is large (:data:`SWEEP_NOTE`)."""
+    residual 0.1) while the gradient is large (``_soft_bt_sparse.SWEEP_NOTE``)."""
     pr, labels, prior, proj = ops
     st = st._replace(score_prior=prior)   # this context's score prior (``_fit_flat``)
     dt = pr.w.dtype
     # keeps the Newton system well conditioned when q saturates (lower with sweeps: SWEEP_FLOOR)
-    floor = SWEEP_FLOOR if sweep else (1e-6 if dt == jnp.float32 else 1e-12)
+    floor = _sparse.SWEEP_FLOOR if sweep else (1e-6 if dt == jnp.float32 else 1e-12)
     x, f, delta, slope, t, it = state[:6]
     y = x + t * delta
     d = _diffs(y, pr, mode)
@@ -254,7 +92,7 @@ def _pass(ops, state: _State, mode, st, sweep=False, chord=False, hot=False) -> 
     if sweep:
         groups = None   # per item in the dense edge space (forced there only by tests), else per linked group
         if not pr.e.dense:
-            groups = _graph.merge_labels(pr.e, jnp.abs(d) < GROUP_LINK, GROUP_SWEEPS)
+            groups = _graph.merge_labels(pr.e, jnp.abs(d) < _sparse.GROUP_LINK, _sparse.GROUP_SWEEPS)
         y2 = y + _mm.saturation_step(pr.e, pr.wp, pr.wl, y, st.score_prior, groups)
         y2 = y2 - _graph.component_mean(y2, labels, _graph.component_sizes(labels, dt))
         d2 = _diffs(y2, pr, mode)
@@ -270,7 +108,7 @@ def _pass(ops, state: _State, mode, st, sweep=False, chord=False, hot=False) -> 
     new, g, diag, scale, trace, factor, eta = _direction(y, h, r, mag, pr, labels, proj, mode, st, loose=sweep,
                                                          hot=hot)
     if sweep:   # no item moves more than DIRECTION_CLIP log-units along one direction (kept if still descent)
-        clipped = jnp.clip(new, -DIRECTION_CLIP, DIRECTION_CLIP)
+        clipped = jnp.clip(new, -_sparse.DIRECTION_CLIP, _sparse.DIRECTION_CLIP)
         new = jnp.where(jnp.dot(g, clipped) < 0, clipped, new)
     new_slope = jnp.dot(g, new)
     # Fall back to a diagonally scaled gradient step if the Newton direction is not a
@@ -342,75 +180,6 @@ def _chord_step(y, factor, pr, labels, mode, st):
     g = _grad_p(y, pr, mode, st)
     g_c = g.at[:n].add(-_graph.component_mean(g[:n], labels, _graph.component_sizes(labels, g.dtype)))
     return -_graph.factor_solve(factor, g_c)
-
-
-def _direction_cg(y, h, r, mag, pr, mode, st, labels, loose=False, hot=False):
-    """The Newton direction by Jacobi-preconditioned conjugate gradients (``_graph.use_cg``), inexact:
-    relative residual ``clip(|g|, max(1e-5, tol), 1e-2)`` (float32; ``max(1e-10, tol)`` floor in float64).
-
-    Solves ``H x = -(g - P g)`` with ``H`` of :func:`_hessian_from` applied as
-    ``W^T (h * (W v)) + P v + lambda v`` (plus the ``gamma`` row and column when
-    learnt), never formed. Returns ``(x, g, diag(H), rounding scale, trace(L), eta)``, ``eta`` the relative
-    residual the solve was asked for.
-    """
-    e, n = pr.e, pr.e.num_items
-    deg, wt_h, wt_r, scale = _graph.item_sums_many(e, (h, h, r, mag), (h, -h, -r, mag))
-    wt_h, sum_h = pr.free * wt_h, pr.free * jnp.sum(h)
-    g = _grad_from(y, wt_r, pr.free * jnp.sum(r), mode, st)
-    size = _graph.component_sizes(labels, deg.dtype)
-    pmean = functools.partial(_graph.component_mean, labels=labels, sizes=size)
-
-    def matvec(u, e=e, h=h):
-        v = u[:n]
-        top = _graph.incidence_t(e, h * _graph.incidence(e, v)) + pmean(v) + st.score_prior * v
-        if damp is not None:
-            top = top + damp * v
-        if mode != "learn":
-            return top
-        t = u[n]
-        return jnp.concatenate([top - wt_h * t, (-jnp.dot(wt_h, v) + (sum_h + st.gamma_prior) * t)[None]])
-
-    diag = deg + 1 / size + st.score_prior
-    g_c = g.at[:n].add(-pmean(g[:n]))
-    if loose:   # per-item damping: no item's Newton move much beyond ITEM_TRUST log-units (SWEEP_NOTE)
-        damp = jnp.maximum(jnp.abs(g_c[:n]) / ITEM_TRUST - diag, 0)
-        diag = diag + damp
-    else:
-        damp = None
-    if mode == "learn":
-        diag = jnp.concatenate([diag, (sum_h + st.gamma_prior)[None]])
-    # Inexact Newton (Dembo, Eisenstat & Steihaug 1982): a relative CG residual eta = O(|g|) keeps
-    # Newton's quadratic rate; far from the optimum a loose solve is as good a step and much cheaper.
-    # The floor: float32's (1e-5) or float64's (1e-10) reach, or the solver's own tol where that is
-    # looser (a step solved to relative accuracy tol is exact enough for a loop that stops at
-    # steps below tol): hard BT (tol 1e-3) on 5,000 separable items, 507 -> 429 CG iterations.
-    floor = jnp.maximum(1e-5 if h.dtype == jnp.float32 else 1e-10, st.tol)
-    if loose:   # hard BT on a large sparse pool: its last solves to LOOSE_FLOOR (HOT_NOTE)
-        floor = jnp.maximum(floor, LOOSE_FLOOR)
-    gn = jnp.linalg.norm(g_c)
-    tol = jnp.clip(gn, floor, 1e-2)
-    if loose:   # far from the optimum (|g| > 1e-2) a relative residual of 0.1 is step enough (SWEEP_NOTE)
-        tol = jnp.where(gn > 1e-2, 0.1, tol)
-    # at most one iteration per item in a comparison, plus one (traced: items padded to a bucket, or in no
-    # comparison, keep a zero right-hand side and never need one; a padded pool iterates as its own size)
-    cg = lambda mv: jax.scipy.sparse.linalg.cg(mv, -g_c, tol=tol, maxiter=jnp.sum(deg > 0) + 1,
-                                                M=lambda u: u / diag)[0]
-    if hot and not e.dense and mode != "learn":
-        # the CG operator over the edges that carry curvature only, where they are few (HOT_NOTE)
-        k = max(1, int(HOT_SHARE * e.i.shape[0]))
-        on = h > HOT_RELATIVE * jnp.minimum(deg[e.i], deg[e.j])
-        count = jnp.sum(on)
-
-        def on_hot():
-            idx = jnp.nonzero(on, size=k, fill_value=0)[0]
-            h_hot = jnp.where(jnp.arange(k) < count, h[idx], 0)
-            return cg(functools.partial(matvec, e=_graph.Edges(e.i[idx], e.j[idx], n, False), h=h_hot))
-
-        x = jax.lax.cond(count <= k, on_hot, lambda: cg(matvec))
-    else:
-        x = cg(matvec)
-    x = x.at[:n].add(-pmean(x[:n]))
-    return x, g, diag, scale, jnp.sum(deg), tol
 
 
 def _pass_operands(pr, labels, prior):
@@ -516,7 +285,7 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares", start_x=None
     ``y`` (used only if ``y`` is accepted; a rejected ``y`` halves ``t``).
     The start, before the loop, is the least-squares fit of the logits polished by
     :data:`POLISH_SWEEPS` of Newman's updates (:func:`_least_squares_start`) or, with
-    ``start_kind="mm"`` (mode ``"off"`` only), :data:`MM_START_SWEEPS` of
+    ``start_kind="mm"`` (mode ``"off"`` only), ``_soft_bt_sparse.MM_START_SWEEPS`` of
     Newman's updates from 0 (:mod:`jaxrank.scoring._mm`); pass 0 accepts it
     unconditionally and takes the first Newton direction there. No nested loop
     and one copy of the likelihood code in the loop keep the compiled program
@@ -533,8 +302,8 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares", start_x=None
         x0 = jax.vmap(functools.partial(_polished_start, mode=mode, st=st))(ops, start_x)
     elif start_kind == "mm":
         sweeps = lambda p, lab: _mm.newman_sweeps(p.e, p.wp, p.wl, lab, _graph.component_sizes(lab, dt),
-                                                  MM_START_SWEEPS)
-        x0 = _rank_start(pr, jax.vmap(sweeps)(pr, labels), labels, prior, mode, st)
+                                                  _sparse.MM_START_SWEEPS)
+        x0 = _sparse._rank_start(pr, jax.vmap(sweeps)(pr, labels), labels, prior, mode, st)
     else:
         x0 = jax.vmap(functools.partial(_least_squares_start, mode=mode, st=st))(ops)
     init = _State(x0, jnp.full(b, jnp.inf, dt), z, zb, jnp.ones(b, dt), jnp.zeros(b, jnp.int32),
@@ -546,187 +315,12 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares", start_x=None
              and not _graph.sizes_use_cg(c.num_items, c.i.shape[-1]))
     # the hot-edge CG operator only for one context (its lax.cond runs one branch: HOT_NOTE)
     step = functools.partial(_pass, mode=mode, st=st, sweep=start_kind == "mm", chord=chord,
-                             hot=b == 1 and start_kind == "mm" and HOT_SHARE > 0)
+                             hot=b == 1 and start_kind == "mm" and _sparse.HOT_SHARE > 0)
     out = _batching.while_per_context(cont, step, ops, init,
                                       compact=COMPACT)
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
     return out.x, out.it, out.converged, result.astype(jnp.int32)
-
-
-def _rank_scaled(pr, s, labels, prior):
-    """``alpha_c u``: the within-component ranks ``u`` of ``s`` (centred), scaled per component ``c`` by the
-    ``alpha_c`` that minimises the objective along ``u`` (one context; :func:`_rank_start`).
-
-    ``f(alpha u)`` is convex in ``alpha``; its slope ``sum_k r_k(alpha) (u_i - u_j) + lambda alpha |u|^2``
-    (``r`` the edge residuals, :func:`_residual`) is bisected in ``log alpha`` (:data:`RANK_BISECTIONS`),
-    between ``1e-2`` and ``1e4`` log-units per rank over the component's size.
-    """
-    n, dt = pr.e.num_items, s.dtype
-    order = jnp.lexsort((s, labels))               # by component, then by score
-    pos = jnp.arange(n)
-    lab = labels[order]
-    first = jax.ops.segment_min(pos, lab, n)[lab]   # where each component's run starts
-    sizes = _graph.component_sizes(labels, dt)
-    u = jnp.zeros(n, dt).at[order].set((pos - first).astype(dt))
-    u = u - _graph.component_mean(u, labels, sizes)
-    du = _graph.incidence(pr.e, u)
-    uu = jax.ops.segment_sum(u * u, labels, n)
-
-    def slope(alpha):   # per component label
-        r = _residual(_graph.incidence(pr.e, alpha[labels] * u), pr)[0]
-        return jax.ops.segment_sum(_graph.item_sums(pr.e, r * du, jnp.zeros_like(r)), labels, n) + prior * alpha * uu
-
-    def body(_, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        up = slope(jnp.exp(mid)) > 0
-        return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
-
-    unit = -jnp.log(jnp.maximum(sizes, 1))
-    lo, hi = jax.lax.fori_loop(0, RANK_BISECTIONS, body, (unit + jnp.log(1e-2), unit + jnp.log(1e4)))
-    return jnp.exp(0.5 * (lo + hi))[labels] * u
-
-
-def _rank_start(pr, x, labels, prior, mode, st):
-    """The start of hard BT on a large sparse pool (``start_kind="mm"``): Newman's updates ``x`` ``[B, n]``,
-    or where their order is nearly consistent with the decisions (misordered weight
-    ``sum_k [d_k > 0] w_k (1 - p_k) + [d_k <= 0] w_k p_k`` below :data:`RANK_GATE` of ``sum_k w_k``) their
-    rank-scaled form (:func:`_rank_scaled`) polished by :data:`RANK_POLISH` Newman updates, where the
-    rank-scaled form has the lower objective. Computed only when some context of the batch passes the gate
-    (``lax.cond``); see :data:`RANK_NOTE`."""
-    def misordered(p, xx):
-        d = _graph.incidence(p.e, xx)
-        return jnp.sum(jnp.where(d > 0, p.wl, p.wp)) / jnp.maximum(jnp.sum(p.w), jnp.finfo(p.w.dtype).tiny)
-
-    gate = jax.vmap(misordered)(pr, x) < RANK_GATE
-
-    def ranked():
-        y = jax.vmap(_rank_scaled)(pr, x, labels, prior)
-        f = jax.vmap(lambda p, xx, pri: _nll_p(xx, p, mode, st._replace(score_prior=pri)))
-        better = gate & (f(pr, y, prior) < f(pr, x, prior))
-        z = jax.vmap(lambda p, yy, lab, pri: _mm.newman_polish(p.e, p.wp, p.wl, yy, 0.0, pri, lab, RANK_POLISH,
-                                                               jnp.inf))(pr, y, labels, prior)
-        return jnp.where(better[:, None], z, x)
-
-    return jax.lax.cond(jnp.any(gate), ranked, lambda: x)
-
-
-RANK_GATE = 0.02
-"""Largest misordered share of the decisions' weight at Newman's start for which :func:`_rank_start` tries the
-rank-scaled start (separable pool of 5,000 items: 7e-4; the noisy LLM-like pool on the same pairs: 0.22)."""
-
-RANK_BISECTIONS = 12
-"""Bisections of :func:`_rank_scaled`'s ``log alpha`` (bracket ``log 1e6`` wide: ``alpha`` to 0.3%)."""
-
-RANK_POLISH = 20
-"""Newman updates (uncapped) after the rank-scaled start (:data:`RANK_NOTE`)."""
-
-RANK_NOTE = None
-"""Why hard BT on a nearly separable pool starts from ranks (issue 33).
-
-With every decision following one order, the fixed point is set by the ``1/(N-1)`` prior alone and the
-scores spread nearly linearly in rank (5,000 items: over 143 log-units). Newman's 20 updates from 0 reach
-only about half that spread (max error 44 log-units), and the clipped Newton directions
-(:data:`DIRECTION_CLIP`) then close it 8 units a step: steps 1-5 of the 14. The ranks of that start,
-scaled by the ``alpha`` that minimises the objective along them, and 20 more Newman updates leave a max error
-of 10.5 (458 items off by more than 1): 10 Newton steps (``benchmarks/memory_scale.py --bt-vs-poe 5000``).
-Tried and worse on the same pool: the scaled ranks alone (15 steps: some items start far off locally) or
-with 5 or 10 updates (11 steps); the best single scale of Newman's start itself (max error 22); the
-rank-scaled start on the noisy pool (objective 23,730 against Newman's 23,078: the gate keeps Newman's)."""
-
-
-MM_START_SWEEPS = 20
-"""Newman updates before Newton with ``start_kind="mm"`` (hard Bradley-Terry on large sparse pools).
-
-Measured on 5,000 items, 50,000 hard decisions (``benchmarks/memory_scale.py --bt-vs-poe 5000``):
-noisy, LLM-like decisions 9 Newton steps from the least-squares start, 1 after these updates
-(0.029 s -> 0.010 s); decisions that all follow one latent order 22 -> 14 steps. More sweeps
-cost more than they save: 60 or 150 left the separable pool at 9 Newton steps but took 1.2x and
-1.7x as long, and the noisy pool 2x and 4x (a sweep costs about 0.3 ms there)."""
-
-
-SWEEP_NOTE = None
-"""Hard Bradley-Terry on a large sparse pool (``start_kind="mm"``, :func:`_pass` with ``sweep``).
-
-Decisions that all follow one order spread the scores over 100+ log-units: most comparisons are
-saturated, and whole groups of items are held only by the exponential tails of comparisons 15-20
-log-units away, where the objective changes by less than its float32 rounding. Four measures:
-
-* after every accepted Newton step, one saturation step (``_mm.saturation_step``) per group of
-  items linked by comparisons with ``|d| < GROUP_LINK`` (``GROUP_SWEEPS`` sweeps of label
-  propagation, ``_graph.merge_labels``): the exact root of Newman's equation for the group's
-  translation wherever its outside comparisons are saturated, kept only where the objective,
-  summed from the edges' changes (:func:`_nll_change`), drops beyond its rounding;
-* a per-item Levenberg-Marquardt term ``mu_n = max(|g_n| / ITEM_TRUST - H_nn, 0)`` in the CG system
-  (``H + diag(mu)`` is still positive definite, so the step is a descent direction; ``mu`` vanishes
-  with the gradient, leaving Newton's quadratic convergence), and the direction clipped to
-  ``+-DIRECTION_CLIP`` per item where it stays a descent direction: a group whose curvature is
-  nearly 0 otherwise asked for moves of hundreds of log-units, each costing several halvings;
-* a curvature floor ``SWEEP_FLOOR`` (1e-8) instead of 1e-6: the latter overstated a loosely held
-  group's curvature ~10x, so Newton moved it a tenth of the way per step;
-* loose CG solves (relative residual 0.1 while ``|g| > 1e-2``).
-
-Measured on ``benchmarks/memory_scale.py``'s separable pools (R = 10 N, steady state, load ~1):
-before (per-item Newton steps on ``log A_n - log B_n``, summed as sigmoids, floor 1e-6), 5,000 items
-8 steps and 20,000, 50,000 and 100,000 items unconverged after 100 steps (an item sent from -4 to
--5,488 by a Newton step on a flat ``log A_n - log B_n``, then pulled back ~50 a step); after, 14, 20,
-25 and 35 steps, 0.07, 0.43, 1.3 and 4.4 s. Tried and worse: 2 or 6 label sweeps, link 10 or 18,
-floor 1e-6, 1e-10 or 1e-14 (CG far slower), clip 4, 6, 16 or 32, no per-item term, and the Armijo
-test on the summed changes (rejects Newton steps whose slope is below the gradient's rounding)."""
-
-SWEEP_FLOOR = 1e-8
-"""Curvature floor ``w max(q (1 - q), SWEEP_FLOOR)`` of the Newton system with sweeps (:data:`SWEEP_NOTE`)."""
-
-GROUP_LINK = 8.0
-"""Comparisons with ``|s_i - s_j| < GROUP_LINK`` link items into one group of the saturation step.
-
-14 with Newman's start alone (:data:`SWEEP_NOTE`); from the rank-scaled start (:data:`RANK_NOTE`) 8 is
-better: separable pools of 5,000 items 10 -> 5 Newton steps, 20,000 items 13 -> 10 (6: 6 steps, 7: 5,
-10: 8, 12: 10 at 5,000 items)."""
-
-GROUP_SWEEPS = 3
-"""Label-propagation sweeps that form the groups (a larger component is split into several groups)."""
-
-ITEM_TRUST = 8.0
-"""Scale of the per-item Levenberg-Marquardt term of the Newton system with sweeps (:data:`SWEEP_NOTE`)."""
-
-DIRECTION_CLIP = 8.0
-"""Largest move of one item along a Newton direction with sweeps, where clipping keeps it a descent direction."""
-
-
-HOT_NOTE = None
-"""The CG solves of hard BT on one large sparse context (issue 33: hard BT within 2x of PoE-BT).
-
-On a nearly separable pool most comparisons are saturated: at the 5,000-item separable pool's optimum 77% of the
-edges carry a curvature ``h_k`` below ``1e-3`` of both their items' curvature ``sum_k h_k`` (20,000 items: 81%).
-Each CG iteration is one gather and one scatter-add over the edges, so the Newton system's operator keeps only the
-others (``h_k > HOT_RELATIVE min(deg_i, deg_j)``), compacted to a static ``HOT_SHARE`` of the edges
-(``jnp.nonzero(size=...)``), where they fit; otherwise, and under ``vmap`` (batches: ``lax.cond`` would run both
-branches), every edge. The dropped curvature is below ``HOT_RELATIVE`` of an item's per edge, so the direction
-is a slightly perturbed Newton direction (the gradient, hence the fixed point, stays exact); the relative
-threshold matters: an absolute one (``h_k > 1e-7 w_k``) dropped every edge of the items held only by the tails of
-far-away comparisons, and the 20,000-item separable pool took 88 Newton steps instead of 10.
-The tight solves of such a fit stop at relative residual ``LOOSE_FLOOR`` (1e-2) instead of ``tol`` (1e-3):
-Jacobi-PCG needed 52 and 54 iterations for the last two Newton steps, 42 and 40 at 1e-2; the steps (5 and 10 on
-5,000 and 20,000 separable items) and the float64 gradient at the result (1.1e-6, 1.6e-6) are unchanged.
-
-Profiled (``benchmarks/memory_scale.py --bt-vs-poe 5000``, separable): Jacobi-PCG iterations per Newton step
-14, 15, 16, 52, 54; about 0.3 ms each (one matvec 0.16 ms on an idle core); the start (20 Newman updates, the
-rank scale's 12 bisections and 20 polish updates) about 20-27 ms; PoE-BT's whole fit 9-14 ms. The Jacobi-scaled
-Hessian at the optimum: no isolated small eigenvalues, a continuum from 0.03 (0.017 and the constant mode below
-it), with eigenvectors localised on items at the two ends of the ranking, not smooth in rank, so an additive
-two-level preconditioner over 64 blocks of consecutive ranks (Galerkin coarse system, Cholesky per pass) was worse
-(loose solves 14 -> 20 iterations, tight 52, 54 -> 56, 65, 54 and one more Newton step); not kept."""
-
-HOT_SHARE = 0.3
-"""Static share of the edges the compacted CG operator holds (:data:`HOT_NOTE`); 0 turns it off."""
-
-HOT_RELATIVE = 1e-3
-"""An edge stays in the CG operator where ``h_k > HOT_RELATIVE min(deg_i, deg_j)`` (:data:`HOT_NOTE`)."""
-
-LOOSE_FLOOR = 1e-2
-"""Tightest relative CG residual of hard BT's Newton solves on large sparse pools (:data:`HOT_NOTE`)."""
 
 
 CHORD_MARGIN = 4.0

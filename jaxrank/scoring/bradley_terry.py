@@ -31,10 +31,10 @@ Newton step is followed by one saturation step per group of linked items
 (``_mm.saturation_step``, kept where it lowers the objective), which places a
 group held loosely between far wins and far losses, the Newton system is damped
 and clipped per item, and the CG solves are loose while the gradient is large
-(``_soft_bt_newton.SWEEP_NOTE``: 100,000 separable items converge in 35 steps). An item whose log-step changes sign between iterations takes half
-a step (this breaks the period-2 cycles Newman's update can fall into on tiny,
-nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric mean (log-scores centred)
-per connected component after each step; the loop stops when
+(``_soft_bt_sparse.SWEEP_NOTE``: 100,000 separable items converge in 35 steps). An item whose log-step changes
+sign between iterations takes half a step (this breaks the period-2 cycles Newman's update can fall into on
+tiny, nearly separable components, and does not move the fixed point). Scores are normalised to unit geometric
+mean (log-scores centred) per connected component after each step; the loop stops when
 ``max |r - r_old| / max(1, r) < tol`` (the papers' rule ``max |r - r_old| < tol``
 for ``r <= 1``, relative above, so a float32 tolerance stays attainable for
 strong items) or after ``max_iter`` steps.

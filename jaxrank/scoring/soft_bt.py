@@ -56,8 +56,8 @@ from jaxrank import _batching, _graph, _sparse_inverse, _validate
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import existence
 from jaxrank.scoring import _soft_bt_newton, _ties
-from jaxrank.scoring._soft_bt_newton import (_argmin, _diffs, _fixed_gamma, _grad, _grad_p, _hessian,
-                                             _problem, _residual)
+from jaxrank.scoring._soft_bt_newton import _argmin
+from jaxrank.scoring._soft_bt_objective import _diffs, _fixed_gamma, _grad_p, _hessian, _problem, _residual
 from jaxrank.scoring.solver import BradleyTerrySolver
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
@@ -283,7 +283,7 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
             at the top level (:mod:`jaxrank.scoring.existence`); default
             ``solver.checks_existence``.
         start: ``"least_squares"`` (the fit of the logits, one Laplacian solve) or
-            ``"mm"`` (``_soft_bt_newton.MM_START_SWEEPS``, 20, of Newman's updates, only without a
+            ``"mm"`` (``_soft_bt_sparse.MM_START_SWEEPS``, 20, of Newman's updates, only without a
             positional bias: what hard decisions on a large sparse pool need, where
             Newton alone moves an item with saturated comparisons by about one
             log-unit per step).
