@@ -53,8 +53,8 @@ def _openblas_thread_controls():
     each instead of 0.4 ms under load.)
     """
     # deferred: loads the LAPACK jaxlib calls (see above), by its two extension modules alone when it can
-    # (``compilation._load_scipy_lapack``: the package ``scipy.linalg`` costs 0.2-0.5 s more to import)
-    compilation._load_scipy_lapack()
+    # (``compilation.load_scipy_lapack``: the package ``scipy.linalg`` costs 0.2-0.5 s more to import)
+    compilation.load_scipy_lapack()
     import scipy.linalg.cython_lapack  # noqa: F401
 
     try:

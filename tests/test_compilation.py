@@ -142,7 +142,7 @@ def test_exported_program_key_follows_the_source(tmp_path, monkeypatch):
     x, w = np.ones((2, 2), np.float32), np.ones(2, np.float32)
     prog = compilation.ExportedProgram(_program([]), name="demo", directory=tmp_path)
     before = prog.path(x, w)
-    monkeypatch.setattr(compilation, "_SOURCE_DIGEST", "edited")
+    monkeypatch.setattr(compilation._store, "_SOURCE_DIGEST", "edited")
     assert prog.path(x, w) != before                  # an edited jaxrank never reads a stale program
 
 

@@ -292,7 +292,7 @@ def test_executable_is_loaded_and_a_changed_key_part_rebuilds_it(tmp_path, monke
         _check(again(x * 2, w), x * 2, w)
     assert len(calls) == 1 and log.records == []
 
-    monkeypatch.setattr(compilation, "_MACHINE", "another machine")          # the executable only is rebuilt
+    monkeypatch.setattr(compilation._store, "_MACHINE", "another machine")          # the executable only is rebuilt
     moved = _program(tmp_path, calls)
     assert moved.executable_path(x, w) != exe and moved.path(x, w) == traced
     _check(moved(x, w), x, w)
@@ -304,7 +304,7 @@ def test_executable_is_loaded_and_a_changed_key_part_rebuilds_it(tmp_path, monke
     _check(options(x, w), x, w)
     assert len(calls) == 1
 
-    monkeypatch.setattr(compilation, "_SOURCE_DIGEST", "edited")               # an edited jaxrank: traced again
+    monkeypatch.setattr(compilation._store, "_SOURCE_DIGEST", "edited")               # an edited jaxrank: traced again
     edited = _program(tmp_path, calls)
     assert edited.path(x, w) != traced and edited.executable_path(x, w) != exe
     _check(edited(x, w), x, w)
@@ -350,7 +350,7 @@ def test_an_unwritable_folder_warns_once_and_still_scores(tmp_path, monkeypatch)
     the right numbers, and a plain call the next time."""
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    monkeypatch.setattr(compilation, "_WARNED", set())
+    monkeypatch.setattr(compilation._store, "_WARNED", set())
     calls = []
     prog = compilation.ExportedProgram(_fn(calls), name="demo", directory=blocker / "exported",
                                        executables=blocker / "compiled")
@@ -423,7 +423,7 @@ def test_scipy_lapack_loaded_alone_serves_jaxlib_and_a_later_scipy_import():
     later ``import scipy.linalg`` both give NumPy's factor."""
     code = ("import sys, numpy as np, jax, jax.numpy as jnp\n"
             "from jaxrank import compilation\n"
-            "assert compilation._bind_lapack() and 'scipy.linalg' not in sys.modules\n"
+            "assert compilation._store.bind_lapack() and 'scipy.linalg' not in sys.modules\n"
             "x = np.random.default_rng(0).random((6, 6)); a = (x @ x.T + 6 * np.eye(6)).astype(np.float32)\n"
             "want = np.linalg.cholesky(a.astype(np.float64))\n"
             "assert np.abs(np.asarray(jax.jit(jnp.linalg.cholesky)(a)) - want).max() < 1e-5\n"

@@ -35,7 +35,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import operator
 import os
 import re
 from collections.abc import Iterator
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from jaxrank.io._rows import _blank, _item_id, comparisons_from_rows
 
 if TYPE_CHECKING:  # imported once the rows are read: a malformed file is reported without importing JAX
     from jaxrank.comparisons import Comparisons
@@ -257,24 +258,6 @@ def _pick(source: _Source, given, role, required):
     return None
 
 
-def _blank(v) -> bool:
-    """None, NaN, pandas' NA/NaT, or a string of blanks."""
-    if v is None or type(v).__name__ in ("NAType", "NaTType"):
-        return True
-    if isinstance(v, (float, np.floating)):
-        return bool(np.isnan(v))
-    return str(v).strip() == ""
-
-
-def _item_id(value) -> str:
-    """An item id as text: surrounding blanks dropped (``" x"`` is ``"x"``), a number as Python writes it
-    (the JSON number ``1`` and the string ``"1"`` name the same item; ``1.0`` is another). A JSON boolean is
-    no id (``ValueError``: the caller names the place)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{value!r} is a JSON boolean, not an item id")
-    return str(value).strip()
-
-
 def _number(where, field, value):
     if isinstance(value, (float, np.floating)) and np.isnan(value):
         raise ValueError(f"{where}: field {field!r} is NaN, not a finite number")
@@ -412,164 +395,3 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
                                    num_items=len(d["items"]), weight=np.array(d["w"], np.float32))
             for d in per_ctx.values()]
     return ComparisonTable(stack_contexts(sets), list(per_ctx), [list(d["items"]) for d in per_ctx.values()])
-
-
-# ---------------------------------------------------------------------- rows in memory (vectorised)
-
-
-def _column(name, values) -> list:
-    """A column of item ids as a Python list (a list, tuple, NumPy array or pandas Series)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ValueError(f"{name} must be a sequence of item ids (list, NumPy array, pandas Series), "
-                         f"got {type(values).__name__}")
-    return values.tolist() if hasattr(values, "tolist") else list(values)
-
-
-def _pandas_codes(x) -> bool:
-    """A pandas Series of a typed dtype (Arrow strings, integers): numbered by pandas' own hash table in
-    C++ (:func:`_series_codes`); an object Series goes through Python's dictionary (as fast there)."""
-    return type(x).__module__.split(".")[0] == "pandas" and type(x).__name__ == "Series" and x.dtype != object
-
-
-def _series_codes(a, b):
-    """:func:`_item_codes` for two typed pandas Series: interleaved row by row (``take``) and numbered by
-    ``pandas.factorize`` without making a Python object per row."""
-    import pandas as pd  # the caller passed pandas Series, so pandas is loaded already
-
-    m = len(a)
-    order = np.empty(2 * m, np.int64)
-    order[0::2], order[1::2] = np.arange(m), np.arange(m, 2 * m)
-    both = pd.concat([a, b], ignore_index=True).take(order)
-    codes, uniques = pd.factorize(both)
-    if (codes < 0).any():
-        at = int(np.argmax(codes < 0))
-        raise ValueError(f"{('item_a', 'item_b')[at % 2]}, row {at // 2}: a missing value (NA/NaN) is no item id")
-    keys = uniques.tolist()
-    names = [_item_id(k) for k in keys]
-    merged = {nm: k for k, nm in enumerate(dict.fromkeys(names))}
-    if len(merged) < len(keys):
-        codes = np.array([merged[nm] for nm in names], np.int64)[codes]
-        names = list(merged)
-    return names, codes[0::2].astype(np.int64), codes[1::2].astype(np.int64)
-
-
-def _item_codes(a: list, b: list):
-    """Item ids of the A and B columns -> ``(names, ia, ib)``: items numbered in order of first appearance,
-    row by row and A before B (as :func:`read_comparisons` numbers them), ids as :func:`_item_id` writes
-    them; one dictionary pass in C over the interleaved columns, no per-row Python."""
-    both = [None] * (2 * len(a))
-    both[0::2], both[1::2] = a, b
-    try:
-        keys = list(dict.fromkeys(both))
-    except TypeError as e:                  # an unhashable id (a list, a dict)
-        raise ValueError(f"item_a and item_b must hold strings or numbers as item ids ({e})") from None
-    code = {k: n for n, k in enumerate(keys)}
-    # itemgetter looks all the rows up in one C loop (a quarter faster than map(code.__getitem__));
-    # two or more keys, so it returns a tuple
-    codes = np.fromiter(operator.itemgetter(*both)(code), np.int64, len(both))
-    names, merged = [], {}
-    for k in keys:                          # once per distinct id, not per row
-        try:
-            if _blank(k):
-                raise ValueError(f"{k!r} is empty or NaN, not an item id")
-            name = _item_id(k)
-        except ValueError as e:
-            at = both.index(k)
-            raise ValueError(f"{('item_a', 'item_b')[at % 2]}, row {at // 2}: {e}") from None
-        merged.setdefault(name, len(merged))
-        names.append(name)
-    if len(merged) < len(keys):             # " x" and "x", or 1 and "1": one item
-        remap = np.array([merged[nm] for nm in names], np.int64)
-        codes = remap[codes]
-        names = list(merged)
-    return names, codes[0::2], codes[1::2]
-
-
-def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool = True):
-    """One context's comparisons from columns of raw rows (evalica's input form), vectorised.
-
-    Row ``k`` compares ``item_a[k]`` (position A) with ``item_b[k]`` and says
-    ``p[k] = P(A better)`` (1, 0, 0.5 for a win, a loss, a tie; any value in
-    ``[0, 1]``) with weight ``weight[k]`` (default 1). Items are numbered in order of
-    first appearance with the ids of :func:`read_comparisons` (``" x"`` is ``"x"``,
-    ``1`` is ``"1"``), by one dictionary pass over the rows; no per-row Python runs.
-
-    With ``aggregate=True`` (default) rows of the same ordered pair ``(a, b)`` become
-    one comparison (``np.bincount``) with the summed weight ``W = sum_k w_k`` and the
-    weighted mean ``P = sum_k w_k p_k / W``: the Bradley-Terry log-likelihood
-    ``sum_k w_k [p_k log sigmoid(d) + (1 - p_k) log sigmoid(-d)]`` (PoE eq. 3,
-    ``../shared/METHODS.md``) equals ``W [P log sigmoid(d) + (1 - P) log sigmoid(-d)]``,
-    so :func:`jaxrank.fit_poe_bradley_terry` with ``eps=0`` (the maximum-likelihood BT of
-    evalica and choix, ties half a win), with or without a position bias, gives the
-    same scores on far fewer comparisons. Scorers not linear in ``(w, w p)`` per
-    comparison differ: hard decisions ``1[p > 0.5]`` (``bradley_terry``, ``win_ratio``),
-    a clipping ``eps > 0`` or the Gaussian expert's logits; pass ``aggregate=False``
-    for them (one comparison a row). Pairs whose rows all have weight 0 are dropped.
-
-    Args:
-        item_a: ``[R]`` ids (strings or numbers) of the items in position A
-            (list, NumPy array or pandas Series).
-        item_b: ``[R]`` ids of the items in position B.
-        p: ``[R]`` probabilities that A is better, in ``[0, 1]``.
-        weight: optional ``[R]`` non-negative finite weights.
-        aggregate: sum rows of one ordered pair into one comparison (see above).
-
-    Returns:
-        ``(comparisons, items)``: a single-context :class:`~jaxrank.Comparisons`
-        over ``N = len(items)`` items and the item names (index ``n`` is ``items[n]``).
-
-    Raises:
-        ValueError: naming the argument and row of the first bad value (lengths
-            that differ, an empty or unhashable id, an item compared with itself, ``p``
-            outside ``[0, 1]`` or not finite, a negative or non-finite weight, or no
-            row of positive weight).
-    """
-    a, b = (x if _pandas_codes(x) else _column(k, x) for k, x in (("item_a", item_a), ("item_b", item_b)))
-    pp = np.asarray(p, np.float64)
-    if pp.ndim != 1 or not len(a) == len(b) == len(pp):
-        raise ValueError(f"item_a, item_b and p must be 1-D of one length; got {len(a)}, {len(b)} and "
-                         f"shape {pp.shape}")
-    if not len(a):
-        raise ValueError("item_a is empty: no comparisons")
-    ok = (pp >= 0) & (pp <= 1)                    # False for NaN too
-    if not ok.all():
-        k = int(np.argmin(ok))
-        raise ValueError(f"p, row {k}: {pp[k]!r} is not a probability in [0, 1]")
-    w = None if weight is None else np.asarray(weight, np.float64)
-    if w is not None:
-        if w.shape != pp.shape:
-            raise ValueError(f"weight must have shape {pp.shape}, got {w.shape}")
-        bad = ~np.isfinite(w) | (w < 0) | (w > float(np.finfo(np.float32).max))
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(f"weight, row {k}: {w[k]!r} is not a finite non-negative float32 weight")
-        if not (w > 0).any():
-            raise ValueError("weight: every row has weight 0: nothing to rank")
-    names, ia, ib = _series_codes(a, b) if _pandas_codes(a) and _pandas_codes(b) else \
-        _item_codes(_column("item_a", a), _column("item_b", b))
-    same = ia == ib if w is None else (ia == ib) & (w > 0)
-    if same.any():
-        k = int(np.argmax(same))
-        raise ValueError(f"item_a and item_b, row {k}: item {names[ia[k]]!r} is compared with itself")
-    n = len(names)
-
-    from jaxrank.comparisons import Comparisons  # deliberately lazy: the rows are checked before JAX loads
-
-    if not aggregate:
-        return Comparisons.from_pairs(ia.astype(np.int32), ib.astype(np.int32), pp.astype(np.float32),
-                                      num_items=n, weight=None if w is None else w.astype(np.float32)), names
-    flat = ia * n + ib
-    wpp = pp if w is None else w * pp
-    if n * n <= max(8 * len(flat), 1 << 16):      # a dense count table is cheaper than sorting the rows
-        ws = np.bincount(flat, w, n * n)
-        wp = np.bincount(flat, wpp, n * n)
-        pair = np.flatnonzero(ws)
-        ws, wp = ws[pair], wp[pair]
-    else:
-        pair, inv = np.unique(flat, return_inverse=True)
-        ws, wp = np.bincount(inv, w), np.bincount(inv, wpp)
-        live = ws > 0
-        pair, ws, wp = pair[live], ws[live], wp[live]
-    prob = np.clip(wp / ws, 0.0, 1.0)
-    return Comparisons.from_pairs((pair // n).astype(np.int32), (pair % n).astype(np.int32),
-                                  prob.astype(np.float32), num_items=n, weight=ws.astype(np.float32)), names

@@ -38,6 +38,9 @@ runs from memory, a :class:`RuntimeWarning` names the folder once, and the next
 process traces and compiles again. :func:`enable_compilation_cache` refuses a
 folder it cannot write to with a ``PermissionError`` naming it (the command line
 then runs without the cache and says so).
+
+The files' keys, headers, atomic writes and the LAPACK binding live in the private
+``jaxrank.compilation._store``.
 """
 
 from __future__ import annotations
@@ -46,14 +49,14 @@ import errno
 import hashlib
 import os
 import pickle
-import tempfile
-import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from jaxrank.compilation import _store
+from jaxrank.compilation._store import _EXEC_MAGIC, _MAGIC, load_scipy_lapack
+
 __all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory",
-           "compiled_directory"]
+           "compiled_directory", "load_scipy_lapack"]
 
 
 def default_cache_dir() -> Path:
@@ -131,156 +134,6 @@ def compiled_directory() -> Path | None:
         exported.with_name(exported.name[:-len("-exported")] + "-compiled")
 
 
-def _source_digest() -> str:
-    """SHA-256 of every ``.py`` file of the installed jaxrank (path and content): a changed program is a new key."""
-    global _SOURCE_DIGEST
-    if _SOURCE_DIGEST is None:
-        root = Path(__file__).resolve().parent
-        h = hashlib.sha256()
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
-        _SOURCE_DIGEST = h.hexdigest()
-    return _SOURCE_DIGEST
-
-
-_SOURCE_DIGEST: str | None = None
-_MACHINE: str | None = None
-_MAGIC = b"jaxrank-export-v2"
-_EXEC_MAGIC = b"jaxrank-executable-v1"
-_WARNED: set = set()
-
-_TRACE_CONFIG = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
-                 "jax_threefry_partitionable", "jax_numpy_dtype_promotion", "jax_use_shardy_partitioner")
-"""JAX settings that change what a function traces or lowers to: part of every key."""
-
-
-def _config() -> str:
-    import jax
-
-    return ",".join(f"{name}={getattr(jax.config, name, None)}" for name in _TRACE_CONFIG)
-
-
-def _machine() -> str:
-    """What a compiled executable depends on beyond its program: the backend and its version, the devices, the
-    CPU (model name and instruction-set flags from ``/proc/cpuinfo`` where there is one) and ``XLA_FLAGS``."""
-    global _MACHINE
-    if _MACHINE is None:
-        import platform
-
-        import jax
-
-        devices = jax.devices()
-        cpu = platform.machine() + platform.processor()
-        try:
-            with open("/proc/cpuinfo") as fh:
-                lines = [ln for ln in fh if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-            cpu += "".join(sorted(set(lines)))
-        except OSError:
-            pass
-        client = devices[0].client
-        _MACHINE = "|".join([client.platform, client.platform_version, str(len(devices)),
-                             ",".join(sorted({d.device_kind for d in devices})),
-                             hashlib.sha256(cpu.encode()).hexdigest(), os.environ.get("XLA_FLAGS", "")])
-    return _MACHINE
-
-
-def _warn_unwritable(directory: Path, error: OSError) -> None:
-    if str(directory) not in _WARNED:
-        _WARNED.add(str(directory))
-        warnings.warn(f"jaxrank could not keep a program in {directory} ({error.strerror or error}); it runs from "
-                      "memory and a later process traces and compiles it again. Make the folder writable or set "
-                      "$JAXRANK_CACHE to another one.", RuntimeWarning, stacklevel=4)
-
-
-_SCIPY_LAPACK = ("scipy.linalg.cython_blas", "scipy.linalg.cython_lapack")
-"""The two SciPy extension modules whose exported C routines jaxlib binds its CPU LAPACK kernels to."""
-
-
-def _load_scipy_lapack() -> None:
-    """Load SciPy's Cython BLAS and LAPACK modules by themselves, without running ``scipy.linalg/__init__``.
-
-    jaxlib needs only their C routines' addresses (their ``__pyx_capi__``), but importing them by name first
-    imports the package ``scipy.linalg`` and everything it imports: 0.2 s on an idle machine, 0.4 s at load 8,
-    against 0.03 s for the two extension modules (measured in this session). Each is loaded from its file
-    beside ``scipy/linalg/__init__.py`` and registered under its own name, so every later import (jaxlib's,
-    jaxrank's OpenBLAS thread control, a user's ``import scipy.linalg``) finds it. Anything unexpected (another
-    layout of SciPy, a failed load) leaves the module out, and the normal import happens instead.
-    """
-    import importlib.machinery
-    import importlib.util
-    import sys
-
-    try:
-        import scipy   # the top-level package alone is cheap (a few ms); it locates the files
-
-        folder = Path(scipy.__file__).parent / "linalg"
-    except Exception:
-        return
-    for name in _SCIPY_LAPACK:
-        if name in sys.modules:
-            continue
-        short = name.rsplit(".", 1)[1]
-        path = next((folder / (short + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
-                     if (folder / (short + suffix)).is_file()), None)
-        if path is None:
-            return
-        try:
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        except Exception:
-            sys.modules.pop(name, None)
-            return
-
-
-def _bind_lapack() -> bool:
-    """Bind jaxlib's CPU LAPACK kernels to SciPy's routines (what lowering a LAPACK call does); whether it could.
-
-    A loaded executable that calls LAPACK before this would jump to an unset routine and crash the process.
-    """
-    try:
-        import numpy as np
-        from jaxlib import lapack   # deferred: binds to SciPy's routines, only for programs that call LAPACK
-
-        _load_scipy_lapack()
-        lapack.prepare_lapack_call("potrf", np.float32)
-        return True
-    except Exception:               # another jaxlib: no executables (the exported program binds LAPACK itself)
-        return False
-
-
-_CACHE_HITS = threading.local()
-_LISTENING: list = []
-
-
-def _listen() -> None:
-    """Count, per thread, the executables JAX loads from its persistent cache (``jax.monitoring``; once)."""
-    if not _LISTENING:
-        import jax
-
-        def on_event(name, secs, **kwargs):
-            if name == "/jax/compilation_cache/cache_retrieval_time_sec":
-                _CACHE_HITS.count = getattr(_CACHE_HITS, "count", 0) + 1
-
-        jax.monitoring.register_event_duration_secs_listener(on_event)
-        _LISTENING.append(on_event)
-
-
-def _signature(args) -> tuple:
-    """``(shape, dtype, weak type)`` of every argument (dtype objects: cheaper than their names on every call)."""
-    return tuple((getattr(a, "shape", ()), getattr(a, "dtype", type(a)), getattr(a, "weak_type", False))
-                 for a in args)
-
-
-def _default_device(args) -> bool:
-    """No argument is a JAX array placed anywhere but the default device (a compiled executable runs there)."""
-    import jax
-
-    default = jax.devices()[0]
-    return all(not isinstance(a, jax.Array) or a.devices() == {default} for a in args)
-
-
 class ExportedProgram:
     """A jitted function whose traced program (and, optionally, compiled executable) is kept on disk.
 
@@ -346,9 +199,9 @@ class ExportedProgram:
         import jaxlib
 
         sig = ";".join(f"{tuple(shape)}:{getattr(dtype, 'name', dtype)}" + (":weak" if weak else "")
-                       for shape, dtype, weak in _signature(args))
-        return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(), _config(),
-                         _source_digest()])
+                       for shape, dtype, weak in _store.signature(args))
+        return "|".join([self.name, sig, jax.__version__, jaxlib.__version__, jax.default_backend(),
+                         _store.trace_config(), _store.source_digest()])
 
     def _stem(self) -> str:
         return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in self.name)[:60]
@@ -358,7 +211,7 @@ class ExportedProgram:
         return self.directory / f"{self._stem()}-{hashlib.sha256(self._key(*args).encode()).hexdigest()[:32]}.jaxexport"
 
     def _executable_key(self, key: str) -> str:
-        return "|".join([key, repr(sorted((self.compiler_options or {}).items())), _machine()])
+        return "|".join([key, repr(sorted((self.compiler_options or {}).items())), _store.machine()])
 
     def executable_path(self, *args) -> Path | None:
         """The compiled executable's file of a call with ``args`` (``None`` without ``executables``)."""
@@ -368,49 +221,25 @@ class ExportedProgram:
         return self.executables / f"{self._stem()}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.jaxexec"
 
     @staticmethod
-    def _digest(key: str, payload: bytes) -> bytes:
-        return hashlib.sha256(key.encode() + b"\0" + payload).hexdigest().encode()
-
-    def _checked(self, path: Path, key: str, magic: bytes) -> tuple[bytes, bytes] | None:
-        """``(flags, payload)`` of ``path`` if its header names ``magic`` and a digest of ``key`` and its content."""
-        if path.is_symlink() or not path.is_file():
-            return None
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return None
-        head, _, payload = data.partition(b"\n")
-        parts = head.split(b" ")
-        if len(parts) != 3 or parts[0] != magic or parts[1] != self._digest(key, parts[2] + b"\0" + payload):
-            return None                       # another program, an edited or truncated file: never run it
-        return parts[2], payload
-
-    def _read(self, path: Path, key: str):
+    def _read(path: Path, key: str):
         """The traced program in ``path`` if its header's digest matches ``key`` and its content, else ``None``."""
         import jax
 
-        if path.is_symlink() or not path.is_file():
+        found = _store.read_checked(path, key, _MAGIC)
+        if found is None:
             return None
         try:
-            data = path.read_bytes()
-        except OSError:
-            return None
-        head, _, payload = data.partition(b"\n")
-        magic, _, digest = head.partition(b" ")
-        if magic != _MAGIC or digest != self._digest(key, payload):
-            return None                       # another program, an edited or truncated file: never run it
-        try:
-            return jax.export.deserialize(bytearray(payload))
+            return jax.export.deserialize(bytearray(found[1]))
         except Exception:                     # a damaged artifact: trace again and overwrite it
             return None
 
     def _load_executable(self, path: Path, key: str):
         """The compiled executable in ``path`` (LAPACK bound first where it calls it), else ``None``."""
-        found = self._checked(path, key, _EXEC_MAGIC)
+        found = _store.read_checked(path, key, _EXEC_MAGIC)
         if found is None:
             return None
         flags, payload = found
-        if flags == b"lapack" and not _bind_lapack():
+        if flags == b"lapack" and not _store.bind_lapack():
             return None
         try:
             from jax.experimental import serialize_executable
@@ -421,7 +250,7 @@ class ExportedProgram:
             return None
 
     def __call__(self, *args):
-        sig = _signature(args)
+        sig = _store.signature(args)
         call = self._by_signature.get(sig)        # a call seen before: no key to build (a few microseconds)
         if call is None:
             call = self._by_signature[sig] = self._program(*args)
@@ -433,7 +262,7 @@ class ExportedProgram:
         import jax
 
         key = self._key(*args)
-        exec_path = self.executable_path(*args) if _default_device(args) else None
+        exec_path = self.executable_path(*args) if _store.default_device(args) else None
         exec_key = self._executable_key(key) if exec_path is not None else ""
         if exec_path is not None:
             call = self._calls.get(str(exec_path)) or self._load_executable(exec_path, exec_key)
@@ -441,8 +270,8 @@ class ExportedProgram:
                 self._calls[str(exec_path)] = call
                 return call
         # lowering a program on a CPU binds LAPACK (JAX does it for every exported program): by SciPy's two
-        # extension modules, not its whole linalg package (see _load_scipy_lapack)
-        _load_scipy_lapack()
+        # extension modules, not its whole linalg package (see load_scipy_lapack)
+        load_scipy_lapack()
         path = self.path(*args)
         tag = hashlib.sha256((exec_key or key).encode()).hexdigest()[:16]
         jitted = self._calls.get(f"{path}#{tag}")
@@ -451,7 +280,7 @@ class ExportedProgram:
             if exported is None:
                 exported = jax.export.export(jax.jit(self.fn))(*args)
                 payload = bytes(exported.serialize())
-                self._write(path, _MAGIC + b" " + self._digest(key, payload) + b"\n" + payload)
+                _store.write_atomic(path, _store.header(_MAGIC, key, payload) + payload)
 
             def program(*xs):
                 return exported.call(*xs)
@@ -461,14 +290,14 @@ class ExportedProgram:
             jitted = self._calls[f"{path}#{tag}"] = jax.jit(program, compiler_options=self.compiler_options)
         if exec_path is None:
             return jitted
-        _listen()
-        hits = getattr(_CACHE_HITS, "count", 0)
+        _store.listen()
+        hits = getattr(_store._CACHE_HITS, "count", 0)
         lowered = jitted.lower(*args)
         # any custom call (jaxlib's LAPACK kernels are the CPU's) binds LAPACK before a later process runs it,
         # as lowering the exported program would; a program without one (counting, sums) never imports SciPy
         flags = b"lapack" if "custom_call" in lowered.as_text() else b"-"
         compiled = lowered.compile()
-        if getattr(_CACHE_HITS, "count", 0) != hits:
+        if getattr(_store._CACHE_HITS, "count", 0) != hits:
             # loaded from JAX's persistent cache (our file was removed or damaged): jaxlib re-serializes such an
             # executable without its machine code ("Function ... not found" when the copy runs), so none is kept
             return compiled
@@ -479,26 +308,6 @@ class ExportedProgram:
         except Exception:                     # an executable that cannot be serialized: kept in memory only
             return compiled
         payload = pickle.dumps((serialized, in_tree, out_tree))
-        self._write(exec_path, _EXEC_MAGIC + b" " + self._digest(exec_key, flags + b"\0" + payload) + b" " + flags
-                    + b"\n" + payload)
+        _store.write_atomic(exec_path, _store.header(_EXEC_MAGIC, exec_key, payload, flags) + payload)
         self._calls[str(exec_path)] = compiled
         return compiled
-
-    @staticmethod
-    def _write(path: Path, data: bytes) -> None:
-        """Write ``data`` to ``path`` atomically; a folder that cannot be written is warned about, not raised."""
-        tmp = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except OSError as e:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            _warn_unwritable(path.parent, e)
-        except BaseException:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            raise
