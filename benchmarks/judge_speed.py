@@ -29,8 +29,10 @@ few comparisons (on a shared machine spinning OpenMP threads cost 3-5x).
 The timed sides run interleaved, ``--repeats`` times, each repeat with the
 machine's load average; reported are the median rate and its range, and the
 ratio jaxrank / peer per repeat (median, range). A profile of one steady jaxrank
-call splits its time into prefix, per-A, B batches, projection and host work,
-with real and padded token counts. Writes ``benchmarks/results/judge_speed.md``.
+call splits its time into the prefill of the context, the A parts, the B batches,
+the projection and host work, with real and padded token counts, the seconds
+padding costs (estimated: a stage's seconds times its padded share) and the
+B tokens PyTorch's batches run. Writes ``benchmarks/results/judge_speed.md``.
 
     python benchmarks/judge_speed.py [--candidates 16] [--article 0] [--batch-size 8]
                                      [--repeats 3] [--baseline-comparisons 24] [--smoke]
@@ -264,18 +266,31 @@ def main(argv=None):
     say()
     say(f"Profile of one steady jaxrank call ({total:.1f} s with every stage waited for; {load_now()}):")
     say()
-    say("| stage | calls | real tokens | padded tokens | seconds | share |")
-    say("|---|---:|---:|---:|---:|---:|")
+    say("| stage | calls | real tokens | padded tokens | seconds | share | of which padding (est.) |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    names = {"prefix": "prefill of the context", "per-A": "A parts (context + A, once per A)",
+             "B batches": "B batches (B + question, per comparison)", "projection": "projection (label logits)"}
+    pad_s = 0.0
     for stage in ("prefix", "per-A", "B batches", "projection"):
-        say(f"| {stage} | {timed.calls[stage]} | {timed.real[stage] or ''} | {timed.padded[stage] or ''} | "
-            f"{timed.seconds[stage]:.2f} | {timed.seconds[stage] / total:.0%} |")
+        pr, rl = timed.padded[stage], timed.real[stage]
+        waste = timed.seconds[stage] * (pr - rl) / pr if pr else 0.0
+        pad_s += waste
+        say(f"| {names[stage]} | {timed.calls[stage]} | {rl or ''} | {pr or ''} | "
+            f"{timed.seconds[stage]:.2f} | {timed.seconds[stage] / total:.0%} | "
+            f"{f'{waste:.2f} s' if pr else ''} |")
     host = total - sum(timed.seconds.values())
-    say(f"| host (tokenising, grouping, padding, copies) | | | | {host:.2f} | {host / total:.0%} |")
+    say(f"| host (tokenising, grouping, padding, copies) | | | | {host:.2f} | {host / total:.0%} | |")
     real, padded = sum(timed.real.values()), sum(timed.padded.values())
     say()
-    say(f"Padding: {padded} tokens run for {real} real ({padded / real - 1:.0%} extra); "
+    say(f"Padding: {padded} tokens run for {real} real ({padded / real - 1:.0%} extra), about {pad_s:.1f} s "
+        f"({pad_s / total:.0%}) of the call if a padded token costs what a real one does; "
         f"{len(timed.shapes)} distinct (stage, shape) programs; compilation and first-call work "
         f"about {t_first - len(i) / np.median(rates['jaxrank']):.1f} s (first call minus the median steady call).")
+    b_pad = timed.padded["B batches"]
+    say(f"B stage: {1e3 * timed.seconds['B batches'] / b_pad:.2f} ms per padded token (the whole call "
+        f"{1e3 * total / padded:.2f} ms per padded token); PyTorch's B batches (rows padded to their batch's longest "
+        f"row, no buckets) run {torch_b_tokens(judge, context, cands, i, j, args.batch_size)} tokens for the "
+        f"{timed.real['B batches']} real ones.")
     for name in peers:
         r = float(np.median(ratios[name]))
         say(f"- {name}: " + (f"jaxrank is {r:.2f}x faster." if r >= 1 else
@@ -285,6 +300,21 @@ def main(argv=None):
         ("judge_speed_smoke.md" if args.smoke else "judge_speed.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
+
+
+def torch_b_tokens(judge, context, candidates, i, j, batch_size) -> int:
+    """Tokens PyTorch's KV-cache judge runs in its B batches (``judge_peers.TorchJudge.cached``: each A's
+    rows sorted by length, chunks of ``batch_size`` padded to their longest row)."""
+    from judge_peers import comparison_groups
+
+    _, groups = comparison_groups(judge, context, candidates, i, j)
+    total = 0
+    for _, rows in groups:
+        lens = sorted(len(b) for _, b in rows)
+        for s in range(0, len(lens), batch_size):
+            chunk = lens[s:s + batch_size]
+            total += len(chunk) * chunk[-1]
+    return total
 
 
 def gguf_types(path) -> str:
