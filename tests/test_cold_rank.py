@@ -115,3 +115,14 @@ def test_old_objects_frozen_is_undone_after_the_block():
         pass
     assert gc.get_freeze_count() == before
     assert len(_common._EXIT_FREEZE) == 1          # the exit hook is registered once per process
+
+
+def test_old_objects_frozen_leaves_a_process_that_froze_objects_itself_alone():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _common.old_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen      # not unfrozen by the block
+    finally:
+        gc.unfreeze()

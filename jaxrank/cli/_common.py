@@ -63,7 +63,8 @@ def old_objects_frozen():
     the command, as the interpreter stops, when nothing is collected any more). Measured on a cold
     ``jaxrank rank`` of 20 rows (issue 33): ~0.2 s of CPU at exit and ~0.1 s while tracing
     (``benchmarks/results/cli_startup.notes.md``). Objects that become garbage are still freed by reference
-    counting; only cycles made before the block wait for a collection after it.
+    counting; only cycles made before the block wait for a collection after it. A process that has frozen objects itself
+    is left as it is.
     """
     import atexit
     import gc
@@ -71,6 +72,9 @@ def old_objects_frozen():
     if not _EXIT_FREEZE:
         atexit.register(gc.freeze)     # runs before the interpreter's last full collection
         _EXIT_FREEZE.append(True)
+    if gc.get_freeze_count():          # the process froze objects itself (say, before forking): leave it be
+        yield
+        return
     gc.freeze()
     try:
         yield
