@@ -171,3 +171,18 @@ def test_judge_packs_texts_of_many_lengths_into_one_compiled_shape(minilm):
     assert similarity._encode._cache_size() == before + 1
     with pytest.raises(ValueError, match="pooling"):
         SimilarityJudge(minilm, pooling="median")
+
+
+def test_texts_with_the_same_tokens_tie_exactly(minilm):
+    # the uncased tokenizer reads these alike; packed apart, rounding would set them ~1e-7 apart (24 of the main
+    # job's 24,000 decisions were such ties broken), so they share one embedding: p = 0.5 exactly, as unpacked
+    a, b = "The Bridge is closed for repairs.", "the bridge  is closed for REPAIRS."
+    assert minilm.tokenizer(a)["input_ids"] == minilm.tokenizer(b)["input_ids"]
+    judge = SimilarityJudge(minilm, batch_size=2)
+    told = []
+    judge.prefetch([a, "A long day of rain.", "Football results from the weekend matches.", b], progress=told.append)
+    assert sum(told) == 4 and judge.stats.texts == 4
+    e, _ = judge.embed([a, b])
+    np.testing.assert_array_equal(e[0], e[1])
+    jd = judge.compare("The council closed the bridge.", [a, "Football results.", b], [0, 2], [2, 0])
+    assert jd.p.tolist() == [0.5, 0.5]

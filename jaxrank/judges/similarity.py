@@ -226,6 +226,10 @@ class SimilarityJudge:
         if not todo:
             return
         tokens = self._tokens(todo)
+        same: dict[tuple, list[int]] = {}            # texts with the same token ids share one embedding
+        for k, (x, _) in enumerate(tokens):          # (bit for bit: two such texts tie exactly, as unpacked)
+            same.setdefault(tuple(x), []).append(k)
+        group = {ks[0]: ks for ks in same.values()}
         pad_id, length, most = self.lm.pad_token_id, self.row_length, self.texts_per_row
         pending = None
 
@@ -234,13 +238,19 @@ class SimilarityJudge:
             t0 = time.perf_counter()
             e = np.asarray(out, np.float32)
             self.stats.wait_s += time.perf_counter() - t0
+            done = 0
             for r, row in enumerate(packed):
                 for s, k in enumerate(row):
-                    self._cache[todo[k]] = (e[r, s].copy(), tokens[k][1])
+                    for m in group[k]:
+                        self._cache[todo[m]] = (e[r, s].copy(), tokens[m][1])
+                    done += len(group[k])
             if progress is not None:
-                progress(sum(map(len, packed)))
+                progress(done)
 
-        for nb, packed in self._plan([len(x) for x, _ in tokens]):
+        reps = list(group)
+        plan = [(nb, [[reps[i] for i in row] for row in packed])
+                for nb, packed in self._plan([len(tokens[k][0]) for k in reps])]
+        for nb, packed in plan:
             ids = np.full((nb, length), pad_id, np.int32)
             seg = np.zeros((nb, length), np.int32)
             for r, row in enumerate(packed):
