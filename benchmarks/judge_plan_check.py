@@ -115,7 +115,7 @@ def main(argv=None):
     from jaxrank.data import load_dataset
     from jaxrank.judges.pairwise import PromptJudge
     from jaxrank.judges.prompts import pairwise_template
-    from jaxrank.models import _llama_core
+    from jaxrank.models import llama
     from jaxrank.models.loading import load_model
 
     cs = contexts_of(load_dataset("summeval"), aspect="coherence", contexts=[0], max_candidates=args.candidates)
@@ -126,8 +126,9 @@ def main(argv=None):
     models = {f"batch_cost {c}": (lm.model, c) for c in costs}
     for name, path in named(args.core).items():
         models[name] = (CoreModel(lm.model, load_core(path)), costs[0])
+    current = load_core(Path(llama.__file__).with_name("_llama_core.py")) if args.xla else None   # as a file
     for name, opts in named(args.xla).items():
-        models[name] = (CoreModel(lm.model, _llama_core, json.loads(opts)), costs[0])
+        models[name] = (CoreModel(lm.model, current, json.loads(opts)), costs[0])
     timed = {k: TimedModel(m) for k, (m, _) in models.items()}
     judges = {k: PromptJudge(dataclasses.replace(lm, model=timed[k]), tpl, batch_size=8, batch_cost=c)
               for k, (_, c) in models.items()}
