@@ -129,19 +129,29 @@ def judge_tables(jm, draws: int, seed: int) -> dict:
     return out
 
 
+CORRELATIONS = ("spearman", "kendall_tau", "pearson")
+"""Per-context agreement of every row (:data:`jaxrank.metrics.CORRELATIONS`): Spearman is the CSV's ``mean``,
+``std``, ``ci_lo``, ``ci_hi``; Kendall tau-b and Pearson are ``<name>``, ``<name>_std``, ``<name>_ci_lo``,
+``<name>_ci_hi`` (the same statistics), the CSV's last columns."""
+EXTRA = [f"{m}{t}" for m in CORRELATIONS[1:] for t in ("", "_std", "_ci_lo", "_ci_hi")]
+
+
 def per_context_curves(sel, jm, budgets, scorers):
-    """``{scorer: [B, S, C]}`` per-context Spearman (:func:`jaxrank.studies.efficiency_curves`, one context a call)."""
+    """``{correlation: {scorer: [B, S, C]}}`` per-context Spearman, Kendall tau-b and Pearson
+    (:func:`jaxrank.studies.efficiency_curves`, one context a call, the three from the same scores)."""
     import jax
 
     from jaxrank import studies as ex
 
     C = jm.mask.shape[0]
-    out = {s: np.empty((len(budgets), sel.i.shape[0], C)) for s in scorers}
+    out = {m: {s: np.empty((len(budgets), sel.i.shape[0], C)) for s in scorers} for m in CORRELATIONS}
     for k in range(C):
         part = jax.tree.map(lambda x: x[:, k:k + 1], sel)
-        cur = ex.efficiency_curves(part, jm.labels[k:k + 1], jm.mask[k:k + 1], budgets, scorers)
-        for s in scorers:
-            out[s][:, :, k] = cur[s]
+        cur = ex.efficiency_curves(part, jm.labels[k:k + 1], jm.mask[k:k + 1], budgets, scorers,
+                                   correlations=CORRELATIONS)
+        for m in CORRELATIONS:
+            for s in scorers:
+                out[m][s][:, :, k] = cur[m][s]
     return out
 
 
@@ -184,17 +194,26 @@ def nested_selection(jm, selection: str, num: int, seed: int):
     return dataclasses.replace(c, weight=c.weight * jnp.asarray(ww))
 
 
+def _summary(v, draws, seed):
+    """``(mean, std over selections of the context mean, ci_lo, ci_hi, per-context mean [C])`` of ``v [S, C]``."""
+    ctx_mean = np.nanmean(v, axis=-1)              # [S]
+    per_ctx = np.nanmean(v, axis=0)                # [C], averaged over selections
+    return (float(np.nanmean(ctx_mean)), float(np.nanstd(ctx_mean))) + boot_ci(per_ctx, draws, seed) + (per_ctx,)
+
+
 def study_rows(curves, budgets, draws, seed, **fields):
-    """Rows: mean/std over selections of the context mean, bootstrap interval over contexts; per-context means."""
+    """Rows: mean/std over selections of the context mean, bootstrap interval over contexts, for Spearman
+    (``mean``...) and for Kendall tau-b and Pearson (:data:`EXTRA`); per-context Spearman means."""
     rows, per = [], {}
-    for s, v in curves.items():          # v [B, S, C]
+    for s, v in curves["spearman"].items():          # v [B, S, C]
         for b, r in enumerate(budgets):
-            ctx_mean = np.nanmean(v[b], axis=-1)           # [S]
-            per_ctx = np.nanmean(v[b], axis=0)             # [C], averaged over selections
-            lo, hi = boot_ci(per_ctx, draws, seed)
-            rows.append(dict(fields, scorer=s, budget=int(r), mean=float(np.nanmean(ctx_mean)),
-                             std=float(np.nanstd(ctx_mean)), ci_lo=lo, ci_hi=hi, subsets=int(v.shape[1]),
-                             contexts=int(np.sum(~np.isnan(per_ctx)))))
+            m, sd, lo, hi, per_ctx = _summary(v[b], draws, seed)
+            row = dict(fields, scorer=s, budget=int(r), mean=m, std=sd, ci_lo=lo, ci_hi=hi,
+                       subsets=int(v.shape[1]), contexts=int(np.sum(~np.isnan(per_ctx))))
+            for name in CORRELATIONS[1:]:
+                row.update(zip((f"{name}{t}" for t in ("", "_std", "_ci_lo", "_ci_hi")),
+                               _summary(curves[name][s][b], draws, seed)[:4]))
+            rows.append(row)
             per[(s, int(r))] = per_ctx
     return rows, per
 
@@ -404,10 +423,25 @@ def reproduction_section(csv_path, *, title: str | None = None) -> list[str]:
                            f"{100 * float(r['ci_hi']):+.1f}]" for r in diff if r["versus"] == vs and r["scorer"] == s
                            and int(r["budget"]) == b), "") for b in bs]
             out.append(f"| {vs} | {s} | " + " | ".join(cells) + " |")
+    out += agreement_table(curve, full)
     slice_ = sorted({int(r["contexts"]) for r in curve if r["judge_kind"] == "real" and r.get("contexts")})
     out += ["", f"Paper: {PAPER.get(data, '(no paper row for this data set)')}. Ours: one aspect, a small local "
             f"judge, {slice_[-1] if slice_ else '?'} contexts (the 95% intervals above are over them)."]
     return out + [""]
+
+
+def agreement_table(curve, full) -> list[str]:
+    """The real judge's Spearman, Kendall tau-b and Pearson x 100 at the full budget (random selection), per
+    scorer, from CSV rows; no lines for a CSV written before the Kendall / Pearson columns existed."""
+    rows = [r for r in curve if r["judge_kind"] == "real" and r["selection"] == "random" and int(r["budget"]) == full]
+    if not rows or not rows[0].get("kendall_tau"):
+        return []
+    f = lambda r, m: (f"{100 * float(r[m or 'mean']):.1f} [{100 * float(r[(m + '_' if m else '') + 'ci_lo']):.1f}, "
+                      f"{100 * float(r[(m + '_' if m else '') + 'ci_hi']):.1f}]")
+    out = ["", f"Real judge at R = {full} (every comparison), random selection: the field's three agreements x 100 "
+           "(mean over contexts of the per-context correlation [95% bootstrap over contexts]):", "",
+           "| scorer | Spearman | Kendall tau-b | Pearson |", "|---|---:|---:|---:|"]
+    return out + [f"| {r['scorer']} | {f(r, '')} | {f(r, 'kendall_tau')} | {f(r, 'pearson')} |" for r in rows]
 
 
 def main(argv=None):
@@ -430,7 +464,8 @@ def main(argv=None):
         f"{k} {s} {t:.0f} s" for (k, s), t in res["times"].items()) + ")."]
     (out / f"{tag}.md").write_text("\n".join(md) + "\n")
     with open(out / f"{tag}.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(res["rows"][0]) + ["versus", "diff"])
+        head = [k for k in res["rows"][0] if k not in EXTRA]
+        w = csv.DictWriter(fh, fieldnames=head + ["versus", "diff"] + EXTRA)     # new columns last
         w.writeheader()
         for r in res["rows"] + [dict(d, selection=d["versus"].split()[0], mean="", std="", data=args.data,
                                      aspect=args.aspect) for d in diffs]:

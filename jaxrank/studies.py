@@ -165,9 +165,10 @@ MAX_BUDGETS_PER_CALL = 8
 """Budgets per batched call in :func:`efficiency_curves`."""
 
 
-@functools.partial(jax.jit, static_argnames=("scorer",))
-def _curve_chunk(sel: Comparisons, labels, mask, budgets, scorer: str):
-    """Mean per-context Spearman ``[b, s]`` of ``sel [s, C, R]`` cut to each of ``budgets [b]``."""
+@functools.partial(jax.jit, static_argnames=("scorer", "correlations"))
+def _curve_chunk(sel: Comparisons, labels, mask, budgets, scorer: str, correlations=("spearman",)):
+    """Mean per-context correlations ``[m, b, s]`` of ``sel [s, C, R]`` cut to each of ``budgets [b]``
+    (one row per name of ``correlations``, :data:`jaxrank.metrics.CORRELATIONS`; the scores are computed once)."""
     shape = budgets.shape + sel.i.shape
     live = (jnp.arange(sel.num_comparisons) < budgets[:, None]).astype(sel.weight.dtype)
     bc = lambda x, tail: jnp.broadcast_to(x, budgets.shape + x.shape[:-1] + tail)
@@ -175,14 +176,14 @@ def _curve_chunk(sel: Comparisons, labels, mask, budgets, scorer: str):
                     weight=sel.weight[None] * live[:, None, None, :],
                     item_mask=bc(sel.item_mask, (sel.num_items,)), num_items=sel.num_items)
     scores = SCORERS[scorer](c)
-    rho = metrics.spearman(scores, jnp.broadcast_to(labels, scores.shape),
-                           where=jnp.broadcast_to(mask, scores.shape))
-    return metrics.context_mean(rho, axis=-1)
+    gold, where = jnp.broadcast_to(labels, scores.shape), jnp.broadcast_to(mask, scores.shape)
+    return jnp.stack([metrics.context_mean(metrics.CORRELATIONS[name](scores, gold, where=where), axis=-1)
+                      for name in correlations])
 
 
 def efficiency_curves(sel: Comparisons, labels, mask, budgets, scorers, *, chunk: int = 40_000,
-                      progress: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
-    """Mean per-context Spearman of every scorer at every budget, for every subset.
+                      progress: Callable[[str], None] | None = None, correlations=None) -> dict:
+    """Mean per-context Spearman (or Kendall tau-b, Pearson) of every scorer at every budget, for every subset.
 
     Args:
         sel: a nested selection ``[S, C, R]`` (:func:`select_nested`).
@@ -194,15 +195,26 @@ def efficiency_curves(sel: Comparisons, labels, mask, budgets, scorers, *, chunk
             shape, whatever the number of budgets (the last chunk is padded), so
             each scorer compiles once for all studies of one ``[S, C, R]`` shape.
         progress: optional callback taking a message per scorer.
+        correlations: ``None`` (Spearman only, the output below) or names in
+            :data:`jaxrank.metrics.CORRELATIONS` (``"spearman"``, ``"kendall_tau"``,
+            ``"pearson"``; METHODS.md §7), all from the same scores.
 
     Returns:
         ``{scorer: float64 [len(budgets), S]}``, the context-mean Spearman per subset
-        (NaN contexts skipped, METHODS.md §7).
+        (NaN contexts skipped, METHODS.md §7); with ``correlations``,
+        ``{correlation: {scorer: float64 [len(budgets), S]}}``.
+
+    Raises:
+        ValueError: a budget outside ``[1, R]``, an unknown scorer or correlation.
     """
     S, C, R = sel.i.shape
     budgets = np.asarray(budgets, np.int32)
     if budgets.ndim != 1 or budgets.min() < 1 or budgets.max() > R:
         raise ValueError(f"budgets must lie in [1, {R}], got {budgets.tolist()}")
+    names = ("spearman",) if correlations is None else tuple(correlations)
+    bad = [m for m in names if m not in metrics.CORRELATIONS]
+    if bad or not names:
+        raise ValueError(f"unknown correlation(s) {bad}; choose from {', '.join(metrics.CORRELATIONS)}")
     s_chunk = min(S, max(1, chunk // C))
     b_chunk = min(MAX_BUDGETS_PER_CALL, max(1, chunk // (s_chunk * C)))   # not len(budgets): shapes stay fixed
     nb, ns = math.ceil(len(budgets) / b_chunk), math.ceil(S / s_chunk)
@@ -213,17 +225,19 @@ def efficiency_curves(sel: Comparisons, labels, mask, budgets, scorers, *, chunk
     for name in scorers:
         if name not in SCORERS:
             raise ValueError(f"unknown scorer {name!r}; choose from {', '.join(SCORERS)}")
-        res = np.empty((len(bpad), len(spad)))
+        res = np.empty((len(names), len(bpad), len(spad)))
         for a in range(ns):
             part = jax.tree.map(lambda x: x[spad[a * s_chunk:(a + 1) * s_chunk]], sel)
             for b in range(nb):
                 bs = jnp.asarray(bpad[b * b_chunk:(b + 1) * b_chunk])
-                res[b * b_chunk:(b + 1) * b_chunk, a * s_chunk:(a + 1) * s_chunk] = np.asarray(
-                    _curve_chunk(part, labels, mask, bs, name))
-        out[name] = res[:len(budgets), :S]
+                res[:, b * b_chunk:(b + 1) * b_chunk, a * s_chunk:(a + 1) * s_chunk] = np.asarray(
+                    _curve_chunk(part, labels, mask, bs, name, names))
+        out[name] = res[:, :len(budgets), :S]
         if progress:
             progress(name)
-    return out
+    if correlations is None:
+        return {name: v[0] for name, v in out.items()}
+    return {m: {name: v[k] for name, v in out.items()} for k, m in enumerate(names)}
 
 
 def run_study(judge: JudgeMatrix, *, scorers, budgets, num_subsets: int, seed: int = 0, selection: str = "random",
