@@ -19,7 +19,7 @@ has alone, up to float32 rounding), in passes of ``batch_size`` rows: one
 shape, one compiled program, padding only at the rows' tails; the pipeline
 (``jaxrank.assessment.judge_contexts``) calls it before judging. On the main
 job (1,648 distinct texts, 24,000 comparisons; ``benchmarks/main_job_speed.py``)
-that is 70 passes of 8 x 256 (2% padding). Before (until commit 2e51cd4),
+that is 70 passes of 8 x 256 (3% padding). Before (until commit 2e51cd4),
 texts were padded to 5 lengths (5 shapes to compile, 14% padding); before that
 (until 8534c28), each context's 17 texts went in small passes of many shapes
 through ``nnx.jit``, whose per-call walk of the module graph cost about
