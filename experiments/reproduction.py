@@ -359,7 +359,9 @@ def real_efficiency_section(results: Path) -> list[str]:
           "pair judged once, then subsampled); the simulated judges beside each are matched to its accuracy "
           "and to FlanT5-3B's. Each file's notes (`*.notes.md`) give the slice, the judge's speed and how to "
           "grow it; the server judge's instrument check (its p beside the in-process judge's on the same "
-          "token ids) is `server_instrument_topicalchat_qwen2.5-coder-1.5b.md`.", ""]
+          "token ids) is `server_instrument_topicalchat_qwen2.5-coder-1.5b.md`. Under each slice, where its CSV "
+          "has them (`kendall_tau*`, `pearson*` columns), Kendall tau-b and Pearson beside Spearman at the full "
+          "budget, per context then mean over contexts, as the field reports agreement.", ""]
     for path in found:
         name = path.stem.removeprefix("efficiency_")
         L += mod.reproduction_section(path, title=f"Real judge efficiency: {name}") + [""]

@@ -272,3 +272,36 @@ def test_greedy_minus_random_at_every_budget_from_the_csv():
     row = next(x for x in lines if x.startswith("| poe_gaussian |")).strip("|").split("|")[1:]
     for b, cell in zip(budgets, row):
         assert cell.strip() == f"{100 * (pick('greedy', 'greedy', b) - pick('main', 'random', b)):+.1f}"
+
+
+def test_real_judge_agreement_table_reads_kendall_and_pearson(tmp_path):
+    """Kendall tau-b and Pearson at the full budget are printed from the CSV's columns, and only where a CSV
+    has them (a CSV written before them gives no table)."""
+    import csv
+
+    path = RESULTS / "efficiency_topicalchat_qwen2.5-coder-1.5b.csv"
+    if not path.is_file():
+        pytest.skip("no stored real-judge efficiency result")
+    rows = list(csv.DictReader(open(path, newline="")))
+    if "kendall_tau" not in rows[0]:
+        pytest.skip("efficiency CSV written before the Kendall / Pearson columns")
+    full = max(int(r["budget"]) for r in rows if not r["versus"])
+    want = next(r for r in rows if r["judge_kind"] == "real" and r["selection"] == "random"
+                and r["scorer"] == "average_probability" and int(r["budget"]) == full and not r["versus"])
+    mod = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
+        "efficiency_real", ROOT / "experiments" / "efficiency_real.py"))
+    spec.loader.exec_module(mod)
+    lines = mod.reproduction_section(path)
+    row = next(x for x in lines if x.startswith("| average_probability | "))
+    sp, kt, pe = (c.strip() for c in row.strip("|").split("|")[1:])
+    assert sp.startswith(f"{100 * float(want['mean']):.1f} [")
+    assert kt == (f"{100 * float(want['kendall_tau']):.1f} [{100 * float(want['kendall_tau_ci_lo']):.1f}, "
+                  f"{100 * float(want['kendall_tau_ci_hi']):.1f}]")
+    assert pe.startswith(f"{100 * float(want['pearson']):.1f} [{100 * float(want['pearson_ci_lo']):.1f},")
+    old = tmp_path / "efficiency_old.csv"
+    keep = [k for k in rows[0] if not k.startswith(("kendall_tau", "pearson"))]
+    with open(old, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keep, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert not any("Kendall tau-b" in x for x in mod.reproduction_section(old))
