@@ -18,7 +18,9 @@ to FlanT5-3B's, LCA Tables 5 and 7) and the paper's numbers.
 * Per (selection, scorer, budget): the mean over ``--subsets`` selections of the mean per-context
   Spearman (the paper's number), its std over selections, and a 95% percentile bootstrap interval over
   contexts of the per-context Spearman averaged over selections. Greedy and active minus random at every
-  budget, with the bootstrap interval over contexts of the per-context difference.
+  budget, with the bootstrap interval over contexts of the per-context difference. Kendall tau-b and Pearson
+  (METHODS.md §7), per context from the same scores, get the same three statistics in the CSV's last columns
+  (:data:`EXTRA`); the reproduction section prints all three at the full budget.
 * The judge as LCA Tables 5-7 report it: P(A) (share of ``p > 0.5``), pairwise accuracy against the humans
   (human ties left out) raw, after threshold debiasing (LCA eq. 9-10: ``tau`` the median ``p`` of the
   slice, so that P(A) = 0.5) and after permutation debiasing (both orders averaged,
