@@ -15,7 +15,7 @@ import pytest
 from judge_pair import judge_both
 from hypothesis import given, settings, strategies as st
 
-from jaxrank.models import _quant
+from jaxrank.models import _quant, _quant_layers
 from jaxrank.models._llama_core import _embed, _lin
 
 gguf = pytest.importorskip("gguf")
@@ -46,7 +46,7 @@ def _reference(raw, qt, shape):
 @given(rows=st.sampled_from([1, 3]), n_blocks=st.sampled_from([1, 2]), seed=st.integers(0, 2**31 - 1))
 def test_each_block_format_dequantises_as_gguf(name, rows, n_blocks, seed):
     raw, qt, shape = _random_blocks(name, rows, n_blocks, seed)
-    w = _quant.decode_gguf(raw, qt, shape)
+    w = _quant_layers.decode_gguf(raw, qt, shape)
     assert w.shape == shape
     np.testing.assert_array_equal(np.asarray(w.dequantise()), _reference(raw, qt, shape))
     # the embedding path: rows gathered in the packed form, then dequantised
@@ -60,7 +60,7 @@ def test_codes_take_little_memory():
     as bytes, 4 bytes more a block of 256)."""
     for name in _quant.GGUF_QTYPES:
         raw, qt, shape = _random_blocks(name, 4, 2, 0)
-        w = _quant.decode_gguf(raw, qt, shape)
+        w = _quant_layers.decode_gguf(raw, qt, shape)
         extra = 4 * 4 * 2 if name in ("Q4_K", "Q5_K") else 0
         assert _quant.nbytes(w) == raw.nbytes + extra, name
 
@@ -70,22 +70,22 @@ def test_layers_of_mixed_formats_stack_exactly():
     for names in (["Q4_K", "Q6_K", "Q4_K"], ["Q5_0", "Q8_0"], ["Q4_1", "Q4_K", "Q6_K"], ["Q4_0", "Q5_1"]):
         blocks = [_random_blocks(n, 3, 256 // GGML_QUANT_SIZES[GGMLQuantizationType[n]][0], k)
                   for k, n in enumerate(names)]
-        stacked = _quant.stack([_quant.decode_gguf(*b) for b in blocks])
-        lazily = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b) for b in blocks])   # one layer at a time
+        stacked = _quant_layers.stack([_quant_layers.decode_gguf(*b) for b in blocks])
+        lazily = _quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b) for b in blocks])   # one layer at a time
         for got in (np.asarray(stacked.dequantise()), np.asarray(lazily.dequantise())):
             for k, b in enumerate(blocks):
                 np.testing.assert_array_equal(got[k], _reference(*b), err_msg=str(names))
     same = [_random_blocks("Q5_K", 3, 1, k) for k in range(3)]
-    got = np.asarray(_quant.stack_layers([lambda b=b: _quant.decode_gguf(*b) for b in same]).dequantise())
+    got = np.asarray(_quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b) for b in same]).dequantise())
     for k, b in enumerate(same):
         np.testing.assert_array_equal(got[k], _reference(*b))
 
 
 @pytest.mark.parametrize("name", ["Q6_K", "Q4_1"])
 def test_large_tensors_decode_in_chunks_of_rows(name, monkeypatch):
-    monkeypatch.setattr(_quant, "DECODE_ROWS", 2)
+    monkeypatch.setattr(_quant_layers, "DECODE_ROWS", 2)
     raw, qt, shape = _random_blocks(name, 7, 1, 11)
-    np.testing.assert_array_equal(np.asarray(_quant.decode_gguf(raw, qt, shape).dequantise()),
+    np.testing.assert_array_equal(np.asarray(_quant_layers.decode_gguf(raw, qt, shape).dequantise()),
                                   _reference(raw, qt, shape))
 
 
@@ -109,7 +109,7 @@ def test_quantised_matmul_equals_dequantised_product_under_jit(name, chunk, monk
         monkeypatch.setattr(_quant, "CHUNK", chunk)
     raw, qt, shape = _random_blocks(name, 24, 2, 3)
     ref = _reference(raw, qt, shape).astype(np.float64)
-    w = _quant.to_device(_quant.decode_gguf(raw, qt, shape))
+    w = _quant.to_device(_quant_layers.decode_gguf(raw, qt, shape))
     if chunk is not None:
         assert _quant._chunks(*shape) > 1
     x = np.random.default_rng(4).normal(size=(2, 5, shape[1])).astype(np.float32)
@@ -140,9 +140,9 @@ def test_full_vocabulary_projection_and_generation_with_quantised_weights(monkey
             continue
         layers = [_random_blocks("Q8_0", v.shape[-2], v.shape[-1] // 32, 100 * k + i, scale=3e-4)
                   for i in range(v.shape[0] if v.ndim == 3 else 1)]
-        ws = [_quant.decode_gguf(*b) for b in layers]
+        ws = [_quant_layers.decode_gguf(*b) for b in layers]
         refs = [_reference(*b) for b in layers]
-        qp[n] = _quant.stack(ws) if v.ndim == 3 else _quant.to_device(ws[0])
+        qp[n] = _quant_layers.stack(ws) if v.ndim == 3 else _quant.to_device(ws[0])
         fp[n] = np.stack(refs) if v.ndim == 3 else refs[0]
     q, f = LlamaModel(cfg, params=qp), LlamaModel(cfg, params=fp)
     assert q.quantised and not f.quantised
@@ -155,7 +155,7 @@ def test_full_vocabulary_projection_and_generation_with_quantised_weights(monkey
 
 def test_embedding_of_a_quantised_table_with_learnt_vectors():
     raw, qt, shape = _random_blocks("Q8_0", 10, 2, 6)
-    w = {"embed": _quant.to_device(_quant.decode_gguf(raw, qt, shape))}
+    w = {"embed": _quant.to_device(_quant_layers.decode_gguf(raw, qt, shape))}
     ids = jnp.asarray([[1, 9, 3]])
     vec = jnp.ones((1, shape[1]))
     x = np.asarray(jax.jit(_embed)(w, ids, vec, jnp.asarray([[-1, 0, -1]])))

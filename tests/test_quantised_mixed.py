@@ -15,7 +15,7 @@ import pytest
 from judge_pair import judge_both
 from hypothesis import given, settings, strategies as st
 
-from jaxrank.models import _quant
+from jaxrank.models import _quant, _quant_layers
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402
@@ -63,8 +63,8 @@ def _bits_bound(names):
 def test_k_quant_mixes_stack_exactly_within_the_widest_format_plus_four_bytes(names, rows, seed):
     blocks = [_blocks(n, rows, 512, seed + k) for k, n in enumerate(names)]
     qtypes = [b[1] for b in blocks]
-    lazily = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b, qtypes) for b in blocks])
-    at_once = _quant.stack([_quant.decode_gguf(*b) for b in blocks])          # formats found on stacking
+    lazily = _quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b, qtypes) for b in blocks])
+    at_once = _quant_layers.stack([_quant_layers.decode_gguf(*b) for b in blocks])          # formats found on stacking
     for w in (lazily, at_once):
         assert w.mixed == ("Q6_K" in names) and w.bits == (6 if "Q6_K" in names else 5)
         got = np.asarray(w.dequantise())
@@ -80,7 +80,7 @@ def test_k_quant_mixes_stack_exactly_within_the_widest_format_plus_four_bytes(na
 def test_a_nan_dmin_stays_a_nan_super_block():
     """A ``Q4_K`` block whose ``dmin`` is NaN dequantises to NaN throughout (as gguf's), also when mixed."""
     blocks = [_blocks("Q6_K", 2, 512, 1), _blocks("Q4_K", 2, 512, 2, nan_dmin=True)]
-    w = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
+    w = _quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
     got = np.asarray(w.dequantise())
     for k, b in enumerate(blocks):
         _same_bits(got[k], _reference(*b))
@@ -92,7 +92,7 @@ def test_legacy_widths_widen_exactly():
     wider zero point), exact, within the wider format's GGUF size."""
     for names in (["Q4_0", "Q5_0"], ["Q5_1", "Q4_1", "Q4_1"]):
         blocks = [_blocks(n, 3, 64, 30 + k) for k, n in enumerate(names)]
-        w = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
+        w = _quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
         assert w.bits == 5 and not w.mixed
         got = np.asarray(w.dequantise())
         for k, b in enumerate(blocks):
@@ -105,9 +105,9 @@ def test_other_mixes_hold_8_bit_codes_exactly():
     decoded straight into the stack's form (so the stack is written layer by layer)."""
     blocks = [_blocks("Q5_0", 3, 256, 3), _blocks("Q8_0", 3, 256, 4), _blocks("Q5_0", 3, 256, 5)]
     qtypes = [b[1] for b in blocks]
-    layers = [_quant.decode_gguf(*b, qtypes) for b in blocks]
+    layers = [_quant_layers.decode_gguf(*b, qtypes) for b in blocks]
     assert len({_quant._form(x) for x in layers}) == 1 and layers[0].bits == 8
-    got = np.asarray(_quant.stack_layers([lambda x=x: x for x in layers]).dequantise())
+    got = np.asarray(_quant_layers.stack_layers([lambda x=x: x for x in layers]).dequantise())
     for k, b in enumerate(blocks):
         _same_bits(got[k], _reference(*b))
     assert _quant.nbytes(layers[0]) * 8 / (3 * 256) <= 8 + 2 * 8 / 32      # 8-bit codes, float16 d a block
@@ -115,9 +115,9 @@ def test_other_mixes_hold_8_bit_codes_exactly():
 
 @pytest.mark.parametrize("device", [False, True])
 def test_chunks_of_rows_written_into_the_whole_tensor(device, monkeypatch):
-    monkeypatch.setattr(_quant, "DECODE_ROWS", 2)
+    monkeypatch.setattr(_quant_layers, "DECODE_ROWS", 2)
     raw, qt, shape = _blocks("Q4_K", 7, 256, 9)
-    w = _quant.decode_gguf(raw, qt, shape, [qt, GGMLQuantizationType.Q6_K], device=device)
+    w = _quant_layers.decode_gguf(raw, qt, shape, [qt, GGMLQuantizationType.Q6_K], device=device)
     assert w.mixed and isinstance(w.lo, jax.Array) == device
     _same_bits(w.dequantise(), _reference(raw, qt, shape))
 
@@ -126,7 +126,7 @@ def test_quantised_matmul_of_a_mixed_stack_under_scan():
     """``x @ W[l].T`` for each layer of a mixed stack, sliced by ``lax.scan`` as the decoder does, against
     NumPy float64 on the reference dequantisation."""
     blocks = [_blocks(n, 16, 512, 20 + k) for k, n in enumerate(["Q6_K", "Q4_K", "Q5_K"])]
-    w = _quant.stack_layers([lambda b=b: _quant.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
+    w = _quant_layers.stack_layers([lambda b=b: _quant_layers.decode_gguf(*b, [b[1] for b in blocks]) for b in blocks])
     x = np.random.default_rng(0).normal(size=(2, 512)).astype(np.float32)
     _, ys = jax.jit(lambda x_, w_: jax.lax.scan(lambda c, wl: (c, _quant.matmul(c, wl)), x_, w_))(x, w)
     for k, b in enumerate(blocks):

@@ -40,7 +40,8 @@ import numpy as np
 
 from jaxrank._notices import quiet_torch_notice
 
-from ._quant import GGUF_QTYPES, decode_gguf
+from ._quant import GGUF_QTYPES
+from ._quant_layers import decode_gguf
 from ._weights import release_pages
 
 __all__ = ["GGUF_ARCHITECTURES", "GGUFTensor", "read_gguf", "gguf_config", "gguf_tensors", "special_tokens",

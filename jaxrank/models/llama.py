@@ -53,7 +53,7 @@ from flax import nnx
 from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
     ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
 )
-from . import _quant
+from . import _quant, _quant_layers
 from ._quant import QuantisedWeight  # noqa: F401  (re-exported: weights kept quantised)
 from ._weights import checked_array, release_pages, stacked_param
 from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConfig  # noqa: F401  (re-exported)
@@ -242,11 +242,11 @@ def _checked(name, value, shape, dtype):
 
 
 def _stack(getters: list, dtype):
-    """The ``L`` layer tensors stacked: quantised weights stay quantised (``_quant.stack``), arrays go
+    """The ``L`` layer tensors stacked: quantised weights stay quantised (``_quant_layers.stack``), arrays go
     through :func:`~jaxrank.models._weights.stacked_param` (one host buffer in ``dtype``)."""
     first = getters[0]()
     if isinstance(first, QuantisedWeight):
-        return _quant.stack_layers([lambda: first] + list(getters[1:]))
+        return _quant_layers.stack_layers([lambda: first] + list(getters[1:]))
     return stacked_param([lambda: first] + list(getters[1:]), dtype)
 
 
