@@ -88,7 +88,7 @@ def summarise(records: list[dict]) -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], judge: str, data: str, stem: Path) -> str:
+def write(rows: list[dict], judge: str, data: str, stem: Path, command: str = "") -> str:
     with stem.parent.joinpath(stem.name + ".csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -98,7 +98,7 @@ def write(rows: list[dict], judge: str, data: str, stem: Path) -> str:
              f"{rows[0]['samples']} answer(s) sampled at temperature 1 (at most {rows[0]['max_new_tokens']} tokens), "
              "the first number in 1..10 parsed (5.5 when none), mean over the answers. Spearman per context "
              "against the human scores, mean over contexts where both vary, 95% bootstrap interval over "
-             "contexts.", "",
+             "contexts." + (f" Command: `{command}`." if command else ""), "",
              "| aspect | Spearman | contexts (defined / all) | answers parsed |", "|---|---:|---:|---:|"]
     for r in rows:
         ci = f" [{r['spearman_lo']:+.3f}, {r['spearman_hi']:+.3f}]" if np.isfinite(r["spearman_lo"]) else ""
@@ -131,7 +131,11 @@ def main(argv=None) -> int:
     records = read(path)
     if not records:
         raise SystemExit(f"no records in {path}")
-    print(write(summarise(records), args.judge, args.data, stem))
+    command = (f"python experiments/prompt_scoring.py --judge {args.judge} --data {args.data} --aspect {args.aspect} "
+               f"--contexts {args.contexts} --candidates {args.candidates} --samples {args.samples} "
+               f"--max-new-tokens {args.max_new_tokens}"
+               + (f" --answer-prefix {args.answer_prefix!r}" if args.answer_prefix is not None else ""))
+    print(write(summarise(records), args.judge, args.data, stem, command))
     return 0
 
 
