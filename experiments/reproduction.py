@@ -231,6 +231,11 @@ COMPARATIVE_VS_SCORING = (
      "prompt scoring: one sampled 1-10 score, temperature 1, 5 tokens (LCA §4.3.2)",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4)",
      False, None),
+    ("SummEval COH", "qwen2.5-coder-1.5b", "summeval-coherence-qwen2.5-coder-1.5b-auto.jsonl",
+     "prompt_scoring/scoring-summeval-qwen2.5-coder-1.5b.jsonl", "score",
+     "prompt scoring: one sampled 1-10 score, temperature 1, 5 tokens (LCA §4.3.2)",
+     "comparative > prompt scoring (LCA Table 1, COH x100: FlanT5-770M 29.8 vs -3.6; FlanT5-3B 51.2 vs 14.5; "
+     "Llama2-chat-7B 27.9 vs 8.6)", False, "summeval-coherence-cab9ba0e-4ebd11"),
 )
 """LCA Table 1 / 3's question, one judge: its pointwise scores against its own comparisons, same contexts."""
 
