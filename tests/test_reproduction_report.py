@@ -204,7 +204,7 @@ def test_judge_table_bias_and_accuracy_by_hand_from_the_store():
     from test_efficiency_real import DATA, JUDGE, STORE, TEMPLATE, human_coherence
 
     md = RESULTS / f"efficiency_{DATA}_{JUDGE}.md"
-    root = Path(os.environ.get("JAXRANK_DATA", ""))
+    root = Path(os.environ.get("JAXRANK_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     if not (md.is_file() and (RESULTS / "stores" / STORE).is_file() and (root / "topicalchat").is_dir()):
         pytest.skip("store, efficiency results or $JAXRANK_DATA/topicalchat absent")
     m = re.search(r"(\d+) contexts x (\d+) candidates.*?Contexts: ([^.]*)\.", md.read_text())
