@@ -1,6 +1,7 @@
 """The file machinery of the judgement store (:mod:`jaxrank.assessment.store`): what a line is, how a
-file is scanned, locked, rewritten atomically and cleaned of damaged lines. The public names are
-re-exported there."""
+file is scanned, locked, rewritten atomically and cleaned of damaged lines; the file-level checks
+(:func:`check_regular_file`, :func:`check_store`, :func:`repair_store`). The public names are re-exported
+there."""
 
 from __future__ import annotations
 
@@ -300,3 +301,62 @@ def _move_aside(path: Path, data: bytes, lines: list[tuple[int, bytes, str]]) ->
     kept = b"".join(raw + b"\n" for n, raw in enumerate(parts, start=1) if n not in drop)
     _fsync_write(path, kept)
     return kept
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "store") -> Path:
+    """``path`` as a ``Path`` if it is a regular file or absent; else :class:`NotAStoreError` saying what it is
+    (a folder, a pipe or device), so that nothing blocks reading a pipe or writes into a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise NotAStoreError(f"{path} is a folder; a {what} is a .jsonl file: give a file path")
+    if path.exists() and not path.is_file():
+        raise NotAStoreError(f"{path} is not a regular file (a pipe or device); a {what} is a .jsonl file")
+    return path
+
+
+def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
+    """Scan a store without changing it: valid records, damaged lines, duplicated keys.
+
+    Reads under the store's lock (so a line being written by another process is
+    not mistaken for a torn one), or without it where the lock file cannot be
+    created (a read-only folder).
+
+    Raises:
+        FileNotFoundError: no such file.
+        NotAStoreError: a folder, a pipe or a device.
+    """
+    path = check_regular_file(path)
+    try:
+        lock = _Lock(path, lock_timeout)
+        lock.__enter__()
+    except StoreLockedError:
+        raise
+    except OSError:                               # no lock file possible here: read as it is
+        return _scan_bytes(path.read_bytes())
+    try:
+        return _scan_bytes(path.read_bytes())
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
+    """Move every damaged line and every later occurrence of a key to ``<path>.damaged``.
+
+    The first record of each key is kept (the value a running judge saw); the
+    moved lines keep their line numbers and the reason in the side file.
+
+    Returns:
+        The scan before the repair (what was moved).
+    """
+    path = check_regular_file(path)
+    with _Lock(path, lock_timeout):
+        data = path.read_bytes()
+        scan = _scan_bytes(data)
+        moved = [(d.line, d.raw, d.reason) for d in scan.damaged]
+        lines = data.split(b"\n")
+        moved += [(c.line, lines[c.line - 1],
+                   f"{'identical' if c.same else 'different'} duplicate of line {c.first_line}")
+                  for c in scan.conflicts]
+        if moved or scan.unterminated:
+            _move_aside(path, data, sorted(moved))
+    return scan

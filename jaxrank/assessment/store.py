@@ -59,24 +59,14 @@ from jaxrank.assessment._store_file import (READABLE_SCHEMAS, SCHEMA_VERSION, TE
                                             DamagedLine, Key, NotAStoreError, StoreConflictError,
                                             StoreDamageWarning, StoreLockedError, StoreScan,
                                             TextHashes, _damaged_path, _FIELDS, _fsync_write, _key_of, _Lock,
-                                            _move_aside, _parse, _scan_bytes, _STAMP, text_sha)
+                                            _move_aside, _parse, _scan_bytes, _STAMP, check_regular_file,
+                                            check_store, repair_store, text_sha)
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store", "text_sha", "TextHashes",
            "adopt_store", "Adopted", "SCHEMA_VERSION", "READABLE_SCHEMAS", "TEXT_SHA_LENGTH", "NotAStoreError",
            "StoreConflictError", "check_regular_file"]
-
-
-def check_regular_file(path: str | os.PathLike, what: str = "store") -> Path:
-    """``path`` as a ``Path`` if it is a regular file or absent; else :class:`NotAStoreError` saying what it is
-    (a folder, a pipe or device), so that nothing blocks reading a pipe or writes into a folder."""
-    path = Path(path)
-    if path.is_dir():
-        raise NotAStoreError(f"{path} is a folder; a {what} is a .jsonl file: give a file path")
-    if path.exists() and not path.is_file():
-        raise NotAStoreError(f"{path} is not a regular file (a pipe or device); a {what} is a .jsonl file")
-    return path
 
 
 class StoredComparisons(NamedTuple):
@@ -91,56 +81,6 @@ class StoredComparisons(NamedTuple):
     comparisons: object
     contexts: list[str]
     candidates: list[list[str]]
-
-
-
-
-def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
-    """Scan a store without changing it: valid records, damaged lines, duplicated keys.
-
-    Reads under the store's lock (so a line being written by another process is
-    not mistaken for a torn one), or without it where the lock file cannot be
-    created (a read-only folder).
-
-    Raises:
-        FileNotFoundError: no such file.
-        NotAStoreError: a folder, a pipe or a device.
-    """
-    path = check_regular_file(path)
-    try:
-        lock = _Lock(path, lock_timeout)
-        lock.__enter__()
-    except StoreLockedError:
-        raise
-    except OSError:                               # no lock file possible here: read as it is
-        return _scan_bytes(path.read_bytes())
-    try:
-        return _scan_bytes(path.read_bytes())
-    finally:
-        lock.__exit__(None, None, None)
-
-
-def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
-    """Move every damaged line and every later occurrence of a key to ``<path>.damaged``.
-
-    The first record of each key is kept (the value a running judge saw); the
-    moved lines keep their line numbers and the reason in the side file.
-
-    Returns:
-        The scan before the repair (what was moved).
-    """
-    path = check_regular_file(path)
-    with _Lock(path, lock_timeout):
-        data = path.read_bytes()
-        scan = _scan_bytes(data)
-        moved = [(d.line, d.raw, d.reason) for d in scan.damaged]
-        lines = data.split(b"\n")
-        moved += [(c.line, lines[c.line - 1],
-                   f"{'identical' if c.same else 'different'} duplicate of line {c.first_line}")
-                  for c in scan.conflicts]
-        if moved or scan.unterminated:
-            _move_aside(path, data, sorted(moved))
-    return scan
 
 
 class JudgementStore:
