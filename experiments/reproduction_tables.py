@@ -56,6 +56,7 @@ CEILING_NOTE = ("Human ceiling beside these rows: SummEval has none in the share
 
 
 def read_csv(path: Path) -> list[dict] | None:
+    """Rows of a stored CSV, or None when the file is absent."""
     if not path.is_file():
         return None
     with open(path, newline="") as fh:
@@ -64,6 +65,22 @@ def read_csv(path: Path) -> list[dict] | None:
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def load_experiment(name: str):
+    """``experiments/<name>.py`` loaded by path (the experiments are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def large_pool_summary(rows: list[dict]):
+    """``(module, summary, N)`` of the HANNA pool's stored rows (``hanna_large_pool.csv``): the module
+    ``experiments/hanna_large_pool.py`` (its cells and the paper's Table 3), its summary of ``rows`` and the
+    pool's size."""
+    lp = load_experiment("hanna_large_pool")
+    return lp, lp.summary(rows), lp.N
 
 
 def efficiency_md(path: Path) -> dict | None:
@@ -163,21 +180,13 @@ def judges_section(results: Path) -> list[str]:
     return L
 
 
-def large_pool_module():
-    spec = importlib.util.spec_from_file_location("hanna_large_pool", HERE / "hanna_large_pool.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def pairs_section(results: Path) -> list[str]:
     """PoE Table 9 (HANNA columns) beside PairS on the HANNA pool, from ``hanna_large_pool.csv``."""
     L = ["## PoE Table 9: PairS (beam) and a pointwise score against PoE-BT, HANNA", ""]
     rows = read_csv(results / "hanna_large_pool.csv")
     if not rows or not any(r["selection"].startswith("pairs") for r in rows):
         return L + ["left to fill (`experiments/hanna_large_pool.py`, PairS runs)"]
-    lp = large_pool_module()
-    sp, n = lp.summary(rows), lp.N
+    lp, sp, n = large_pool_summary(rows)
     beams = sorted({r["selection"] for r in rows if r["selection"].startswith("pairs")})
     aspects = [a for a in ("coherence", "complexity", "surprise") if any(r["aspect"] == a for r in rows)]
     L += ["Spearman x 100 over the whole pool of 1,056 stories. Paper (PoE App. C.8, Table 9): PairS-beam "
