@@ -2,9 +2,7 @@
 hand from the release files (csv, json, NumPy, SciPy), and the reproduction report's section regenerated
 from the CSV."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,28 +11,12 @@ from scipy import stats
 from hanna_raw import read_hanna_raw
 from jaxrank.data import match_systems
 from jaxrank.data.loaders import data_dir
+from _fixtures_experiments import RESULTS, ROOT, have_hanna, load_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
 CSV = RESULTS / "hanna_large_pool.csv"
 N = 1056
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _have_data():
-    try:
-        return (data_dir() / "hanna" / "hanna_metric_scores_llm.csv").is_file()
-    except FileNotFoundError:
-        return False
-
-
-needs = pytest.mark.skipif(not _have_data() or not CSV.is_file(), reason="HANNA data or the stored large-pool CSV missing")
+needs = pytest.mark.skipif(not have_hanna() or not CSV.is_file(), reason="HANNA data or the stored large-pool CSV missing")
 
 
 def _rows(**match):
@@ -62,7 +44,7 @@ def test_average_probability_cell_by_hand():
     row = _rows(aspect="coherence", judge="ChatGPT", selection="random", seed=0, scorer="average_probability",
                 debias="none", budget=2 * N)
     assert len(row) == 1
-    lp = _load("hanna_large_pool")
+    lp = load_experiment("hanna_large_pool")
     i, j = lp.random_selection(0, max(lp.BUDGETS))           # the library's selection: plumbing only
     i, j = i[: 2 * N], j[: 2 * N]
     ratings, human = _raw_pool("ChatGPT", "CH", "Coherence")
@@ -102,7 +84,7 @@ def test_pool_human_ceiling_by_hand():
 
 @needs
 def test_reproduction_regenerates_the_large_pool_section(tmp_path):
-    gen = _load("reproduction")
+    gen = load_experiment("reproduction")
     section = "\n".join(gen.large_pool_section(RESULTS))
     # one cell recomputed from the CSV: Mistral-7B, coherence, R = 5N, PoE-BT, mean and t interval over seeds
     x = np.array([float(r["spearman"]) for r in _rows(aspect="coherence", judge="Mistral-7B", selection="random",

@@ -1,6 +1,5 @@
 """The reproduction report: generated from stored results, one row checked by an independent recomputation."""
 
-import importlib.util
 import json
 import re
 import warnings
@@ -13,26 +12,14 @@ from scipy.stats import spearmanr
 from jaxrank.data import match_systems
 from jaxrank.data.loaders import data_dir
 from hanna_raw import read_hanna_raw
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results"
+from _fixtures_experiments import RESULTS, have_hanna, load_experiment
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("reproduction", ROOT / "experiments" / "reproduction.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("reproduction")
 
 
-def _have_data():
-    try:
-        return (data_dir() / "hanna" / "hanna_metric_scores_llm.csv").is_file()
-    except FileNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(not _have_data() or not (RESULTS / "hanna_llm_scores.csv").is_file(),
+@pytest.mark.skipif(not have_hanna() or not (RESULTS / "hanna_llm_scores.csv").is_file(),
                     reason="HANNA data or stored HANNA results missing")
 def test_report_hanna_row_matches_independent_recomputation(tmp_path):
     out = tmp_path / "REPRODUCTION.md"
@@ -169,10 +156,7 @@ def test_real_judge_efficiency_section_reads_each_csv_cell():
 
 
 def _tables():
-    spec = importlib.util.spec_from_file_location("reproduction_tables", ROOT / "experiments" / "reproduction_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("reproduction_tables")
 
 
 def test_pairs_table_cells_are_the_csv_rows():
@@ -288,9 +272,7 @@ def test_real_judge_agreement_table_reads_kendall_and_pearson(tmp_path):
     full = max(int(r["budget"]) for r in rows if not r["versus"])
     want = next(r for r in rows if r["judge_kind"] == "real" and r["selection"] == "random"
                 and r["scorer"] == "average_probability" and int(r["budget"]) == full and not r["versus"])
-    mod = importlib.util.module_from_spec(spec := importlib.util.spec_from_file_location(
-        "efficiency_real", ROOT / "experiments" / "efficiency_real.py"))
-    spec.loader.exec_module(mod)
+    mod = load_experiment("efficiency_real")
     lines = mod.reproduction_section(path)
     row = next(x for x in lines if x.startswith("| average_probability | "))
     sp, kt, pe = (c.strip() for c in row.strip("|").split("|")[1:])
