@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import json
 import math
 import os
@@ -52,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jaxrank.io import read_text
+from jaxrank.io import csv_header, read_text
 
 if TYPE_CHECKING:  # imported when a data set is built: reading and checking the rows needs no `datasets`
     import datasets
@@ -303,13 +302,7 @@ def from_records(records, *, scores: Iterable[str] | str | None = None,
 
 
 def _csv_rows(path: Path, text: str) -> tuple[list[str], list[Located]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    try:
-        columns = reader.fieldnames
-    except csv.Error as e:
-        raise ValueError(f"{path}: line 1: malformed header ({e})") from None
-    if not columns:
-        raise ValueError(f"{path}: empty file (no header row)")
+    reader, columns = csv_header(path, text, f"{path}: line 1")
     columns = [c.strip() for c in columns]
     reader.fieldnames = columns
     rows = []

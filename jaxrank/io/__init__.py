@@ -49,7 +49,7 @@ from jaxrank.io._rows import _blank, _item_id, comparisons_from_rows
 if TYPE_CHECKING:  # imported once the rows are read: a malformed file is reported without importing JAX
     from jaxrank.comparisons import Comparisons
 
-__all__ = ["ComparisonTable", "comparisons_from_rows", "read_comparisons", "read_text"]
+__all__ = ["ComparisonTable", "comparisons_from_rows", "csv_header", "read_comparisons", "read_text"]
 
 _DEFAULTS = {
     "item_a": ("item_a", "a", "model_a", "left", "i", "candidate_a"),
@@ -122,15 +122,32 @@ def _delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
-def _csv_source(path: Path, text: str) -> _Source:
-    header = text.split("\n", 1)[0]
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=_delimiter(header))
+def csv_header(path: str | os.PathLike, text: str, header_at: str, *,
+               delimiter: str = ",") -> tuple[csv.DictReader, list[str]]:
+    """A ``csv.DictReader`` over the CSV ``text`` of the file ``path``, and its header row's column names.
+
+    Args:
+        path: the file, as errors name it.
+        text: its text (:func:`read_text`).
+        header_at: how errors name the header's place (``"f.csv, line 1"``).
+        delimiter: the field delimiter.
+
+    Raises:
+        ValueError: a malformed header (naming ``header_at``), or no header row (an empty file).
+    """
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
         columns = reader.fieldnames
     except csv.Error as e:
-        raise ValueError(f"{path}, line 1: malformed header ({e})") from None
+        raise ValueError(f"{header_at}: malformed header ({e})") from None
     if not columns:
         raise ValueError(f"{path}: empty file (no header row)")
+    return reader, columns
+
+
+def _csv_source(path: Path, text: str) -> _Source:
+    header = text.split("\n", 1)[0]
+    reader, columns = csv_header(path, text, f"{path}, line 1", delimiter=_delimiter(header))
     dupes = sorted({c for c in columns if columns.count(c) > 1})
     if dupes:
         raise ValueError(f"{path}, line 1: column(s) {dupes} appear more than once in the header; "
