@@ -67,6 +67,21 @@ def _poisoned(pred, gold, where, allow_inf):
     return jnp.any(bad & where, axis=-1)
 
 
+def _pairs(pred, gold, where):
+    """The rank metrics' common start: :func:`_prepare`'d ``pred`` and ``gold``, the ``[..., N, N]`` mask of the
+    real pairs ``a < b``, and per context whether a traced input holds a NaN (:func:`_poisoned`)."""
+    pred, gold, where = _prepare(pred, gold, where)
+    poisoned = _poisoned(pred, gold, where, True)
+    n = pred.shape[-1]
+    pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
+    return pred, gold, pair, poisoned
+
+
+def _sign_diff(x):
+    """``[..., N, N]`` ``sign(x_a - x_b)``."""
+    return jnp.sign(x[..., :, None] - x[..., None, :])
+
+
 def average_ranks(x, *, where=None):
     """Ranks along the last axis (1 = smallest), ties get their average rank; masked entries get 0."""
     x = jnp.asarray(x)
@@ -146,12 +161,9 @@ def kendall_tau(pred, gold, *, where=None):
 
 @jax.jit
 def _kendall_tau(pred, gold, where):
-    pred, gold, where = _prepare(pred, gold, where)
-    poisoned = _poisoned(pred, gold, where, True)
-    n = pred.shape[-1]
-    pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
-    sx = jnp.where(pair, jnp.sign(pred[..., :, None] - pred[..., None, :]), 0)
-    sy = jnp.where(pair, jnp.sign(gold[..., :, None] - gold[..., None, :]), 0)
+    pred, gold, pair, poisoned = _pairs(pred, gold, where)
+    sx = jnp.where(pair, _sign_diff(pred), 0)
+    sy = jnp.where(pair, _sign_diff(gold), 0)
     num = jnp.sum(sx * sy, axis=(-2, -1))
     den = jnp.sum(sx * sx, axis=(-2, -1)) * jnp.sum(sy * sy, axis=(-2, -1))
     ok = (den > 0) & ~poisoned
@@ -172,12 +184,9 @@ def pairwise_accuracy(pred, gold, *, where=None):
 
 @jax.jit
 def _pairwise_accuracy(pred, gold, where):
-    pred, gold, where = _prepare(pred, gold, where)
-    poisoned = _poisoned(pred, gold, where, True)
-    n = pred.shape[-1]
-    pair = where[..., :, None] & where[..., None, :] & (jnp.arange(n)[:, None] < jnp.arange(n)[None, :])
-    sy = jnp.sign(gold[..., :, None] - gold[..., None, :])
-    sx = jnp.sign(pred[..., :, None] - pred[..., None, :])
+    pred, gold, pair, poisoned = _pairs(pred, gold, where)
+    sy = _sign_diff(gold)
+    sx = _sign_diff(pred)
     counted = pair & (sy != 0)
     right = jnp.where(counted, jnp.where(sx == sy, 1.0, jnp.where(sx == 0, 0.5, 0.0)), 0.0)
     total = jnp.sum(counted, axis=(-2, -1))
