@@ -44,6 +44,7 @@ import numpy as np
 
 from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
 from jaxrank.judges._forward import read_decoder, read_t5, rows_per_call
+from jaxrank.judges._pairwise_templates import _SENT_A, _SENT_B, compare_templates, label_tokens, render_frame
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.answer_prefix import find_answer_prefix
 from jaxrank.judges.judgement import AnswerPrefixChoice, Judgement, _empty, check_pairs
@@ -67,7 +68,6 @@ READING_VERSION = "whole-continuation-1"
 """How a :class:`PromptJudge` reads the answer; part of its ``template_key``, so judgements read another way
 (the first differing label token of piecewise-tokenised prompts, before) are never mixed with these."""
 
-_SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
 
 
 class PromptJudge:
@@ -243,21 +243,7 @@ class PromptJudge:
     # --------------------------------------------------------------- rendering
     def _render_frame(self) -> tuple[str, str, str]:
         """``(before_context, between_context_and_a, rest)``; ``rest`` holds the A/B sentinels."""
-        t = self.template
-        msg = t.text.replace("{context}", _SENT_CUT).replace("{a}", _SENT_A).replace("{b}", _SENT_B)
-        if self.chat:
-            msgs = ([{"role": "system", "content": self.system}] if self.system else []) + \
-                [{"role": "user", "content": msg}]
-            full = self.lm.tokenizer.apply_chat_template(msgs, chat_template=self.lm.chat_template,
-                                                         add_generation_prompt=True, tokenize=False)
-        else:
-            full = (self.system + "\n\n" if self.system else "") + msg + "\n\n"
-        full = full + t.answer_prefix
-        before, rest = full.split(_SENT_CUT) if self.has_context else ("", full)
-        between, rest = rest.split(_SENT_A, 1)
-        if not self.has_context:
-            before, between = between, ""
-        return before, between, _SENT_A + rest
+        return render_frame(self)
 
     @property
     def has_context(self) -> bool:
@@ -276,22 +262,7 @@ class PromptJudge:
 
     def _label_tokens(self):
         """The first differing tokens of the two labels, each tokenised alone (the soft prompt's and T5's reading)."""
-        tok = self.lm.tokenizer
-        rest = self._frame[2]
-        lead = " " if (self.decoder and not rest[-1].isspace()) else ""
-        ids = [list(tok(lead + w, add_special_tokens=False)["input_ids"]) for w in self.template.labels]
-        eos = set(self.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
-        ids = [[t for t in x if t not in eos] for x in ids]
-        d = 0
-        while d < min(map(len, ids)) and ids[0][d] == ids[1][d]:
-            d += 1
-        if d == min(map(len, ids)):
-            raise ValueError(f"label words {self.template.labels!r} tokenise to {ids[0]} and {ids[1]}: "
-                             "no differing token to compare; choose other label words")
-        if d and not self.decoder:
-            raise ValueError(f"label words {self.template.labels!r} share leading tokens; an encoder-decoder "
-                             "judge reads only the first decoder token: choose words that differ at once")
-        return ids[0][:d], np.array([ids[0][d], ids[1][d]], np.int32)
+        return label_tokens(self)
 
     def prompt_text(self, context: str, a: str, b: str) -> str:
         """The exact text the model reads for one comparison, up to the answer position.
@@ -506,46 +477,4 @@ class PromptJudge:
             ValueError: no template, templates whose prefix, labels or answer
                 prefix differ from the first's (names the template), or bad pairs.
         """
-        if not templates:
-            raise ValueError("templates must hold at least one template")
-        i, j = check_pairs(candidates, i, j)
-        judges = [self.with_template(t) for t in templates]
-        first = judges[0]
-        for k, jd in enumerate(judges[1:], start=1):
-            t = templates[k]
-            if jd._frame[:2] != first._frame[:2]:
-                raise ValueError(f"templates[{k}] ({t.name}) changes the prefix before {{a}}; "
-                                 "templates judged together must share it")
-            if jd.reading.ids != first.reading.ids or t.answer_prefix != templates[0].answer_prefix:
-                raise ValueError(f"templates[{k}] ({t.name}) reads other label tokens "
-                                 f"({t.labels!r}, answer prefix {t.answer_prefix!r}) than templates[0]")
-        n = len(i)
-        if n == 0:
-            return [_empty() for _ in judges]
-        width = first.reading.width
-        ctx_len = len(self._encode(context, False)) if self.has_context else 0
-        rows, truncated = [], False
-        for jd in judges:                       # one cut for all: the shortest context any template needs
-            r, t = jd.prompt_rows(context, candidates, i, j, extra=width)
-            rows.append(r)
-            truncated |= t
-        if truncated:
-            need = max(len(x) for r in rows for x in r) + width - self.max_length
-            keep = ctx_len - max(0, need)
-            rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=keep)[0]
-                    for jd in judges]
-            keep = min(keep, ctx_len)
-            while max(len(x) for r in rows for x in r) + width > self.max_length and keep > 0:
-                keep -= max(len(x) for r in rows for x in r) + width - self.max_length
-                rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=max(keep, 0))[0]
-                        for jd in judges]
-        self._warned = self._warned or truncated
-        flat = [x for r in rows for x in r]
-        logp, ti, tp = self._read(flat, i.tolist() * len(judges), progress)
-        out = []
-        for k, jd in enumerate(judges):
-            sl = slice(k * n, (k + 1) * n)
-            jd._mass_warned = self._mass_warned
-            out.append(jd._judgement(logp[sl], ti[sl], tp[sl], truncated))
-            self._mass_warned = jd._mass_warned
-        return out
+        return compare_templates(self, templates, context, candidates, i, j, progress)

@@ -1,0 +1,107 @@
+"""Rendering and template batching of :class:`~jaxrank.judges.pairwise.PromptJudge` (private).
+
+Moved unchanged out of :mod:`jaxrank.judges.pairwise` (which kept its public names): the prompt frame
+around the context and candidates, the labels' first differing tokens, and the body of
+:meth:`~jaxrank.judges.pairwise.PromptJudge.compare_templates` (several templates sharing their prefix in
+one batched job). Each function takes the judge as its first argument.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from jaxrank.judges.judgement import Judgement, _empty, check_pairs
+from jaxrank.judges.prompts import PairwiseTemplate
+
+__all__ = ["render_frame", "label_tokens", "compare_templates"]
+
+_SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
+
+
+def render_frame(judge) -> tuple[str, str, str]:
+    """``(before_context, between_context_and_a, rest)``; ``rest`` holds the A/B sentinels."""
+    t = judge.template
+    msg = t.text.replace("{context}", _SENT_CUT).replace("{a}", _SENT_A).replace("{b}", _SENT_B)
+    if judge.chat:
+        msgs = ([{"role": "system", "content": judge.system}] if judge.system else []) + \
+            [{"role": "user", "content": msg}]
+        full = judge.lm.tokenizer.apply_chat_template(msgs, chat_template=judge.lm.chat_template,
+                                                     add_generation_prompt=True, tokenize=False)
+    else:
+        full = (judge.system + "\n\n" if judge.system else "") + msg + "\n\n"
+    full = full + t.answer_prefix
+    before, rest = full.split(_SENT_CUT) if judge.has_context else ("", full)
+    between, rest = rest.split(_SENT_A, 1)
+    if not judge.has_context:
+        before, between = between, ""
+    return before, between, _SENT_A + rest
+
+
+def label_tokens(judge):
+    """The first differing tokens of the two labels, each tokenised alone (the soft prompt's and T5's reading)."""
+    tok = judge.lm.tokenizer
+    rest = judge._frame[2]
+    lead = " " if (judge.decoder and not rest[-1].isspace()) else ""
+    ids = [list(tok(lead + w, add_special_tokens=False)["input_ids"]) for w in judge.template.labels]
+    eos = set(judge.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
+    ids = [[t for t in x if t not in eos] for x in ids]
+    d = 0
+    while d < min(map(len, ids)) and ids[0][d] == ids[1][d]:
+        d += 1
+    if d == min(map(len, ids)):
+        raise ValueError(f"label words {judge.template.labels!r} tokenise to {ids[0]} and {ids[1]}: "
+                         "no differing token to compare; choose other label words")
+    if d and not judge.decoder:
+        raise ValueError(f"label words {judge.template.labels!r} share leading tokens; an encoder-decoder "
+                         "judge reads only the first decoder token: choose words that differ at once")
+    return ids[0][:d], np.array([ids[0][d], ids[1][d]], np.int32)
+
+
+def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str, candidates: Sequence[str],
+                      i, j, progress=None) -> list[Judgement]:
+    """:meth:`PromptJudge.compare_templates <jaxrank.judges.pairwise.PromptJudge.compare_templates>`'s body."""
+    if not templates:
+        raise ValueError("templates must hold at least one template")
+    i, j = check_pairs(candidates, i, j)
+    judges = [judge.with_template(t) for t in templates]
+    first = judges[0]
+    for k, jd in enumerate(judges[1:], start=1):
+        t = templates[k]
+        if jd._frame[:2] != first._frame[:2]:
+            raise ValueError(f"templates[{k}] ({t.name}) changes the prefix before {{a}}; "
+                             "templates judged together must share it")
+        if jd.reading.ids != first.reading.ids or t.answer_prefix != templates[0].answer_prefix:
+            raise ValueError(f"templates[{k}] ({t.name}) reads other label tokens "
+                             f"({t.labels!r}, answer prefix {t.answer_prefix!r}) than templates[0]")
+    n = len(i)
+    if n == 0:
+        return [_empty() for _ in judges]
+    width = first.reading.width
+    ctx_len = len(judge._encode(context, False)) if judge.has_context else 0
+    rows, truncated = [], False
+    for jd in judges:                       # one cut for all: the shortest context any template needs
+        r, t = jd.prompt_rows(context, candidates, i, j, extra=width)
+        rows.append(r)
+        truncated |= t
+    if truncated:
+        need = max(len(x) for r in rows for x in r) + width - judge.max_length
+        keep = ctx_len - max(0, need)
+        rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=keep)[0]
+                for jd in judges]
+        keep = min(keep, ctx_len)
+        while max(len(x) for r in rows for x in r) + width > judge.max_length and keep > 0:
+            keep -= max(len(x) for r in rows for x in r) + width - judge.max_length
+            rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=max(keep, 0))[0]
+                    for jd in judges]
+    judge._warned = judge._warned or truncated
+    flat = [x for r in rows for x in r]
+    logp, ti, tp = judge._read(flat, i.tolist() * len(judges), progress)
+    out = []
+    for k, jd in enumerate(judges):
+        sl = slice(k * n, (k + 1) * n)
+        jd._mass_warned = judge._mass_warned
+        out.append(jd._judgement(logp[sl], ti[sl], tp[sl], truncated))
+        judge._mass_warned = jd._mass_warned
+    return out
