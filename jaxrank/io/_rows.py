@@ -31,7 +31,10 @@ def _item_id(value) -> str:
 
 
 def _column(name, values) -> list:
-    """A column of item ids as a Python list (a list, tuple, NumPy array or pandas Series)."""
+    """A column of item ids as a Python list (a list, tuple, NumPy array or pandas Series); a list is itself
+    (read, never changed: no copy)."""
+    if type(values) is list:
+        return values
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ValueError(f"{name} must be a sequence of item ids (list, NumPy array, pandas Series), "
                          f"got {type(values).__name__}")
@@ -96,6 +99,10 @@ def _item_codes(a: list, b: list):
     except TypeError as e:                  # an unhashable id (a list, a dict)
         raise ValueError(f"item_a and item_b must hold strings or numbers as item ids ({e})") from None
     keys = list(numbering)
+    if all(type(k) is str for k in keys):   # text ids (the usual case): no per-id Python call
+        names = [k.strip() for k in keys]
+        if "" not in names and len(set(names)) == len(names):
+            return names, codes[0::2], codes[1::2]
     names, merged = [], {}
     for k in keys:                          # once per distinct id, not per row
         try:
@@ -114,7 +121,7 @@ def _item_codes(a: list, b: list):
     return names, codes[0::2], codes[1::2]
 
 
-def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool = True):
+def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | str = True):
     """One context's comparisons from columns of raw rows (evalica's input form), vectorised.
 
     Row ``k`` compares ``item_a[k]`` (position A) with ``item_b[k]`` and says
@@ -135,13 +142,24 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool = T
     a clipping ``eps > 0`` or the Gaussian expert's logits; pass ``aggregate=False``
     for them (one comparison a row). Pairs whose rows all have weight 0 are dropped.
 
+    With ``aggregate="unordered"`` the rows of ``(a, b)`` and of ``(b, a)`` become one
+    comparison too: a row of ``(b, a)`` with ``p`` is a row of ``(a, b)`` with ``1 - p``
+    (``log sigmoid(-d)`` and ``log sigmoid(d)`` swap), so the comparison of the pair, ``a``
+    the item numbered first, has ``W = sum_k w_k`` over both orders and ``P = sum_k w_k p'_k / W``
+    with ``p'_k = p_k`` or ``1 - p_k``. Exact for the same likelihood **without a position
+    bias** only (``debias=False``, as evalica and choix fit it): a learnt or mean bias
+    ``gamma`` enters ``d = s_a - s_b - gamma`` with the sign of the order, which the sum
+    forgets. On the 49,520 football rows: 7,557 comparisons against 12,309 ordered pairs.
+
     Args:
         item_a: ``[R]`` ids (strings or numbers) of the items in position A
             (list, NumPy array or pandas Series).
         item_b: ``[R]`` ids of the items in position B.
         p: ``[R]`` probabilities that A is better, in ``[0, 1]``.
         weight: optional ``[R]`` non-negative finite weights.
-        aggregate: sum rows of one ordered pair into one comparison (see above).
+        aggregate: ``True`` or ``"ordered"``: sum rows of one ordered pair into one
+            comparison; ``"unordered"``: of one pair in either order (no position bias
+            only); ``False``: one comparison a row (see above).
 
     Returns:
         ``(comparisons, items)``: a single-context :class:`~jaxrank.Comparisons`
@@ -150,9 +168,12 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool = T
     Raises:
         ValueError: naming the argument and row of the first bad value (lengths
             that differ, an empty or unhashable id, an item compared with itself, ``p``
-            outside ``[0, 1]`` or not finite, a negative or non-finite weight, or no
-            row of positive weight).
+            outside ``[0, 1]`` or not finite, a negative or non-finite weight, no
+            row of positive weight, or an unknown ``aggregate``).
     """
+    if isinstance(aggregate, str) and aggregate not in ("ordered", "unordered"):
+        raise ValueError(f"aggregate must be True, False, 'ordered' or 'unordered', got {aggregate!r}")
+    unordered = aggregate == "unordered" if isinstance(aggregate, str) else (False if aggregate else None)
     a, b = (x if _pandas_codes(x) else _column(k, x) for k, x in (("item_a", item_a), ("item_b", item_b)))
     pp = np.asarray(p, np.float64)
     if pp.ndim != 1 or not len(a) == len(b) == len(pp):
@@ -184,9 +205,12 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool = T
 
     from jaxrank.comparisons import Comparisons  # deliberately lazy: the rows are checked before JAX loads
 
-    if not aggregate:
+    if unordered is None:
         return Comparisons.from_pairs(ia.astype(np.int32), ib.astype(np.int32), pp.astype(np.float32),
                                       num_items=n, weight=None if w is None else w.astype(np.float32)), names
+    if unordered:                                 # (b, a) with p is (a, b) with 1 - p, a numbered first
+        lo = np.minimum(ia, ib)
+        ia, ib, pp = lo, ia + ib - lo, np.abs((lo != ia) - pp)      # |1 - p| where swapped, else |0 - p|
     flat = ia * n + ib
     wpp = pp if w is None else w * pp
     if n * n <= max(8 * len(flat), 1 << 16):      # a dense count table is cheaper than sorting the rows
