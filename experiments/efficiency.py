@@ -61,6 +61,16 @@ SMOKE = {"win_ratio", "win_ratio_permavg", "average_probability", "poe_gaussian"
 PAPER_R48 = "win ratio 34.1, BT 36.6, avg prob 38.4, PoE-BT 42.6, PoE-g 42.4; all 43.6-44.3 at R = 240"
 
 
+def write_csv(path, rows: list[dict], fieldnames: list[str] | None = None) -> None:
+    """``rows`` as a CSV file at ``path``, floats to 6 significant digits; the columns are ``fieldnames``, by
+    default the keys of the first row (the experiments' result files)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]) if fieldnames is None else fieldnames)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="summeval", help="data set of the human scores (default summeval)")
@@ -374,11 +384,7 @@ def main(argv=None):
     for aspect in dict.fromkeys(r["aspect"] for r in rows if r["study"] != "main"):
         plot_variants(rows, aspect, out_dir / f"{tag}_{aspect}_variants.png", title)
     (out_dir / f"{tag}.md").write_text("\n".join(lines) + "\n")
-    with open(out_dir / f"{tag}.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_csv(out_dir / f"{tag}.csv", rows)
     print(f"wrote {out_dir / tag}.{{md,csv,png}}")
     return rows
 

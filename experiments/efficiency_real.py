@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # _common.py, efficiency.py beside this file
 
-from efficiency import DEBIAS, MAIN   # noqa: E402  (the scorer lists of the simulated study)
+from efficiency import DEBIAS, MAIN, write_csv   # noqa: E402  (the scorer lists of the simulated study, its CSV)
 
 SCORERS = MAIN + DEBIAS
 SIMULATED = ["win_ratio", "bradley_terry", "average_probability", "poe_gaussian", "poe_bradley_terry"]
@@ -311,31 +311,25 @@ def markdown(res, diffs, args):
          f"Per context, then mean over contexts (intervals: bootstrap over contexts). "
          f"`jaxrank.simulate.judge_stats` (pooled): accuracy {st['accuracy']:.3f}, P(A) {st['p_a']:.3f}: the "
          "`sim-matched` judge is calibrated to these.", ""]
+    def budget_table(title, sub, cell):
+        """A section: a scorer per row, a budget of ``sub`` per column, ``cell(row)`` for each (row, budget)."""
+        bs = sorted({r["budget"] for r in sub})
+        out = [title, "", "| scorer | " + " | ".join(f"R = {b}" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
+        for s in dict.fromkeys(r["scorer"] for r in sub):
+            cells = [next((cell(r) for r in sub if r["scorer"] == s and r["budget"] == b), "") for b in bs]
+            out.append(f"| {LABELS.get(s, s)} | " + " | ".join(cells) + " |")
+        return out + [""]
+
     for kind in dict.fromkeys(r["judge_kind"] for r in rows):
         for sel in dict.fromkeys(r["selection"] for r in rows if r["judge_kind"] == kind):
-            sub = [r for r in rows if r["judge_kind"] == kind and r["selection"] == sel]
-            bs = sorted({r["budget"] for r in sub})
-            L += [f"## {kind} judge, {sel} selection", "",
-                  "| scorer | " + " | ".join(f"R = {b}" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
-            for s in dict.fromkeys(r["scorer"] for r in sub):
-                cells = []
-                for b in bs:
-                    r = next((x for x in sub if x["scorer"] == s and x["budget"] == b), None)
-                    cells.append("" if r is None else f"{f(r['mean'])} ± {f(r['std'])} [{f(r['ci_lo'])}, "
-                                                      f"{f(r['ci_hi'])}]")
-                L.append(f"| {LABELS.get(s, s)} | " + " | ".join(cells) + " |")
-            L.append("")
+            L += budget_table(f"## {kind} judge, {sel} selection",
+                              [r for r in rows if r["judge_kind"] == kind and r["selection"] == sel],
+                              lambda r: f"{f(r['mean'])} ± {f(r['std'])} [{f(r['ci_lo'])}, {f(r['ci_hi'])}]")
     for kind in dict.fromkeys(d["judge_kind"] for d in diffs):
         for vs in dict.fromkeys(d["versus"] for d in diffs if d["judge_kind"] == kind):
-            sub = [d for d in diffs if d["judge_kind"] == kind and d["versus"] == vs]
-            bs = sorted({d["budget"] for d in sub})
-            L += [f"## {kind} judge: {vs}, at every budget (Spearman points, [95% bootstrap over contexts])", "",
-                  "| scorer | " + " | ".join(f"R = {b}" for b in bs) + " |", "|---|" + "---:|" * len(bs)]
-            for s in dict.fromkeys(d["scorer"] for d in sub):
-                cells = [next((f"{100 * d['diff']:+.1f} [{100 * d['ci_lo']:+.1f}, {100 * d['ci_hi']:+.1f}]"
-                               for d in sub if d["scorer"] == s and d["budget"] == b), "") for b in bs]
-                L.append(f"| {LABELS.get(s, s)} | " + " | ".join(cells) + " |")
-            L.append("")
+            L += budget_table(f"## {kind} judge: {vs}, at every budget (Spearman points, [95% bootstrap over "
+                              "contexts])", [d for d in diffs if d["judge_kind"] == kind and d["versus"] == vs],
+                              lambda d: f"{100 * d['diff']:+.1f} [{100 * d['ci_lo']:+.1f}, {100 * d['ci_hi']:+.1f}]")
     L += ["## The paper", "", PAPER.get(args.data, "(no paper row for this data set)") + ". Theirs: "
           "7B-11B judges on every aspect; ours: one aspect, a 1.5B judge, the slice above.", ""]
     return L
@@ -465,13 +459,10 @@ def main(argv=None):
     md += [f"Time: {time.perf_counter() - t0:.0f} s in all (" + ", ".join(
         f"{k} {s} {t:.0f} s" for (k, s), t in res["times"].items()) + ")."]
     (out / f"{tag}.md").write_text("\n".join(md) + "\n")
-    with open(out / f"{tag}.csv", "w", newline="") as fh:
-        head = [k for k in res["rows"][0] if k not in EXTRA]
-        w = csv.DictWriter(fh, fieldnames=head + ["versus", "diff"] + EXTRA)     # new columns last
-        w.writeheader()
-        for r in res["rows"] + [dict(d, selection=d["versus"].split()[0], mean="", std="", data=args.data,
-                                     aspect=args.aspect) for d in diffs]:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    head = [k for k in res["rows"][0] if k not in EXTRA]
+    write_csv(out / f"{tag}.csv", res["rows"] + [dict(d, selection=d["versus"].split()[0], mean="", std="",
+                                                      data=args.data, aspect=args.aspect) for d in diffs],
+              head + ["versus", "diff"] + EXTRA)     # new columns last
     plot(res, out / f"{tag}.png", f"{args.data} {args.aspect}: {args.judge}, {res['jm'].mask.shape[0]} contexts x "
                                   f"{res['jm'].mask.shape[1]} candidates")
     print(f"wrote {out / tag}.{{md,csv,png}}", flush=True)

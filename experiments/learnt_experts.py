@@ -43,7 +43,6 @@ Writes ``learnt_experts[_smoke].{csv,md}`` and ``learnt_experts_<data>[_smoke].p
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import sys
 import time
@@ -59,6 +58,7 @@ from jaxrank import calibration as cal  # noqa: E402
 from jaxrank import learning, metrics, studies  # noqa: E402
 from jaxrank.comparisons import Comparisons  # noqa: E402
 from jaxrank.scoring import poe_bradley_terry, poe_gaussian  # noqa: E402
+from efficiency import write_csv  # noqa: E402  (the result files' CSV, as efficiency.py writes it)
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.5, 1.0)
 ASPECT = {"summeval": "coherence", "hanna": "coherence"}
@@ -353,11 +353,7 @@ def main(argv=None):
         table(rows, name, say)
     findings(rows, say)
     (out / f"learnt_experts{suffix}.md").write_text("\n".join(lines) + "\n")
-    with open(out / f"learnt_experts{suffix}.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    write_csv(out / f"learnt_experts{suffix}.csv", rows)
     print(f"wrote {out}/learnt_experts{suffix}.{{md,csv}} and the plots")
     return rows
 
