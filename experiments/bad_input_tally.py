@@ -585,16 +585,18 @@ OWN_DATA = ("context_id,context,candidate_id,candidate,score\n"
             "c1,The cat sat on the mat.,s3,The cat sat on a mat.,5\n")
 
 
+def first_with(lines, **fields):
+    """A copy of the first store line with ``fields`` set."""
+    return dict(lines[0], **fields)
+
+
 def self_pair(lines):
-    r = dict(lines[0])
-    r["b"], r["b_sha"], r["j"] = r["a"], r["a_sha"], r["i"]
-    return lines + [r]
+    r = lines[0]
+    return lines + [first_with(lines, b=r["a"], b_sha=r["a_sha"], j=r["i"])]
 
 
 def unknown_schema(lines):
-    r = dict(lines[0])
-    r["schema"] = 99
-    return [r] + lines[1:]
+    return [first_with(lines, schema=99)] + lines[1:]
 
 
 def torn_last(lines):
@@ -603,15 +605,11 @@ def torn_last(lines):
 
 
 def conflicting(lines):
-    r = dict(lines[0])
-    r["p"] = 1.0 - float(r["p"])
-    return lines + [r]
+    return lines + [first_with(lines, p=1.0 - float(lines[0]["p"]))]
 
 
 def p_out_of_range(lines):
-    r = dict(lines[0])
-    r["p"] = 1.5
-    return [r] + lines[1:]
+    return [first_with(lines, p=1.5)] + lines[1:]
 
 
 def legacy(lines):
