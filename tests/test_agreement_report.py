@@ -31,6 +31,15 @@ def _judged(labels, mask, seed=0, noise=1.0):
     return jr.stack_contexts(cs)
 
 
+def _first_contexts_report(dataset, aspect, k, *, num_bootstrap):
+    """The data set's label matrix and the win-ratio report of :func:`_judged` on its first ``k`` contexts."""
+    lm = label_matrix(load_dataset(dataset), aspect)
+    rep = assess_comparisons(_judged(lm.labels[:k], lm.mask[:k]), lm.labels[:k], contexts=lm.context_ids[:k],
+                             candidates=lm.candidate_ids[:k], dataset=dataset, aspect=aspect,
+                             methods=("win_ratio",), num_bootstrap=num_bootstrap)
+    return lm, rep
+
+
 def test_three_correlations_and_system_level_with_given_systems():
     rng = np.random.default_rng(1)
     labels = rng.integers(1, 6, size=(8, 5)).astype(np.float32)
@@ -68,11 +77,8 @@ def test_without_systems_no_system_columns():
 
 @needs_data
 def test_personachat_report_prints_the_ceiling_on_the_same_contexts():
-    lm = label_matrix(load_dataset("personachat"), "overall")
     k = 10
-    rep = assess_comparisons(_judged(lm.labels[:k], lm.mask[:k]), lm.labels[:k], contexts=lm.context_ids[:k],
-                             candidates=lm.candidate_ids[:k], dataset="personachat", aspect="overall",
-                             methods=("win_ratio",), num_bootstrap=200)
+    lm, rep = _first_contexts_report("personachat", "overall", k, num_bootstrap=200)
     h = jr.data.human_ceiling("personachat", "overall", contexts=lm.context_ids[:k], num_bootstrap=200)
     assert rep.ceiling.contexts == lm.context_ids[:k]
     for m in metrics.CORRELATIONS:
@@ -86,11 +92,7 @@ def test_personachat_report_prints_the_ceiling_on_the_same_contexts():
 
 @needs_data
 def test_summeval_report_says_what_cannot_be_computed():
-    lm = label_matrix(load_dataset("summeval"), "coherence")
-    k = 5
-    rep = assess_comparisons(_judged(lm.labels[:k], lm.mask[:k]), lm.labels[:k], contexts=lm.context_ids[:k],
-                             candidates=lm.candidate_ids[:k], dataset="summeval", aspect="coherence",
-                             methods=("win_ratio",), num_bootstrap=100)
+    _, rep = _first_contexts_report("summeval", "coherence", 5, num_bootstrap=100)
     text = rep.markdown("t")
     assert rep.ceiling is None and rep.system == {}
     assert ("Human ceiling: not computable from this file: means only (the file holds only the mean of the 3 "

@@ -145,6 +145,13 @@ def test_malformed_files_name_file_and_line(tmp_path, content, match):
         read_comparisons(f)
 
 
+def _refused(path, text, match):
+    """``text`` written to ``path`` is refused by :func:`read_comparisons` with a ``ValueError`` matching ``match``."""
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        read_comparisons(path)
+
+
 def test_bad_columns_and_json_name_file_and_line(tmp_path):
     f = _write_csv(tmp_path / "c.csv", [("x", "y", "0.5")], ["item_a", "item_b", "p"])
     with pytest.raises(ValueError, match=r"c.csv: column 'who' \(for item_a\) is not there; columns: \['item_a'"):
@@ -156,16 +163,10 @@ def test_bad_columns_and_json_name_file_and_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="comparison file not found"):
         read_comparisons(tmp_path / "nope.csv")
     j = tmp_path / "bad.jsonl"
-    j.write_text('{"a": "x", "b": "y", "p": 0.5}\n\n{oops\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl, line 3: not valid JSON"):
-        read_comparisons(j)
-    j.write_text('{"a": "x", "b": "y", "p": 0.5}\n[1, 2]\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl, line 2: expected a JSON object, got list"):
-        read_comparisons(j)
-    a = tmp_path / "bad.json"
-    a.write_text('[{"a": "x", "b": "y", "p": 0.5},\n {"a": "x", "b": "y", "p": 2}]')
-    with pytest.raises(ValueError, match=r"bad.json, record 1: field 'p' = 2 is outside"):
-        read_comparisons(a)
+    _refused(j, '{"a": "x", "b": "y", "p": 0.5}\n\n{oops\n', r"bad.jsonl, line 3: not valid JSON")
+    _refused(j, '{"a": "x", "b": "y", "p": 0.5}\n[1, 2]\n', r"bad.jsonl, line 2: expected a JSON object, got list")
+    _refused(tmp_path / "bad.json", '[{"a": "x", "b": "y", "p": 0.5},\n {"a": "x", "b": "y", "p": 2}]',
+             r"bad.json, record 1: field 'p' = 2 is outside")
 
 
 def _random_name(rng):
@@ -213,15 +214,10 @@ def test_item_ids_blanks_numbers_objects_and_duplicate_columns(tmp_path):
     j.write_text('{"item_a": 1, "item_b": "2", "p": 0.7}\n{"item_a": "1", "item_b": 2, "p": 0.4}\n'
                  '{"item_a": 1.0, "item_b": 2, "p": 0.4}\n')
     assert _read(j).items == [["1", "2", "1.0"]]                              # 1 and "1" one item; 1.0 another
-    j.write_text('{"item_a": {"id": 1}, "item_b": "2", "p": 0.7}\n')
-    with pytest.raises(ValueError, match=r"line 1: field 'item_a' = \{'id': 1\} is a JSON dict"):
-        _read(j)
-    f.write_text("item_a,item_b,p,p\nx,y,0.7,0.2\n")
-    with pytest.raises(ValueError, match=r"line 1: column\(s\) \['p'\] appear more than once"):
-        _read(f)
-    f.write_text("item_a,item_b,p,P\nx,y,0.7,0.2\n")
-    with pytest.raises(ValueError, match=r"columns \['p', 'P'\] differ only in case; which is p\?"):
-        _read(f)
+    _refused(j, '{"item_a": {"id": 1}, "item_b": "2", "p": 0.7}\n',
+             r"line 1: field 'item_a' = \{'id': 1\} is a JSON dict")
+    _refused(f, "item_a,item_b,p,p\nx,y,0.7,0.2\n", r"line 1: column\(s\) \['p'\] appear more than once")
+    _refused(f, "item_a,item_b,p,P\nx,y,0.7,0.2\n", r"columns \['p', 'P'\] differ only in case; which is p\?")
     assert _read(f, p="P").comparisons.p[0, 0] == pytest.approx(0.2)          # named explicitly: fine
 
 
