@@ -18,6 +18,7 @@ that A is better is estimated from ``K`` sampled answers
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Callable, Sequence
 
@@ -28,7 +29,7 @@ from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
 from jaxrank.judges.textgen import generate_texts, sample_key
 
-__all__ = ["SamplingJudge", "CallableJudge", "label_parser", "GENERIC_TEMPLATE"]
+__all__ = ["SamplingJudge", "CallableJudge", "label_parser", "parser_key", "GENERIC_TEMPLATE"]
 
 GENERIC_TEMPLATE = PairwiseTemplate(
     "Context: {context}\n\nCandidate A: {a}\n\nCandidate B: {b}\n\nWhich candidate is better, A or B? "
@@ -65,7 +66,47 @@ def label_parser(labels: Sequence[str] = ("A", "B")) -> Callable[[str], float | 
                 return 0.0
         return None
 
+    parse.key = f"label_parser{(la, lb)!r}"      # its identity in a store key (parser_key)
     return parse
+
+
+_SIMPLE = (str, int, float, bool, type(None))
+
+
+def parser_key(parser: Callable) -> str:
+    """The identity of an answer parser, for a judge's store key.
+
+    A parser's ``key`` attribute when it has one (:func:`label_parser` sets
+    ``"label_parser('A', 'B')"``); else its module and qualified name, plus, for
+    a Python function, a hash of its code (bytecode and constants) and of the
+    values it closes over when they are plain (strings, numbers, tuples of them),
+    so two lambdas of one module or one factory's closures over other words
+    differ. Give a parser a ``key`` attribute for a key that survives edits of
+    its code that do not change what it reads.
+    """
+    key = getattr(parser, "key", None)
+    if isinstance(key, str) and key:
+        return key
+    fn = parser if hasattr(parser, "__code__") else getattr(type(parser), "__call__", parser)
+    name = f"{getattr(parser, '__module__', None) or type(parser).__module__}." \
+           f"{getattr(parser, '__qualname__', None) or type(parser).__qualname__}"
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return name
+
+    def plain(v):
+        return isinstance(v, _SIMPLE) or (isinstance(v, (tuple, list, frozenset)) and all(plain(x) for x in v))
+
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:                  # an empty cell
+            v = None
+        cells.append(repr(v) if plain(v) else type(v).__qualname__)
+    consts = [repr(c) if plain(c) else type(c).__qualname__ for c in code.co_consts]
+    h = hashlib.sha1(repr((code.co_code, consts, code.co_names, cells)).encode()).hexdigest()[:8]
+    return f"{name}-{h}"
 
 
 def _decide(texts: Sequence[Sequence[str]], parser) -> tuple[np.ndarray, np.ndarray, int]:
@@ -103,6 +144,10 @@ class SamplingJudge:
     prompts are consecutive rows; ``batch_size`` comparisons (``batch_size * K``
     rows) go through one :func:`generate` call. Samples are deterministic given
     ``seed`` and the inputs (the key folds in the context and the batch number).
+
+    The store key (:attr:`template_key`, :attr:`fingerprint`, :attr:`name`)
+    covers the template, the system message, the parser, the model, ``K``, the
+    temperature, ``top_p``, ``max_new_tokens`` and the seed.
 
     ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B,
     and ``Judgement.label_mass`` the share of each comparison's answers that
@@ -159,6 +204,27 @@ class SamplingJudge:
     def fingerprint(self) -> str:
         """The model's fingerprint (:attr:`PromptJudge.fingerprint`); sampling settings are in :attr:`name`."""
         return f"{self.prompt.fingerprint}-n{self.max_new_tokens}-s{self.seed}-p{self.top_p:g}"
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: the template's key, and a hash of what else makes the prompt and reads
+        the answer where it is set: the system message, the parser's identity (:func:`parser_key`) where it
+        is not the default :func:`label_parser` of the template's labels, and ``chat`` where it differs from
+        the model's default. With none of them set it is the template's key alone, the key judgements were stored
+        under before, so they stay reusable."""
+        pj = self.prompt
+        extra = {}
+        if pj.system is not None:
+            extra["system"] = pj.system
+        pk = parser_key(self.parser)
+        if pk != parser_key(label_parser(self.template.labels)):
+            extra["parser"] = pk
+        if pj.chat != bool(pj.lm.chat_template):
+            extra["chat"] = pj.chat
+        if not extra:
+            return self.template.key
+        h = hashlib.sha1(repr(sorted(extra.items())).encode()).hexdigest()[:6]
+        return f"{self.template.key}-{h}"
 
     def token_rows(self, context: str, candidates: Sequence[str], i, j) -> tuple[list[list[int]], bool]:
         """One prompt (the whole text's token ids, up to the answer and its prefix, if any) per comparison,
@@ -256,6 +322,16 @@ class CallableJudge:
         self.parser = parser or label_parser(self.template.labels)
         self.num_samples, self.batch_size = int(num_samples), batch_size
         self.undecided = 0
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: the template's key, plus a hash of the parser's identity
+        (:func:`parser_key`) for ``kind="text"`` with a parser other than the default :func:`label_parser`
+        of the template's labels (answers read another way are other judgements)."""
+        pk = parser_key(self.parser)
+        if self.kind != "text" or pk == parser_key(label_parser(self.template.labels)):
+            return self.template.key
+        return f"{self.template.key}-{hashlib.sha1(repr([('parser', pk)]).encode()).hexdigest()[:6]}"
 
     def prompts(self, context: str, candidates: Sequence[str], i, j) -> list[str]:
         """The prompt text of every comparison."""
