@@ -221,8 +221,13 @@ class PromptJudge:
     def fingerprint(self) -> str:
         """What the judge is, for the store's keys: the model's fingerprint (its checkpoint's weights and
         tokenizer, and the parameters' dtype; :attr:`~jaxrank.models.LoadedModel.fingerprint`) and the
-        context window it cuts prompts to (``"...-float32-L8192"``)."""
-        return f"{self.lm.fingerprint}-L{self.max_length}"
+        context window it cuts prompts to (``"...-float32-L8192"``), and the key/value caches' dtype when it is
+        not float32 (``"...-L8192-kvbfloat16"``: a bfloat16 cache moves ``p`` in its 3rd-4th digit); a judge
+        with float32 caches (the default on a CPU, and with float32 weights) keeps the key without it."""
+        fp = f"{self.lm.fingerprint}-L{self.max_length}"
+        if self.cache_dtype is not None and self.cache_dtype != np.float32:
+            fp += f"-kv{self.cache_dtype.name}"
+        return fp
 
     @property
     def template_key(self) -> str:
@@ -436,17 +441,20 @@ class PromptJudge:
     def with_template(self, template: PairwiseTemplate) -> "PromptJudge":
         """The same judge (model, chat, batch size, window, checks) with another template; nothing is reloaded.
 
-        A template without an answer prefix takes the one this judge chose (``answer_prefix="auto"``, once
-        :meth:`prepare` ran), so the templates of a prompt search are read alike; an unprepared "auto"
-        judge gives an "auto" judge.
+        A template without an answer prefix takes this judge's (the one given as ``answer_prefix=``, its
+        template's, or the one ``answer_prefix="auto"`` chose once :meth:`prepare` ran), so the templates of
+        a prompt search are read alike (and :meth:`compare_templates` reads them so); a template with its own
+        answer prefix keeps it; an unprepared "auto" judge gives an "auto" judge.
         """
         other = copy.copy(self)
         other._warned = False
         other._mass_warned = False
-        if self._auto_prefix and not template.answer_prefix and self.answer_prefix_choice is not None:
-            template = dataclasses.replace(template, answer_prefix=self.answer_prefix_choice.prefix)
-        else:
-            other._auto_prefix = self._auto_prefix and not template.answer_prefix
+        if self._auto_prefix and self.answer_prefix_choice is None:        # unprepared: still "auto"
+            other._auto_prefix = not template.answer_prefix
+        elif not template.answer_prefix:                                   # this judge's prefix
+            template = dataclasses.replace(template, answer_prefix=self.template.answer_prefix)
+        else:                                                              # the template's own prefix
+            other._auto_prefix = False
             other.answer_prefix_choice = None
         other._set_template(template)
         return other
