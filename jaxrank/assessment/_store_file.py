@@ -314,6 +314,17 @@ def check_regular_file(path: str | os.PathLike, what: str = "store") -> Path:
     return path
 
 
+def refuse_non_store(path: Path, scan: StoreScan) -> None:
+    """Raise :class:`NotAStoreError` when no line of the scanned file even begins as a record (a CSV, a
+    binary file): that file is not a store, and nothing may move its lines aside. A damaged record, or the
+    torn first line of a killed writer, is a store's damage (left to the caller)."""
+    if scan.damaged and not scan.records and not any(d.raw.lstrip().startswith(b"{") for d in scan.damaged):
+        d = scan.damaged[0]
+        raise NotAStoreError(f"{path} is not a judgement store: none of its lines is a judgement record "
+                             f"(line {d.line}: {d.reason}); it is left as it is. Give a new .jsonl path (jaxrank "
+                             "writes the store)")
+
+
 def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
     """Scan a store without changing it: valid records, damaged lines, duplicated keys.
 
@@ -323,20 +334,26 @@ def check_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> Store
 
     Raises:
         FileNotFoundError: no such file.
-        NotAStoreError: a folder, a pipe or a device.
+        NotAStoreError: a folder, a pipe or a device, or a file none of whose lines is a judgement record
+            (a CSV, a binary file: :func:`refuse_non_store`).
     """
     path = check_regular_file(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such store file")
     try:
         lock = _Lock(path, lock_timeout)
         lock.__enter__()
     except StoreLockedError:
         raise
     except OSError:                               # no lock file possible here: read as it is
-        return _scan_bytes(path.read_bytes())
-    try:
-        return _scan_bytes(path.read_bytes())
-    finally:
-        lock.__exit__(None, None, None)
+        scan = _scan_bytes(path.read_bytes())
+    else:
+        try:
+            scan = _scan_bytes(path.read_bytes())
+        finally:
+            lock.__exit__(None, None, None)
+    refuse_non_store(path, scan)
+    return scan
 
 
 def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> StoreScan:
@@ -347,11 +364,19 @@ def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> Stor
 
     Returns:
         The scan before the repair (what was moved).
+
+    Raises:
+        FileNotFoundError: no such file.
+        NotAStoreError: a folder, a pipe or a device, or a file none of whose lines is a judgement record
+            (:func:`refuse_non_store`); the file is left byte for byte as it was.
     """
     path = check_regular_file(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such store file")
     with _Lock(path, lock_timeout):
         data = path.read_bytes()
         scan = _scan_bytes(data)
+        refuse_non_store(path, scan)
         moved = [(d.line, d.raw, d.reason) for d in scan.damaged]
         lines = data.split(b"\n")
         moved += [(c.line, lines[c.line - 1],

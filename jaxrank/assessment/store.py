@@ -60,7 +60,7 @@ from jaxrank.assessment._store_file import (READABLE_SCHEMAS, SCHEMA_VERSION, TE
                                             StoreDamageWarning, StoreLockedError, StoreScan,
                                             TextHashes, _damaged_path, _FIELDS, _fsync_write, _key_of, _Lock,
                                             _move_aside, _parse, _scan_bytes, _STAMP, check_regular_file,
-                                            check_store, repair_store, text_sha)
+                                            check_store, refuse_non_store, repair_store, text_sha)
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
@@ -129,11 +129,7 @@ class JudgementStore:
                              f"{self.path}` keeps the first and moves the others to {_damaged_path(self.path)}")
         # no line even begins as a record (a CSV, a binary file): not a store; a damaged record, or the torn
         # first line of a killed writer, is a store's damage and is moved aside below
-        if scan.damaged and not scan.records and not any(d.raw.lstrip().startswith(b"{") for d in scan.damaged):
-            d = scan.damaged[0]
-            raise NotAStoreError(f"{self.path} is not a judgement store: none of its lines is a judgement record "
-                                 f"(line {d.line}: {d.reason}); it is left as it is. Give a new .jsonl path (jaxrank "
-                                 "writes the store)")
+        refuse_non_store(self.path, scan)
         if scan.damaged or scan.unterminated:
             data = _move_aside(self.path, data, [tuple(d) for d in scan.damaged])
             if scan.damaged:

@@ -63,7 +63,7 @@ def run(args):
         raise SystemExit(f"jaxrank: {args.path}: no such file")
     try:
         scan = (check_store if args.action == "check" else repair_store)(args.path)
-    except (OSError, TimeoutError) as e:
+    except (ValueError, OSError, TimeoutError) as e:        # NotAStoreError: a CSV given as the store
         raise SystemExit(f"jaxrank: {e}")
     same = [c for c in scan.conflicts if c.same]
     print(f"{args.path}: {len(scan.records)} valid records, {len(scan.damaged)} damaged line(s), "
