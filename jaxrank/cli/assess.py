@@ -326,18 +326,36 @@ def _short(x) -> str:
     return np.format_float_positional(np.float32(x), unique=True, trim="-")
 
 
-def _reading_lines(args, judge, sel) -> list[str]:
-    """The report's lines on how the judge read the model: its answer prefix and the label mass."""
-    from jaxrank.assessment.report import label_mass_lines
-    from jaxrank.assessment.run import judge_fingerprint, template_key
+def _run_records(args, judge, cs, sel) -> list[dict]:
+    """The store's records of this run's judgements: this judge (name, template key, fingerprint), these
+    texts (their hashes: a context id judged before with another text is not this run's) and the pairs of
+    the selection ``sel`` (a store may hold other pairs of these texts, from another budget)."""
+    import numpy as np
+
+    from jaxrank.assessment.run import judge_fingerprint, template_key, text_hashes
     from jaxrank.assessment.store import JudgementStore
+
+    pos = {c: k for k, c in enumerate(cs.ids)}
+    hashes = {c: text_hashes(cs.texts[pos[c]], cs.candidates[pos[c]], cs.candidate_ids[pos[c]])
+              for c in sel.contexts}
+    c = sel.comparisons
+    i, j, w = (np.asarray(x) for x in (c.i, c.j, c.weight))
+    pairs = {(ctx, sel.candidates[r][a], sel.candidates[r][b])
+             for r, ctx in enumerate(sel.contexts) for a, b, x in zip(i[r], j[r], w[r]) if x > 0}
+    recs = JudgementStore(common.store_path(args, judge)).records(
+        judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge), hashes=hashes)
+    return [r for r in recs if (r["context"], r["a"], r["b"]) in pairs]
+
+
+def _reading_lines(args, judge, cs, sel) -> list[str]:
+    """The report's lines on how the judge read the model: its answer prefix and the label mass of this
+    run's judgements (:func:`_run_records`)."""
+    from jaxrank.assessment.report import label_mass_lines
+    from jaxrank.assessment.run import template_key
 
     if not hasattr(judge, "reading"):
         return [common.DEFAULT_JUDGE_WHY, ""] if args.judge == DEFAULT_JUDGE else []
-    keep = set(sel.contexts)
-    recs = [r for r in JudgementStore(common.store_path(args, judge)).records(
-                judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge))
-            if r["context"] in keep]
+    recs = _run_records(args, judge, cs, sel)
     choice = getattr(judge, "answer_prefix_choice", None)
     source = ("given" if choice is None else
               "the word the prompt names the candidates with: no greedy answer of the model named a label"
@@ -350,15 +368,11 @@ def _reading_lines(args, judge, sel) -> list[str]:
             *label_mass_lines(recs, threshold=judge.min_label_mass)]
 
 
-def _truncation_lines(args, judge, sel) -> list[str]:
-    """The report's line on texts cut to fit the judge's window (from the store's ``truncated`` flags), if any."""
-    from jaxrank.assessment.run import judge_fingerprint, template_key
-    from jaxrank.assessment.store import JudgementStore
-
+def _truncation_lines(args, judge, cs, sel) -> list[str]:
+    """The report's line on texts cut to fit the judge's window (from the ``truncated`` flags of this run's
+    judgements, :func:`_run_records`), if any."""
     keep = set(sel.contexts)
-    recs = JudgementStore(common.store_path(args, judge)).records(
-        judge=judge.name, template=template_key(judge), fingerprint=judge_fingerprint(judge))
-    cut = {r["context"] for r in recs if r["context"] in keep and r.get("truncated")}
+    cut = {r["context"] for r in _run_records(args, judge, cs, sel) if r.get("truncated")}
     if not cut:
         return []
     limit = getattr(judge, "max_length", None)
@@ -428,8 +442,8 @@ def run_assess(args):
                  "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
     data = f"{args.data_file.name} ({args.data})" if getattr(args, "data_file", None) else args.data
     title = f"{data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}"
-    text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, sel)
-                        + _truncation_lines(args, judge, sel), extra=extra)
+    text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, cs, sel)
+                        + _truncation_lines(args, judge, cs, sel), extra=extra)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
