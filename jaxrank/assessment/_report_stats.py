@@ -1,6 +1,7 @@
 """The statistics behind :mod:`jaxrank.assessment.report` (private): bootstrap intervals over contexts, the
 field's agreement per context and per system with the human ceiling, order consistency, the label-mass
-paragraph, and the Laplace ranking of a report without human scores (the equations are in report's docstring)."""
+paragraph, the Laplace ranking of a report without human scores (the equations are in report's docstring), and
+the checks of a report's labels and per-context ids."""
 
 from __future__ import annotations
 
@@ -172,3 +173,34 @@ def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:
                 den[r] += 1
                 num[r] += 1.0 - abs(won_ab + won_ba - 1.0)
     return num, den
+
+
+def _check_labels_and_ids(labels: np.ndarray, mask: np.ndarray, *, contexts, candidates, systems) -> None:
+    """``labels`` finite or NaN (missing); ``contexts``, ``candidates`` and ``systems`` one entry per context
+    (``C``), ``candidates`` and ``systems`` at least one id per real item and at most ``N``. ValueError naming
+    the argument otherwise."""
+    bad = np.isinf(labels)
+    if bad.any():
+        k = tuple(int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"labels must be finite human scores or NaN (missing); got {labels[k]} at {k} (a value "
+                         "beyond float32's range reads as infinite)")
+    num_c = mask.shape[0] if mask.ndim > 1 else 1
+    real = mask.reshape(num_c, -1).sum(-1)
+    n = mask.shape[-1]
+    for name, value in (("contexts", contexts), ("candidates", candidates), ("systems", systems)):
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+            raise ValueError(f"{name} must be a sequence with one entry per context ({num_c}), got "
+                             f"{type(value).__name__}")
+        if len(value) != num_c:
+            raise ValueError(f"{name} has {len(value)} entries but the comparisons hold {num_c} context(s) "
+                             f"(rows); give one per context, in row order")
+        if name == "contexts":
+            continue
+        for r, row in enumerate(value):
+            if isinstance(row, (str, bytes)) or not hasattr(row, "__len__"):
+                raise ValueError(f"{name}[{r}] must be a sequence of ids, one per item, got {type(row).__name__}")
+            if not real[r] <= len(row) <= n:
+                raise ValueError(f"{name}[{r}] has {len(row)} ids; context {r} has {int(real[r])} real item(s) "
+                                 f"of {n} (give one id per item, at least the real ones)")

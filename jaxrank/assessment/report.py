@@ -55,8 +55,8 @@ from jaxrank import _validate, metrics, scorer_table
 from jaxrank.data.raters import HumanCeiling
 from jaxrank.debias import positional_bias
 from jaxrank.assessment._report_stats import (  # noqa: F401  (label_mass_lines, MIN_CONTEXTS: public here)
-    MIN_CONTEXTS, _bootstrap_mean, _constant, _field_agreement, _order_consistency, _ranking, _ratio_interval,
-    label_mass_lines)
+    MIN_CONTEXTS, _bootstrap_mean, _check_labels_and_ids, _constant, _field_agreement, _order_consistency, _ranking,
+    _ratio_interval, label_mass_lines)
 
 __all__ = ["label_mass_lines", "Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
@@ -447,7 +447,9 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     intervals (see :class:`Assessment`).
 
     Raises:
-        ValueError: an unknown method or debias, labels of the wrong shape, a bad level.
+        ValueError: an unknown method or debias, labels of the wrong shape or infinite, ``contexts``,
+            ``candidates`` or ``systems`` not one entry per context (or a candidates / systems row shorter
+            than the context's real items or longer than ``N``), a bad level.
     """
     unknown = [m for m in methods if m not in scorer_table.SCORERS]
     if unknown:
@@ -455,9 +457,12 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     _validate.number("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
     _validate.integer("num_bootstrap", num_bootstrap, low=1)
     c = comparisons
-    labels = np.asarray(labels, np.float32)
+    with np.errstate(over="ignore"):               # beyond float32's range: refused below as infinite
+        labels = np.asarray(labels, np.float32)
     if labels.shape != c.item_mask.shape:
         raise ValueError(f"labels must have shape {c.item_mask.shape} (contexts x items), got {labels.shape}")
+    _check_labels_and_ids(labels, np.asarray(c.item_mask), contexts=contexts, candidates=candidates,
+                          systems=systems)
     if debias not in ("none",) + scorer_table.TRANSFORMS:
         raise ValueError(f"debias must be 'none', 'permutation' or 'threshold', got {debias!r}")
     c = scorer_table.transform(c, debias)
