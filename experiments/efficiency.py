@@ -61,10 +61,11 @@ SMOKE = {"win_ratio", "win_ratio_permavg", "average_probability", "poe_gaussian"
 PAPER_R48 = "win ratio 34.1, BT 36.6, avg prob 38.4, PoE-BT 42.6, PoE-g 42.4; all 43.6-44.3 at R = 240"
 
 
-def write_csv(path, rows: list[dict], fieldnames: list[str] | None = None) -> None:
-    """``rows`` as a CSV file at ``path``, floats to 6 significant digits; the columns are ``fieldnames``, by
-    default the keys of the first row (the experiments' result files)."""
-    with open(path, "w", newline="") as fh:
+def write_results(stem, lines: list[str], rows: list[dict], fieldnames: list[str] | None = None) -> None:
+    """An experiment's result files: ``<stem>.md`` (the markdown ``lines``) and ``<stem>.csv`` (``rows``, floats
+    to 6 significant digits; the columns are ``fieldnames``, by default the keys of the first row)."""
+    Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
+    with open(f"{stem}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]) if fieldnames is None else fieldnames)
         w.writeheader()
         for r in rows:
@@ -383,8 +384,7 @@ def main(argv=None):
     plot_main(rows, judges, out_dir / f"{tag}.png", title)
     for aspect in dict.fromkeys(r["aspect"] for r in rows if r["study"] != "main"):
         plot_variants(rows, aspect, out_dir / f"{tag}_{aspect}_variants.png", title)
-    (out_dir / f"{tag}.md").write_text("\n".join(lines) + "\n")
-    write_csv(out_dir / f"{tag}.csv", rows)
+    write_results(out_dir / tag, lines, rows)
     print(f"wrote {out_dir / tag}.{{md,csv,png}}")
     return rows
 

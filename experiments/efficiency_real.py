@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # _common.py, efficiency.py beside this file
 
-from efficiency import DEBIAS, MAIN, write_csv   # noqa: E402  (the scorer lists of the simulated study, its CSV)
+from efficiency import DEBIAS, MAIN, write_results   # noqa: E402  (the simulated study's scorer lists, its files)
 
 SCORERS = MAIN + DEBIAS
 SIMULATED = ["win_ratio", "bradley_terry", "average_probability", "poe_gaussian", "poe_bradley_terry"]
@@ -458,11 +458,10 @@ def main(argv=None):
     md[4:4] = lines + [""]          # the slice, before the judge's table
     md += [f"Time: {time.perf_counter() - t0:.0f} s in all (" + ", ".join(
         f"{k} {s} {t:.0f} s" for (k, s), t in res["times"].items()) + ")."]
-    (out / f"{tag}.md").write_text("\n".join(md) + "\n")
     head = [k for k in res["rows"][0] if k not in EXTRA]
-    write_csv(out / f"{tag}.csv", res["rows"] + [dict(d, selection=d["versus"].split()[0], mean="", std="",
-                                                      data=args.data, aspect=args.aspect) for d in diffs],
-              head + ["versus", "diff"] + EXTRA)     # new columns last
+    write_results(out / tag, md, res["rows"] + [dict(d, selection=d["versus"].split()[0], mean="", std="",
+                                                     data=args.data, aspect=args.aspect) for d in diffs],
+                  head + ["versus", "diff"] + EXTRA)     # new columns last
     plot(res, out / f"{tag}.png", f"{args.data} {args.aspect}: {args.judge}, {res['jm'].mask.shape[0]} contexts x "
                                   f"{res['jm'].mask.shape[1]} candidates")
     print(f"wrote {out / tag}.{{md,csv,png}}", flush=True)

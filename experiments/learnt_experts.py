@@ -58,7 +58,7 @@ from jaxrank import calibration as cal  # noqa: E402
 from jaxrank import learning, metrics, studies  # noqa: E402
 from jaxrank.comparisons import Comparisons  # noqa: E402
 from jaxrank.scoring import poe_bradley_terry, poe_gaussian  # noqa: E402
-from efficiency import write_csv  # noqa: E402  (the result files' CSV, as efficiency.py writes it)
+from efficiency import write_results  # noqa: E402  (the result files, as efficiency.py writes them)
 
 FRACTIONS = (0.1, 0.2, 0.3, 0.5, 1.0)
 ASPECT = {"summeval": "coherence", "hanna": "coherence"}
@@ -352,8 +352,7 @@ def main(argv=None):
     for name in dict.fromkeys(r["data"] for r in rows):
         table(rows, name, say)
     findings(rows, say)
-    (out / f"learnt_experts{suffix}.md").write_text("\n".join(lines) + "\n")
-    write_csv(out / f"learnt_experts{suffix}.csv", rows)
+    write_results(out / f"learnt_experts{suffix}", lines, rows)
     print(f"wrote {out}/learnt_experts{suffix}.{{md,csv}} and the plots")
     return rows
 
