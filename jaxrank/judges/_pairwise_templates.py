@@ -3,7 +3,9 @@
 Moved unchanged out of :mod:`jaxrank.judges.pairwise` (which kept its public names): the prompt frame
 around the context and candidates, the labels' first differing tokens, and the body of
 :meth:`~jaxrank.judges.pairwise.PromptJudge.compare_templates` (several templates sharing their prefix in
-one batched job). Each function takes the judge as its first argument.
+one batched job). Each function takes the judge as its first argument. Since then the frame heals a trailing
+space into the label (:func:`~jaxrank.judges.reading.healed_tail`), the labels' lead follows
+:func:`~jaxrank.judges.reading.label_lead`, and compare_templates reads with the templates' own label tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 
 from jaxrank.judges.judgement import Judgement, _empty, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
+from jaxrank.judges.reading import healed_tail, label_lead
 
 __all__ = ["render_frame", "label_tokens", "compare_templates"]
 
@@ -21,7 +24,11 @@ _SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
 
 
 def render_frame(judge) -> tuple[str, str, str]:
-    """``(before_context, between_context_and_a, rest)``; ``rest`` holds the A/B sentinels."""
+    """``(before_context, between_context_and_a, rest)``; ``rest`` holds the A/B sentinels.
+
+    On a decoder, trailing spaces of the prompt (an answer prefix ``"Summary "``) that would merge into the
+    label's first token are left to the label (token healing, :func:`~jaxrank.judges.reading.healed_tail`).
+    """
     t = judge.template
     msg = t.text.replace("{context}", _SENT_CUT).replace("{a}", _SENT_A).replace("{b}", _SENT_B)
     if judge.chat:
@@ -32,6 +39,10 @@ def render_frame(judge) -> tuple[str, str, str]:
     else:
         full = (judge.system + "\n\n" if judge.system else "") + msg + "\n\n"
     full = full + t.answer_prefix
+    if judge.decoder:
+        tail = full.split(_SENT_B)[-1].split(_SENT_A)[-1].split(_SENT_CUT)[-1]
+        cut = healed_tail(judge.lm.tokenizer, tail, t.labels)
+        full = full[:len(full) - cut]
     before, rest = full.split(_SENT_CUT) if judge.has_context else ("", full)
     between, rest = rest.split(_SENT_A, 1)
     if not judge.has_context:
@@ -43,7 +54,7 @@ def label_tokens(judge):
     """The first differing tokens of the two labels, each tokenised alone (the soft prompt's and T5's reading)."""
     tok = judge.lm.tokenizer
     rest = judge._frame[2]
-    lead = " " if (judge.decoder and not rest[-1].isspace()) else ""
+    lead = label_lead(rest) if judge.decoder else ""
     ids = [list(tok(lead + w, add_special_tokens=False)["input_ids"]) for w in judge.template.labels]
     eos = set(judge.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
     ids = [[t for t in x if t not in eos] for x in ids]
@@ -61,7 +72,12 @@ def label_tokens(judge):
 
 def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str, candidates: Sequence[str],
                       i, j, progress=None) -> list[Judgement]:
-    """:meth:`PromptJudge.compare_templates <jaxrank.judges.pairwise.PromptJudge.compare_templates>`'s body."""
+    """:meth:`PromptJudge.compare_templates <jaxrank.judges.pairwise.PromptJudge.compare_templates>`'s body.
+
+    The rows are read with ``judge.with_template(templates[0])``'s label continuations (all templates read the
+    same ones), never the calling judge's own: the two differ when ``judge``'s answer prefix is not the one
+    the templates are rendered with.
+    """
     if not templates:
         raise ValueError("templates must hold at least one template")
     i, j = check_pairs(candidates, i, j)
@@ -72,9 +88,10 @@ def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str
         if jd._frame[:2] != first._frame[:2]:
             raise ValueError(f"templates[{k}] ({t.name}) changes the prefix before {{a}}; "
                              "templates judged together must share it")
-        if jd.reading.ids != first.reading.ids or t.answer_prefix != templates[0].answer_prefix:
+        if jd.reading.ids != first.reading.ids or jd.template.answer_prefix != first.template.answer_prefix:
             raise ValueError(f"templates[{k}] ({t.name}) reads other label tokens "
-                             f"({t.labels!r}, answer prefix {t.answer_prefix!r}) than templates[0]")
+                             f"({t.labels!r}, answer prefix {jd.template.answer_prefix!r}) than templates[0] "
+                             f"({first.template.answer_prefix!r})")
     n = len(i)
     if n == 0:
         return [_empty() for _ in judges]
@@ -97,7 +114,7 @@ def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str
                     for jd in judges]
     judge._warned = judge._warned or truncated
     flat = [x for r in rows for x in r]
-    logp, ti, tp = judge._read(flat, i.tolist() * len(judges), progress)
+    logp, ti, tp = first._read(flat, i.tolist() * len(judges), progress)   # the templates' reading
     out = []
     for k, jd in enumerate(judges):
         sl = slice(k * n, (k + 1) * n)

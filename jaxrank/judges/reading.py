@@ -14,7 +14,11 @@ module holds the pieces every LLM judge shares to make sure of that:
   prompt, L_k[:m])`` over its tokens (:class:`LabelContinuations`), so
   ``"Summary A"`` vs ``"Summary B"`` or ``" A"`` vs ``" B"`` after an answer
   prefix are read as the model writes them, and
-  ``p = P(L_A) / (P(L_A) + P(L_B))``.
+  ``p = P(L_A) / (P(L_A) + P(L_B))``. The label is written after the prompt
+  as a person writes it (:func:`label_lead`: ``"Answer: A"``, ``"(A"``,
+  ``"**A"``), and a trailing space that would merge into the label's first
+  token moves into the label (:func:`healed_tail`: ``"Summary "`` is read as
+  ``"Summary"`` then ``" A"``).
 * **Label mass.** ``P(L_A) + P(L_B)`` out of the whole vocabulary: the share of
   the model's answer that the two labels hold. Below a threshold (default
   :data:`MIN_LABEL_MASS`) the judge warns once with the model's own top next
@@ -43,7 +47,7 @@ import numpy as np
 from jaxrank._faults import Fault
 
 __all__ = ["MIN_LABEL_MASS", "TOP_K", "LabelMassWarning", "LabelMassError", "LabelContinuations",
-           "label_continuations", "whole_text_ids", "shared_split", "cut_text", "read_continuations", "read_tokens",
+           "label_continuations", "label_lead", "healed_tail", "whole_text_ids", "shared_split", "cut_text", "read_continuations", "read_tokens",
            "answer_prefix_of", "naming_word", "check_label_mass", "format_top_tokens"]
 
 MIN_LABEL_MASS = 0.5
@@ -186,16 +190,61 @@ class LabelContinuations:
         return out
 
 
+_BINDS_NEXT = frozenset("([{<\"'`*_\u201c\u2018\u00ab")
+"""Characters written right before the next word, with no space: opening brackets and quotes, and markdown
+emphasis (``"(A)"``, ``"**A**"``, ``"'A'"``)."""
+
+
+def label_lead(prompt: str) -> str:
+    """What a person writes between ``prompt`` and a label: ``" "`` after a word or punctuation (``"Answer:"``
+    -> ``" A"``, ``"Summary"`` -> ``" A"``), nothing after whitespace (a newline ending a chat header) or
+    after a character that binds to the next word (``"("`` -> ``"A"``, ``"**"`` -> ``"A"``; :data:`_BINDS_NEXT`)."""
+    if not prompt or prompt[-1].isspace() or prompt[-1] in _BINDS_NEXT:
+        return ""
+    return " "
+
+
+def healed_tail(tokenizer, prompt: str, labels: Sequence[str]) -> int:
+    """How many trailing spaces or tabs of ``prompt`` belong to the label (token healing).
+
+    A prompt ending in ``"Summary "`` makes the model read a lone space token,
+    after which ``"A"`` is almost never written (SmolLM2: mass 0.0004, top next
+    token ``'1'``): a person writing ``"Summary A"`` gets the tokens
+    ``"Summary", " A"``. When the tokens of ``prompt + label`` do not start
+    with the tokens of ``prompt`` (the trailing space merges into the label's
+    first token), the trailing run of spaces and tabs is moved out of the
+    prompt, and the label is read with its own lead (:func:`label_lead`:
+    ``" A"`` after the word). A newline (a chat header's end) is never moved.
+
+    Returns:
+        The number of trailing characters to strip from ``prompt`` (0 when
+        nothing merges).
+    """
+    n = len(prompt) - len(prompt.rstrip(" \t"))
+    if n == 0 or n == len(prompt):
+        return 0
+    base = whole_text_ids(tokenizer, [prompt], add_special_tokens=False)[0]
+    for w in labels:
+        full = whole_text_ids(tokenizer, [prompt + w], add_special_tokens=False)[0]
+        if full[:len(base)] != base:
+            return n
+    return 0
+
+
 def label_continuations(tokenizer, prompt: str, labels: Sequence[str], *, add_special_tokens: bool = False,
                         drop: Sequence[int] = ()) -> LabelContinuations:
     """The two label continuations of ``prompt`` as the tokenizer writes them after its whole text.
 
-    The label follows the prompt's last character: with a space when the
-    prompt does not end in whitespace (``"Answer:" + " A"``, ``"Summary" +
-    " A"``), without one after a newline (a chat assistant header). Its tokens
-    are those of ``tokenize(prompt + label)`` past ``tokenize(prompt)`` when
-    the prompt's own tokens are unchanged by the label; otherwise (a token
-    merging across the boundary) the label's own tokens.
+    The label follows the prompt's last character as a person writes it
+    (:func:`label_lead`): with a space after a word or punctuation
+    (``"Answer:" + " A"``, ``"Summary" + " A"``), without one after a newline
+    (a chat assistant header) or an opening bracket, quote or emphasis
+    (``"(" + "A"``, ``"**" + "A"``). Its tokens are those of
+    ``tokenize(prompt + label)`` past ``tokenize(prompt)`` when the prompt's
+    own tokens are unchanged by the label; otherwise (a token merging across
+    the boundary) the label's own tokens. A prompt ending in a space that
+    merges with the label should be healed first (:func:`healed_tail`; a
+    :class:`~jaxrank.judges.PromptJudge` renders its prompts so).
 
     Args:
         tokenizer: the judge's tokenizer.
@@ -208,7 +257,7 @@ def label_continuations(tokenizer, prompt: str, labels: Sequence[str], *, add_sp
     Raises:
         ValueError: the two continuations are the same tokens.
     """
-    lead = "" if not prompt or prompt[-1].isspace() else " "
+    lead = label_lead(prompt)
     base = whole_text_ids(tokenizer, [prompt], add_special_tokens=add_special_tokens)[0]
     ids = []
     for w in labels:
