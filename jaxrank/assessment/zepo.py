@@ -122,6 +122,11 @@ class Paraphraser:
     def name(self) -> str:
         return self.lm.name
 
+    @property
+    def fingerprint(self) -> str:
+        """The paraphrasing model's fingerprint (its weights, tokenizer and dtype), for the search log's config."""
+        return self.lm.fingerprint
+
     def prompt(self, instruction: str) -> str:
         """The paraphrasing request (chat-wrapped when the model has a chat template)."""
         msg = PARAPHRASE_INSTRUCTION.replace("[ASPECT]", self.aspect) + "\n\nInstruction: " + instruction
@@ -310,7 +315,11 @@ class _Log:
         if old is None:
             self.write({"event": "config", **config})
         elif {k: v for k, v in old.items() if k != "event"} != config:
-            raise ValueError(f"{self.path} is the log of another search ({old}); give another log path")
+            diff = [f"{k}: {old.get(k, '(not recorded)')!r} in the log, {config.get(k)!r} now"
+                    for k in sorted(set(config) | set(old) - {"event"}, key=str) if old.get(k) != config.get(k)]
+            raise ValueError(f"{self.path} is the log of another search ({'; '.join(diff[:4])}"
+                             f"{f'; {len(diff) - 4} more' if len(diff) > 4 else ''}); its proposals and scores "
+                             "are not this search's: give another log path (--log)")
 
     def find(self, event: str, epoch: int) -> dict | None:
         return next((e for e in self.events if e.get("event") == event and e.get("epoch") == epoch), None)
@@ -342,7 +351,10 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
         sample: the fixed unlabelled pairs (:func:`sample_pairs`).
         aspect: the keyword every candidate must keep.
         store: the judgement store (or its path).
-        log: the JSONL search log (resumed when it exists).
+        log: the JSONL search log, resumed when it exists and its config is this search's: the judge's
+            name, fingerprint and reading (its template key of the seed), the paraphraser's name,
+            fingerprint and sampling settings (temperature, top_p, max_new_tokens, seed), the seed
+            template, aspect, objective, population and sample; another search's log is refused.
         epochs, population: the search's size (the paper: 5 and 5).
         objective: a name of :data:`jaxrank.fairness.OBJECTIVES` to maximise.
         max_instruction_tokens: longer candidates are rejected.
@@ -366,10 +378,15 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
     why = check_candidate(best_instr, aspect, labels=seed.labels)
     if why:
         raise ValueError(f"seed template: {why}")
-    config = {"judge": judge.name, "paraphraser": getattr(paraphraser, "name", type(paraphraser).__name__),
+    config = {"judge": judge.name, "judge_fingerprint": judge_fingerprint(judge),
+              "reading": stored_key(judge, seed),
+              "paraphraser": getattr(paraphraser, "name", type(paraphraser).__name__),
+              "paraphraser_fingerprint": getattr(paraphraser, "fingerprint", None),
               "seed_key": seed.key, "aspect": aspect, "objective": objective, "population": population,
               "contexts": sample.ids, "comparisons": sample.size,
-              "temperature": getattr(paraphraser, "temperature", None), "paraphrase_seed": getattr(paraphraser, "seed", None)}
+              "temperature": getattr(paraphraser, "temperature", None), "top_p": getattr(paraphraser, "top_p", None),
+              "max_new_tokens": getattr(paraphraser, "max_new_tokens", None),
+              "paraphrase_seed": getattr(paraphraser, "seed", None)}
     lg = _Log(log, config)
     before = len(store)
 
