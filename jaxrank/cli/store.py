@@ -24,7 +24,9 @@ def add_parser(sub):
     st.add_argument("path", help="the judgement store (.jsonl)")
     st.add_argument("shards", nargs="*", help="merge: the stores to merge into PATH")
     st.add_argument("--judge", help="adopt: the judge that made the old judgements (registered name or path)")
-    st.add_argument("--data", help="adopt: the data set whose texts they judged (name)")
+    st.add_argument("--data", metavar="NAME|FILE",
+                    help="adopt: the data set whose texts they judged: a data set name or a file of your own texts "
+                         "(.csv, .jsonl, ... as for jaxrank judge --data)")
     st.add_argument("--template-key", dest="template_key", default=None,
                     help="adopt: only the judgements of this stored template key (default: all of the judge's)")
     st.set_defaults(template="poe", aspect=None, batch_size=8, soft_prompt=None, answer_prefix="none",
@@ -93,15 +95,24 @@ def _adopt(args):
     from jaxrank.assessment.run import contexts_of, judge_fingerprint, text_hashes
     from jaxrank.assessment.store import adopt_store
     from jaxrank.cli._common import make_judge
+    from jaxrank.cli.assess import resolve_data
     from jaxrank.data import load_dataset
 
+    # --data NAME or FILE, read as `jaxrank judge` / `assess` read it (a file of one's own texts included);
+    # the template is none of adopt's business (the judge's name and fingerprint do not depend on it)
+    template, args.template = args.template, None
+    resolve_data(args)
+    args.template = template
+    own = getattr(args, "data_file", None)
     try:
-        ds = load_dataset(args.data)
+        ds = args.data_set if own is not None else load_dataset(args.data)
         cs = contexts_of(ds)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"jaxrank: --data: {e}")
+        raise SystemExit(f"jaxrank: --data {own or args.data}: {e}")
     texts = ("context_id", "context", "candidate_id", "candidate", "reference")
     args.aspect = next((c for c in ds.column_names if c not in texts), None)   # any: only the model matters
+    if own is not None:                        # the 'poe' prompts are the built-in data sets' only
+        args.template, args.aspect = "zepo", args.aspect or "quality"
     judge = make_judge(args)
     hashes = {c: text_hashes(t, cands, ids) for c, t, cands, ids in zip(cs.ids, cs.texts, cs.candidates,
                                                                           cs.candidate_ids)}
@@ -114,5 +125,5 @@ def _adopt(args):
         print(f"{args.path}: no judgement of {judge.name} from before fingerprints has template key "
               f"{args.template_key!r}; nothing stamped", file=sys.stderr)
     print(f"{args.path}: {done.stamped} judgement(s) of {judge.name} stamped with its fingerprint "
-          f"{judge_fingerprint(judge)} and the texts of {args.data}; {done.unknown_ids} left as they were (a "
-          f"context or candidate id not in {args.data}); {done.already} already stored stamped")
+          f"{judge_fingerprint(judge)} and the texts of {own or args.data}; {done.unknown_ids} left as they were "
+          f"(a context or candidate id not in {own or args.data}); {done.already} already stored stamped")
