@@ -81,6 +81,8 @@ def _check_indices(name: str, idx: Any, num_items: int) -> None:
     if not _is_concrete(idx):
         return
     idx = np.asarray(idx)
+    if idx.size == 0 and (np.issubdtype(idx.dtype, np.floating) or idx.dtype == object):
+        return                       # an empty list (NumPy reads [] as float64): no comparisons, nothing to check
     if not np.issubdtype(idx.dtype, np.integer):
         raise ValueError(f"{name} must hold integer item indices, got dtype {idx.dtype}")
     out = (idx < 0) | (idx >= num_items)
@@ -126,6 +128,9 @@ class Comparisons:
     @classmethod
     def from_pairs(cls, i, j, p, *, num_items: int, weight=None, item_mask=None) -> "Comparisons":
         """Comparisons from index arrays.
+
+        ``R`` may be 0: empty ``i``, ``j`` and ``p`` (lists or arrays) give a set of no comparisons, in
+        which every item is unjudged (each its own component; scorers give it the neutral score).
 
         Args:
             i: ``[..., R]`` items in position A.

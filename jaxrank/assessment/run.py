@@ -84,11 +84,17 @@ def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates:
         ds: a ``datasets.Dataset`` in jaxrank's schema.
         aspect: a human-score column to carry along (``labels``).
         contexts: which contexts, by position: ``"0:5"``, ``"0,3,7"``, a slice or indices.
-        max_candidates: keep only the first candidates of each context.
+        max_candidates: keep only the first ``max_candidates`` candidates of each context (an int >= 2:
+            a comparison needs two); ``None``: all.
 
     Raises:
-        ValueError: an unknown aspect, or a selection outside the data set.
+        ValueError: an unknown aspect, a selection outside the data set, or ``max_candidates`` not an
+            int >= 2.
     """
+    if max_candidates is not None and (isinstance(max_candidates, (bool, np.bool_))
+                                       or not isinstance(max_candidates, (int, np.integer)) or max_candidates < 2):
+        raise ValueError(f"max_candidates must be an int >= 2 (a comparison needs two candidates) or None (all), "
+                         f"got {max_candidates!r}")
     text_columns = ("context_id", "context", "candidate_id", "candidate", "reference")
     scores = [c for c in ds.column_names if c not in text_columns]
     if aspect is not None and aspect not in scores:
@@ -109,7 +115,7 @@ def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates:
         raise ValueError(f"contexts {bad} outside [0, {len(groups)})")
     ids, texts, cids, cands, labels = [], [], [], [], []
     for k in pick:
-        rows = groups[k][:max_candidates] if max_candidates else groups[k]
+        rows = groups[k] if max_candidates is None else groups[k][:int(max_candidates)]
         ids.append(str(cols["context_id"][rows[0]]))
         texts.append(cols["context"][rows[0]] or "")
         cids.append([str(cols["candidate_id"][r]) for r in rows])
