@@ -9,6 +9,9 @@ thread) in every repeat:
 * ``--core NAME=PATH``: the decoder's jitted functions (``_prefill``, ``_extend``, ``_project``) taken from
   another copy of ``jaxrank/models/_llama_core.py``, e.g. the file before a change
   (``git show COMMIT:jaxrank/models/_llama_core.py > /tmp/core_before.py``), at the first cost;
+* ``--a-costs``: ``_forward.A_BATCH_COST`` values (how the A parts are planned on a CPU: ``none``, one A a
+  call padded to the longest A's bucket as before issue 33; a number, the A's cut by ``plan_batches`` with
+  that cost per call), at the first cost;
 * ``--xla NAME=JSON``: the current decoder compiled with XLA options (``jax.jit(compiler_options=)``,
   per program, nothing global), e.g. ``eigen1='{"xla_cpu_multi_thread_eigen": false}'``.
 
@@ -19,7 +22,7 @@ time. Prints only (the figures and their loads are kept by hand in
 ``benchmarks/results/judge_speed.notes.md``).
 
     python benchmarks/judge_plan_check.py [--candidates 8] [--costs 0] [--core before=/tmp/core_before.py]
-                                          [--xla NAME=JSON] [--repeats 2] [--smoke]
+                                          [--a-costs none,0,256] [--xla NAME=JSON] [--repeats 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -52,8 +56,10 @@ class CoreModel:
 
         self._model = model
         self._prefill = jit(core._prefill, ("cfg", "capacity", "cache_dtype"))
-        self._extend = jit(core._extend, ("cfg", "update", "remat"))
+        self._extend = jit(core._extend, ("cfg", "update", "remat", "last_only") if "last_only" in
+                           inspect.signature(core._extend).parameters else ("cfg", "update", "remat"))
         self._project = jit(core._project, ("softcap",))
+        self._last_only = "last_only" in inspect.signature(core._extend).parameters
 
     def __getattr__(self, name):
         return getattr(self._model, name)
@@ -64,9 +70,14 @@ class CoreModel:
         dt = None if cache_dtype is None else np.dtype(cache_dtype).name
         return self._prefill(m.config, m.weights(), np.asarray(ids, np.int32), np.asarray(mask, bool), cap, dt)
 
-    def extend(self, cache, ids, mask=None, *, update=False):
+    @property
+    def EXTEND_LAST_ONLY(self):          # noqa: N802  (LlamaModel's flag: a core before it has no last_only)
+        return self._last_only
+
+    def extend(self, cache, ids, mask=None, *, update=False, **kw):
         m = self._model
-        return self._extend(m.config, m.weights(), cache, np.asarray(ids, np.int32), np.asarray(mask, bool), update)
+        return self._extend(m.config, m.weights(), cache, np.asarray(ids, np.int32), np.asarray(mask, bool), update,
+                            **kw)
 
     def logits_at(self, hidden, positions=None, token_ids=None):
         m = self._model
@@ -102,6 +113,7 @@ def main(argv=None):
     ap.add_argument("--costs", default="0", help="batch_cost values, comma-separated")
     ap.add_argument("--core", action="append", help="NAME=PATH: a copy of _llama_core.py run as a variant")
     ap.add_argument("--xla", action="append", help="NAME=JSON: compiler options of a variant of the current core")
+    ap.add_argument("--a-costs", default=None, help="A_BATCH_COST values ('none' or ints), comma-separated")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="3 candidates, one repeat")
     args = ap.parse_args(argv)
@@ -123,17 +135,26 @@ def main(argv=None):
     i, j = np.nonzero(~np.eye(len(cands), dtype=bool))
     lm = load_model("smollm2-135m")
     tpl = pairwise_template("summeval", "coherence")
+    from jaxrank.judges import _forward
+
+    a_default = _forward.A_BATCH_COST
     models = {f"batch_cost {c}": (lm.model, c) for c in costs}
+    a_cost = {k: a_default for k in models}
+    for x in (args.a_costs.split(",") if args.a_costs else []):
+        models[f"A_BATCH_COST {x}"] = (lm.model, costs[0])
+        a_cost[f"A_BATCH_COST {x}"] = None if x == "none" else int(x)
     for name, path in named(args.core).items():
         models[name] = (CoreModel(lm.model, load_core(path)), costs[0])
     current = load_core(Path(llama.__file__).with_name("_llama_core.py")) if args.xla else None   # as a file
     for name, opts in named(args.xla).items():
         models[name] = (CoreModel(lm.model, current, json.loads(opts)), costs[0])
+    a_cost = {k: a_cost.get(k, a_default) for k in models}
     timed = {k: TimedModel(m) for k, (m, _) in models.items()}
     judges = {k: PromptJudge(dataclasses.replace(lm, model=timed[k]), tpl, batch_size=8, batch_cost=c)
               for k, (_, c) in models.items()}
     ref, first = None, next(iter(judges))
     for k, judge in judges.items():                   # first calls: compilation, p agreement
+        _forward.A_BATCH_COST = a_cost[k]
         t0 = time.perf_counter()
         p = judge.compare(context, cands, i, j).p
         ref = p if ref is None else ref
@@ -148,11 +169,13 @@ def main(argv=None):
     for _ in range(args.repeats):
         print("load", os.getloadavg(), flush=True)
         for k, judge in judges.items():
+            _forward.A_BATCH_COST = a_cost[k]
             t0, c0 = time.perf_counter(), time.process_time()
             judge.compare(context, cands, i, j)
             rates[k].append(len(i) / (time.perf_counter() - t0))
             cpu[k].append(time.process_time() - c0)
         t0, c0 = time.perf_counter(), time.process_time()
+        _forward.A_BATCH_COST = a_default
         pt = tj.cached(judges[first], context, cands, i, j)
         rates["torch"].append(len(i) / (time.perf_counter() - t0))
         cpu["torch"].append(time.process_time() - c0)

@@ -96,9 +96,9 @@ class TimedModel:
     def prefill(self, ids, mask=None, **kw):
         return self._timed("prefix", self._model.prefill, ids, mask, ids=ids, mask=mask, **kw)
 
-    def extend(self, cache, ids, mask=None, *, update=False):
+    def extend(self, cache, ids, mask=None, *, update=False, **kw):
         return self._timed("per-A" if update else "B batches", self._model.extend, cache, ids, mask,
-                           ids=ids, mask=mask, update=update)
+                           ids=ids, mask=mask, update=update, **kw)
 
     def logits_at(self, *a, **kw):
         return self._timed("projection", self._model.logits_at, *a, **kw)

@@ -13,7 +13,10 @@ from jaxrank.judges.reading import TOP_K, read_continuations
 from jaxrank.models.llama import QuantisedWeight
 from jaxrank.models.llama_config import attention_kernel
 
-__all__ = ["padded", "batches", "read_decoder", "read_t5", "rows_per_call"]
+__all__ = ["padded", "batches", "read_decoder", "read_t5", "rows_per_call", "A_BATCH_COST"]
+
+A_BATCH_COST = 0
+"""Tokens' worth of fixed cost per call charged when the A parts are planned on a CPU (:func:`a_caches`)."""
 
 
 def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
@@ -37,9 +40,10 @@ def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
     return data * rows_that_fit(-(-row // split), free)
 
 
-def padded(judge, rows: list[list[int]], b: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` right-padded to ``[b, bucket(longest)]`` ids and mask; rows past ``len(rows)`` copy row 0."""
-    length = bucket(max(map(len, rows)))
+def padded(judge, rows: list[list[int]], b: int, length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` right-padded to ``[b, length]`` (default ``bucket(longest)``) ids and mask; rows past
+    ``len(rows)`` copy row 0."""
+    length = bucket(max(map(len, rows))) if length is None else length
     ids = np.full((b, length), judge.lm.pad_token_id, np.int32)
     mask = np.zeros((b, length), bool)
     for r, x in enumerate(rows):
@@ -70,7 +74,10 @@ def read_decoder(judge, pairs, progress=None):
     A parts are extended ``batch_size // (comparisons per A)`` at a time and
     their rows share batches, each row reading its own A's cache
     (:meth:`~jaxrank.models.llama.KVCache.rows`); otherwise each A's batch-1
-    cache is shared by its rows without a copy.
+    cache is shared by its rows without a copy, and the A parts run padded to
+    their own length bucket (:func:`a_caches`). When the labels are read at one
+    position (``width == 1``) the B batches run the last layer at each row's
+    last token only (``extend(last_only=True)``).
 
     On a mesh (``PromptJudge(mesh=)``) ``judge.runner`` is a
     :class:`~jaxrank.models.partition.ShardedLlama`: the same calls with the
@@ -80,7 +87,7 @@ def read_decoder(judge, pairs, progress=None):
     """
     model = judge.runner
     multiple = getattr(model, "data_size", 1)
-    rows_of = getattr(model, "rows", None) or (lambda c, index: c.rows(index))
+    rows_of = rows_of_model(model)
     prefix = pairs[0][0]
     if any(p != prefix for p, _, _ in pairs):            # one context per call
         raise AssertionError("comparisons of one call must share their prefix")
@@ -109,6 +116,7 @@ def read_decoder(judge, pairs, progress=None):
         together = -(-together // multiple) * multiple
     items = list(groups.items())
     pending: list = []
+    last_only = width == 1 and getattr(model, "EXTEND_LAST_ONLY", False)
 
     def collect(part, out):
         lp, ti, tp = (np.asarray(x) for x in out)
@@ -119,17 +127,7 @@ def read_decoder(judge, pairs, progress=None):
         if progress is not None:
             progress(sum(1 for _, s in part if s == len(subs) - 1))
 
-    for g0 in range(0, len(items), together):
-        chunk = items[g0:g0 + together]
-        width_a = together                                # a fixed A batch: one compiled shape
-        aid = np.full((width_a, alen), judge.lm.pad_token_id, np.int32)
-        amask = np.zeros((width_a, alen), bool)
-        for k, (a, _) in enumerate(chunk):
-            aid[k, :len(a)] = a
-            amask[k, :len(a)] = True
-        aid[len(chunk):], amask[len(chunk):] = aid[0], amask[0]     # filler A rows
-        base = cache if width_a == 1 else rows_of(cache, np.zeros(width_a, np.int32))
-        cache_a = model.extend(base, aid, amask, update=True).cache
+    for chunk, cache_a, width_a in a_caches(judge, model, cache, items, together, alen, multiple):
         owner = {r: k for k, (_, rs) in enumerate(chunk) for r in rs}
         flat = [(r, s) for r in owner for s in range(len(subs))]
         seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
@@ -151,7 +149,8 @@ def read_decoder(judge, pairs, progress=None):
                 idx = np.full(b, owner[part[0][0]], np.int32)          # filler rows read row 0's A
                 idx[:len(part)] = [owner[r] for r, _ in part]
                 ca = rows_of(cache_a, idx)
-            out = model.extend(ca, ids, mask)
+            # one label token read: the last hidden state alone, so the last layer runs the last tokens only
+            out = model.extend(ca, ids, mask, **({"last_only": True} if last_only else {}))
             # the positions a row reads are its last `width`: one label token read, the last hidden state
             logits = model.logits_at(out.last_hidden)[:, None] if width == 1 else \
                 model.logits_at(out.hidden, positions=pos)
@@ -161,6 +160,48 @@ def read_decoder(judge, pairs, progress=None):
     while pending:
         collect(*pending.pop(0))
     return logp, top_ids, top_probs
+
+def a_caches(judge, model, cache, items, together, alen, multiple):
+    """``(chunk, cache_a, width_a)`` for the A parts ``items`` (``[(a_ids, rows), ...]``) after the prefix
+    ``cache``: ``chunk`` the A's whose rows read ``cache_a`` (row ``k`` of it for ``chunk[k]``; a batch-1
+    cache shared by all rows when ``width_a == 1``).
+
+    ``together > 1`` (calls with a cost): ``together`` A's a call, each padded to ``alen``. On one device
+    with ``together == 1`` (a CPU) the A's, sorted by length, run in the calls :func:`plan_batches` cuts with
+    :data:`A_BATCH_COST` per call (each call padded to its own longest A's bucket: longer matrix products
+    than one A at a time, less padding than every A at ``alen``), and each A's row is taken out of its call's
+    cache as a batch-1 cache, so the B batches share it without copies. ``A_BATCH_COST = None``: one A a call,
+    padded to ``alen`` (before issue 33).
+    """
+    if together == 1 and multiple == 1 and A_BATCH_COST is not None:
+        order = sorted(range(len(items)), key=lambda k: len(items[k][0]))
+        for start, stop, b in plan_batches([len(items[k][0]) for k in order], judge.batch_size,
+                                           batch_cost=A_BATCH_COST):
+            chunk = [items[k] for k in order[start:stop]]
+            t = bucket(len(chunk[-1][0]))
+            aid, amask = padded(judge, [a for a, _ in chunk], b, length=t)
+            base = cache if b == 1 else rows_of_model(model)(cache, np.zeros(b, np.int32))
+            cache_b = model.extend(base, aid, amask, update=True).cache
+            for q, item in enumerate(chunk):
+                yield [item], cache_b if b == 1 else rows_of_model(model)(cache_b, np.array([q], np.int32)), 1
+        return
+    for g0 in range(0, len(items), together):
+        chunk = items[g0:g0 + together]
+        width_a = together                                # a fixed A batch: one compiled shape
+        aid = np.full((width_a, alen), judge.lm.pad_token_id, np.int32)
+        amask = np.zeros((width_a, alen), bool)
+        for k, (a, _) in enumerate(chunk):
+            aid[k, :len(a)] = a
+            amask[k, :len(a)] = True
+        aid[len(chunk):], amask[len(chunk):] = aid[0], amask[0]     # filler A rows
+        base = cache if width_a == 1 else rows_of_model(model)(cache, np.zeros(width_a, np.int32))
+        yield chunk, model.extend(base, aid, amask, update=True).cache, width_a
+
+
+def rows_of_model(model):
+    """``rows(cache, index)`` of ``model`` (a sharded model's own, pinned to its shardings) or the cache's."""
+    return getattr(model, "rows", None) or (lambda c, index: c.rows(index))
+
 
 def read_t5(judge, rows, progress=None):
     """The decoder's first step, full vocabulary: label log-probabilities and top tokens per row."""

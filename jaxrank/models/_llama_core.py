@@ -177,12 +177,15 @@ def _embed(w, ids, vectors=None, vector_index=None):
 
 
 def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
-         vectors=None, vector_index=None, remat: bool = False):
+         vectors=None, vector_index=None, remat: bool = False, last_only: bool = False):
     """Decoder over ``ids [B, T]`` after the tokens in ``cache`` (or none).
 
     ``vectors [k, D]`` / ``vector_index [B, T]`` replace the embeddings of the
     marked slots (:func:`_embed`); ``remat`` recomputes each layer in the
     backward pass instead of storing its activations (for gradients).
+    ``last_only``: the last layer computes its queries, attention output and MLP at each row's last
+    real position only (the keys and values of every position, which the cache and the own-key
+    attention need, still at all); the returned hidden states are then ``[B, 1, D]``, those positions'.
     """
     b, t = ids.shape
     hkv, dh = cfg.num_key_value_heads, cfg.head_dim
@@ -211,19 +214,26 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     kernel = attention_kernel(cfg, getattr(w["wq"], "dtype", None) if not isinstance(w["wq"], QuantisedWeight)
                               else None)
 
-    def layer(x, lw):
+    def layer(x, lw, sel=None):
+        """One layer; ``sel [B]``: the one position per row whose output is computed (all when ``None``)."""
         cos, sin = cos_t[lw["rope"]], sin_t[lw["rope"]]
         h = _rms(x, lw["attn_norm"], eps, off)
-        q, k, v = _lin(h, lw["wq"]), _lin(h, lw["wk"]), _lin(h, lw["wv"])
+        rows_q, tq, masks = (x, h), t, (self_ok, dpos, dpos_c if cache is not None else None)
+        if sel is not None:                  # x, h, the RoPE table and the query's masks at sel only
+            pick = lambda a: None if a is None else a[jnp.arange(b), sel][:, None]   # noqa: E731
+            rows_q, tq, masks = (pick(x), pick(h)), 1, tuple(map(pick, masks))
+        q, k, v = _lin(rows_q[1], lw["wq"]), _lin(h, lw["wk"]), _lin(h, lw["wv"])
         if cfg.attention_bias:
             q, k, v = q + lw["bq"], k + lw["bk"], v + lw["bv"]
-        q, k = q.reshape(b, t, hkv, g, dh), k.reshape(b, t, hkv, dh)
+        q, k = q.reshape(b, tq, hkv, g, dh), k.reshape(b, t, hkv, dh)
         if cfg.qk_norm:                       # per head, before RoPE (Qwen3, Gemma 3)
             q, k = _rms(q, lw["q_norm"], eps, off), _rms(k, lw["k_norm"], eps, off)
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        cos_q, sin_q = (cos, sin) if sel is None else (pick(cos), pick(sin))
+        q, k = _rope(q, cos_q, sin_q), _rope(k, cos, sin)
+        x = rows_q[0]
         v = v.reshape(b, t, hkv, dh)
-        o = fused(q, k, v, lw) if kernel == "fused" else attend(q, k, v, lw)
-        o = _lin(o.reshape(b, t, hkv * g * dh), lw["wo"])
+        o = fused(q, k, v, lw, *masks) if kernel == "fused" else attend(q, k, v, lw, *masks)
+        o = _lin(o.reshape(b, tq, hkv * g * dh), lw["wo"])
         if cfg.o_bias:
             o = o + lw["bo"]
         if cfg.sandwich_norms:
@@ -240,7 +250,7 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             y = _rms(y, lw["post_mlp_norm"], eps, off)
         return x + y, (k, v)
 
-    def attend(q, k, v, lw):
+    def attend(q, k, v, lw, self_ok, dpos, dpos_c):
         """Attention with the scores materialised, over ``[cache ; own]`` keys without joining them.
 
         ``softmax([s_c ; s_own]) @ [v_c ; v_own]`` computed in two blocks: the row maximum ``m`` over
@@ -285,7 +295,7 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
             o = o + o_c
         return (o / total[..., None]).transpose(0, 2, 1, 3, 4).astype(v.dtype)
 
-    def fused(q, k, v, lw):
+    def fused(q, k, v, lw, self_ok, dpos, dpos_c):
         """The same attention by ``jax.nn.dot_product_attention``'s fused cuDNN kernel (GPU)."""
         ok = self_ok & (dpos < lw["window"])
         kv = None
@@ -305,10 +315,19 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     x = _embed(w, ids, vectors, vector_index).astype(jnp.float32)
     if cfg.embed_scale != 1.0:       # Gemma: sqrt(hidden), on token rows and learnt vectors alike
         x = x * jnp.float32(cfg.embed_scale)
-    x, (ks, vs) = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, xs)
-    hid = _rms(x, w["norm"], eps, off)
     last = _last_index(mask)
-    last_h = hid[jnp.arange(b), last]
+    if last_only:                            # layers 0..L-2 by index, then the last at `last` only
+        n_layers = cfg.num_hidden_layers
+        at = lambda i: jax.tree.map(lambda a: a[i], xs)                          # noqa: E731
+        x, (ks, vs) = jax.lax.scan(lambda x, i: layer(x, at(i)), x, jnp.arange(n_layers - 1))
+        x, (k_l, v_l) = layer(x, at(n_layers - 1), last)
+        ks, vs = jnp.concatenate([ks, k_l[None]]), jnp.concatenate([vs, v_l[None]])
+        hid = _rms(x, w["norm"], eps, off)
+        last_h = hid[:, 0]
+    else:
+        x, (ks, vs) = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, xs)
+        hid = _rms(x, w["norm"], eps, off)
+        last_h = hid[jnp.arange(b), last]
     if cache is not None:
         last_h = jnp.where(mask.any(1)[:, None], last_h, jnp.broadcast_to(cache.last_hidden, last_h.shape))
     new_cache = None
@@ -348,9 +367,9 @@ def _prefill(cfg, w, ids, mask, capacity, cache_dtype=None):
         last_hidden=last_h)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "update", "remat"))
-def _extend(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, remat=False):
-    hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update, vectors, vector_index, remat)
+@functools.partial(jax.jit, static_argnames=("cfg", "update", "remat", "last_only"))
+def _extend(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, remat=False, last_only=False):
+    hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update, vectors, vector_index, remat, last_only)
     return ExtendOutput(hid, last_h, new_cache)
 
 

@@ -211,15 +211,21 @@ class LlamaModel(nnx.Module):
         dt = None if cache_dtype is None else np.dtype(cache_dtype).name
         return _prefill(self.config, self.weights(), ids, mask, cap, dt)
 
+    EXTEND_LAST_ONLY = True
+    """:meth:`extend` takes ``last_only`` (a sharded model's may not)."""
+
     def extend(self, cache: KVCache, ids: jax.Array, mask: jax.Array | None = None, *,
                update: bool = False, vectors: jax.Array | None = None,
-               vector_index: jax.Array | None = None) -> ExtendOutput:
+               vector_index: jax.Array | None = None, last_only: bool = False) -> ExtendOutput:
         """Run continuations ``[B, T]`` after the cached prefix.
 
         A batch-1 cache is shared by all ``B`` rows without being copied. With
         ``update=True`` (cache batch ``B`` and ``T`` free slots) the new keys
         and values are written into the returned cache. ``vectors`` /
         ``vector_index``: learnt input vectors in marked slots, as in :meth:`hidden`.
+        ``last_only``: only ``last_hidden`` is wanted; the last layer runs its queries, attention
+        output and MLP at each row's last real token alone, and ``hidden`` is ``[B, 1, D]`` (those
+        tokens' final hidden states). ``last_hidden`` and the cache are the full pass's.
         """
         ids = jnp.asarray(ids, jnp.int32)
         mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
@@ -229,7 +235,8 @@ class LlamaModel(nnx.Module):
         if update and not isinstance(cache.length, jax.core.Tracer) and \
                 int(cache.length) + ids.shape[1] > cache.k.shape[2]:
             raise ValueError(f"cache full: {int(cache.length)} + {ids.shape[1]} > capacity {cache.k.shape[2]}")
-        return _extend(self.config, self.weights(), cache, ids, mask, update, vectors, vector_index)
+        return _extend(self.config, self.weights(), cache, ids, mask, update, vectors, vector_index,
+                       last_only=bool(last_only))
 
 
 def _checked(name, value, shape, dtype):
