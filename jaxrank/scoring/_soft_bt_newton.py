@@ -101,7 +101,9 @@ def _pass(ops, state: _State, mode, st, sweep=False, chord=False, hot=False) -> 
         # inexact group step and the Newton step could undo each other pass after pass)
         change, size = _nll_change(y, d, y2 - y, d2, pr, mode, st)
         use = ok & (change < -16 * eps * size)
-        y, d, fy = jnp.where(use, y2, y), jnp.where(use, d2, d), jnp.where(use, _nll_d(y2, d2, pr, mode, st), fy)
+        # the objective there from the summed change (SWEEP_OBJECTIVE): no second pass over the edges
+        f2 = fy + change if SWEEP_OBJECTIVE else _nll_d(y2, d2, pr, mode, st)
+        y, d, fy = jnp.where(use, y2, y), jnp.where(use, d2, d), jnp.where(use, f2, fy)
     r, mag, qq = _residual(d, pr)
     h = pr.w * jnp.maximum(qq, floor)
     n = pr.e.num_items
@@ -321,6 +323,12 @@ def _newton(c, labels, prior, mode, st, start_kind="least_squares", start_x=None
     result = jnp.where(out.converged, RESULTS.successful,
                        jnp.where(out.stop, RESULTS.line_search_failed, RESULTS.max_steps_reached))
     return out.x, out.it, out.converged, result.astype(jnp.int32)
+
+
+SWEEP_OBJECTIVE = True
+"""With sweeps (:func:`_pass`), the objective at a kept saturation step is ``f(y) + change``, the change summed
+from the edges' changes (:func:`_nll_change`, more accurate than ``f`` itself), instead of one more objective over
+every edge (issue 33, part e; ``benchmarks/results/memory_scale.notes.md``)."""
 
 
 CHORD_MARGIN = 4.0

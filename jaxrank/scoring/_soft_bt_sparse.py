@@ -36,7 +36,7 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels, loose=False, hot=False):
     size = _graph.component_sizes(labels, deg.dtype)
     pmean = functools.partial(_graph.component_mean, labels=labels, sizes=size)
 
-    def matvec(u, e=e, h=h):
+    def matvec(u, e=e, h=h, pmean=pmean):
         v = u[:n]
         top = _graph.incidence_t(e, h * _graph.incidence(e, v)) + pmean(v) + st.score_prior * v
         if damp is not None:
@@ -76,17 +76,36 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels, loose=False, hot=False):
         k = max(1, int(HOT_SHARE * e.i.shape[0]))
         on = h > HOT_RELATIVE * jnp.minimum(deg[e.i], deg[e.j])
         count = jnp.sum(on)
+        simple, big = _one_component(size)
 
         def on_hot():
             idx = jnp.nonzero(on, size=k, fill_value=0)[0]
             h_hot = jnp.where(jnp.arange(k) < count, h[idx], 0)
-            return cg(functools.partial(matvec, e=_graph.Edges(e.i[idx], e.j[idx], n, False), h=h_hot))
+            masked = functools.partial(_masked_mean, big=big)
+            return cg(functools.partial(matvec, e=_graph.Edges(e.i[idx], e.j[idx], n, False), h=h_hot,
+                                        pmean=masked if MASKED_MEAN else pmean))
 
-        x = jax.lax.cond(count <= k, on_hot, lambda: cg(matvec))
+        fits = (count <= k) & simple if MASKED_MEAN else count <= k
+        x = jax.lax.cond(fits, on_hot, lambda: cg(matvec))
     else:
         x = cg(matvec)
     x = x.at[:n].add(-pmean(x[:n]))
     return x, g, diag, scale, jnp.sum(deg), tol
+
+
+def _one_component(size):
+    """``(simple, big)`` from the component size of every item: ``simple`` where one component has the largest
+    size and every other item is alone in its own (a connected pool, or one with items in no comparison), ``big``
+    that component's items (:data:`MASKED_NOTE`)."""
+    largest = jnp.max(size)
+    big = size == largest
+    return jnp.all(big | (size == 1)) & (jnp.sum(big) == largest), big
+
+
+def _masked_mean(v, big):
+    """``P v`` (:func:`jaxrank._graph.component_mean`) where :func:`_one_component` is ``simple``: the mean of
+    ``v`` over ``big`` on its items, ``v`` itself on the single items (:data:`MASKED_NOTE`)."""
+    return jnp.where(big, jnp.sum(jnp.where(big, v, 0)) / jnp.sum(big), v)
 
 
 def _rank_scaled(pr, s, labels, prior):
@@ -107,10 +126,13 @@ def _rank_scaled(pr, s, labels, prior):
     u = u - _graph.component_mean(u, labels, sizes)
     du = _graph.incidence(pr.e, u)
     uu = jax.ops.segment_sum(u * u, labels, n)
+    # an edge of non-zero weight joins two items of one component, so ``W (alpha[labels] u) = alpha[lab_e] du``
+    # and the slope is one sum over the edges by their component (a zero-weight edge has no residual)
+    lab_e = labels[pr.e.i]
 
     def slope(alpha):   # per component label
-        r = _residual(_graph.incidence(pr.e, alpha[labels] * u), pr)[0]
-        return jax.ops.segment_sum(_graph.item_sums(pr.e, r * du, jnp.zeros_like(r)), labels, n) + prior * alpha * uu
+        r = _residual(alpha[lab_e] * du, pr)[0]
+        return jax.ops.segment_sum(r * du, lab_e, n) + prior * alpha * uu
 
     def body(_, bracket):
         lo, hi = bracket
@@ -262,3 +284,18 @@ HOT_RELATIVE = 1e-3
 
 LOOSE_FLOOR = 1e-2
 """Tightest relative CG residual of hard BT's Newton solves on large sparse pools (:data:`HOT_NOTE`)."""
+
+MASKED_MEAN = True
+"""The compacted CG operator applies the per-component projector as one component's masked mean (:data:`MASKED_NOTE`)."""
+
+MASKED_NOTE = None
+"""The per-component projector ``P`` in hard BT's compacted CG operator (issue 33, part e).
+
+``P v`` (each item's component mean, :func:`jaxrank._graph.component_mean`) is a scatter-add over the items and
+a gather per CG iteration, about as dear as the compacted matvec itself (0.031-0.040 ms against 0.053-0.056 ms on
+5,000 items). Where one component holds every item that has a comparison (:func:`_one_component`; the pool is
+connected, possibly with items in none), ``P v`` is exactly that component's mean on its items and ``v`` on the
+single items (:func:`_masked_mean`): one reduction. Otherwise (several components of two or more items) the
+compacted operator keeps the general ``P``. Measured with the other two changes of part e (the objective after a
+kept saturation step from its summed change, ``_soft_bt_newton.SWEEP_OBJECTIVE``, and the rank scale's slope as
+one sum over the edges by component): ``benchmarks/results/memory_scale.notes.md``, issue 33 part e."""
