@@ -160,6 +160,8 @@ def main(argv=None):
     say = lambda s="": (print(s, flush=True), lines.append(s))
     say(f"# Judge speed: {lm.name}, SummEval article {cs.ids[0]}, {n} candidates, {len(i)} comparisons")
     say()
+    say("Command: `python benchmarks/judge_speed.py " + " ".join(sys.argv[1:] if argv is None else argv) + "`")
+    say()
     say(f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs), jax {jax.__version__}; "
         f"jaxrank weights {lm.model.weights()['wq'].dtype} (dequantised from the GGUF); batch size {args.batch_size}.")
 
