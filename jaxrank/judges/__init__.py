@@ -23,14 +23,14 @@ from jaxrank import _deprecation
 from jaxrank.judges.pairwise import Judgement, PromptJudge
 from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
 from jaxrank.judges.prompt_scoring import PromptScoringJudge, parse_score
-from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser
+from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser, parser_key
 from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.judges.rating_replay import replay_comparisons, replay_probabilities, replay_scores
 from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, PairwiseTemplate, PointwiseTemplate,
                                     pairwise_template, pointwise_template)
 
 __all__ = [
-    "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "SimilarityJudge",
+    "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "parser_key", "SimilarityJudge",
     "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template", "SoftPrompt", "train_soft_prompt",
