@@ -36,7 +36,7 @@ from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, _common_prefix, check_label_mass, cut_text, format_top_tokens,
-                                    read_tokens, whole_text_ids)
+                                    label_lead, read_tokens, whole_text_ids)
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows
 from jaxrank.models.loading import GENERATIVE
 
@@ -309,7 +309,7 @@ class GEvalJudge(_PointwiseBase):
     def _score_tokens(self):
         tok = self.lm.tokenizer
         last = self._wrap(self.template.text, "")[-1:]            # the character the answer follows
-        lead = " " if (self.decoder and not last.isspace()) else ""
+        lead = label_lead(last) if self.decoder else ""           # " 7" after ":", "7" after "(" or a newline
         eos = set(self.lm.eos_token_ids) | ({tok.eos_token_id} if tok.eos_token_id is not None else set())
         ids = [[t for t in tok(lead + str(s), add_special_tokens=False)["input_ids"] if t not in eos]
                for s in self.template.scores]
