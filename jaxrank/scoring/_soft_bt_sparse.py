@@ -128,9 +128,14 @@ def _rank_scaled(pr, s, labels, prior):
     uu = jax.ops.segment_sum(u * u, labels, n)
     # an edge of non-zero weight joins two items of one component, so ``W (alpha[labels] u) = alpha[lab_e] du``
     # and the slope is one sum over the edges by their component (a zero-weight edge has no residual)
-    lab_e = labels[pr.e.i]
+    # (sparse edge space only; the dense space, [n, n] pairs, keeps the incidence form)
+    lab_e = None if pr.e.dense else labels[pr.e.i]
 
     def slope(alpha):   # per component label
+        if pr.e.dense:
+            r = _residual(_graph.incidence(pr.e, alpha[labels] * u), pr)[0]
+            sums = _graph.item_sums(pr.e, r * du, jnp.zeros_like(r))
+            return jax.ops.segment_sum(sums, labels, n) + prior * alpha * uu
         r = _residual(alpha[lab_e] * du, pr)[0]
         return jax.ops.segment_sum(r * du, lab_e, n) + prior * alpha * uu
 
