@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import scipy.optimize
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import jaxrank as jr
+from _fixtures_rows import ROW_LISTS, row_columns
 from jaxrank.io import comparisons_from_rows, read_comparisons
 
 
@@ -32,14 +32,10 @@ def _table(c, names):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5), st.sampled_from([0.0, 0.5, 1.0, 0.25]),
-                          st.sampled_from([0.0, 1.0, 2.5])), min_size=1, max_size=40))
+@given(ROW_LISTS)
 def test_rows_of_one_ordered_pair_sum_into_one_weighted_comparison(rows):
     """Invariant: each ordered pair's summed weight and weighted mean of ``p`` equal a Python accumulation."""
-    a = [f"t{x}" for x, _, _, _ in rows]
-    b = [f"t{(x + d) % 6}" for x, d, _, _ in rows]
-    p = [q for _, _, q, _ in rows]
-    w = [v for _, _, _, v in rows]
+    a, b, p, w = row_columns(rows)
     if not any(v > 0 for v in w):
         with pytest.raises(ValueError, match="weight"):
             comparisons_from_rows(a, b, p, weight=w)
