@@ -124,7 +124,7 @@ def test_bad_arguments():
 
 
 def test_report_counts_read_as_words_and_the_scores_csv_has_no_float32_noise(tmp_path):
-    from jaxrank.assessment import report as rp
+    from jaxrank.assessment import _report_markdown as rp
     from jaxrank.cli.assess import _short
 
     assert rp._span(np.array([16, 16])) == "16" and rp._span(np.array([12, 16])) == "12-16"
