@@ -8,11 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.optimize
 from hypothesis import given, settings
 
 import jaxrank as jr
-from _fixtures_rows import ROW_LISTS, row_columns
+from _fixtures_rows import ROW_LISTS, per_row_ml_scores, row_columns, simulated_rows
 from jaxrank.io import _rows, comparisons_from_rows
 
 
@@ -50,15 +49,9 @@ def test_rows_of_one_pair_in_either_order_sum_into_one_comparison(rows):
 def test_unordered_pairs_give_the_per_row_maximum_likelihood_scores():
     """ML Bradley-Terry without a position bias (ties half a win) on the unordered pairs equals SciPy's maximum
     of the per-row likelihood in float64; both orders of every pair occur."""
-    rng = np.random.default_rng(5)
     n, m = 14, 1200
-    s = rng.normal(size=n)
-    ia = rng.integers(0, n, m)
-    ib = (ia + rng.integers(1, n, m)) % n
-    u = rng.random(m)
-    q = 1 / (1 + np.exp(-(s[ia] - s[ib])))
-    p = np.where(u < 0.15, 0.5, (u < 0.15 + 0.85 * q).astype(float))
-    w = rng.choice([0.5, 1.0, 2.0], m)
+    ia, ib, p = simulated_rows(5, n, m)
+    w = np.random.default_rng(6).choice([0.5, 1.0, 2.0], m)
     c, names = comparisons_from_rows([f"n{k}" for k in ia], [f"n{k}" for k in ib], p, weight=w,
                                      aggregate="unordered")
     ordered, _ = comparisons_from_rows([f"n{k}" for k in ia], [f"n{k}" for k in ib], p, weight=w)
@@ -67,14 +60,7 @@ def test_unordered_pairs_give_the_per_row_maximum_likelihood_scores():
         warnings.simplefilter("error")                     # strongly connected: finite ML scores, no warning
         got = np.asarray(jr.fit_poe_bradley_terry(c, eps=0.0).scores, np.float64)
 
-    def nll(x):
-        d = x[ia] - x[ib]
-        f = np.sum(w * (p * np.logaddexp(0, -d) + (1 - p) * np.logaddexp(0, d)))
-        g = -w * (p - 1 / (1 + np.exp(-d)))
-        return f, np.bincount(ia, g, n) - np.bincount(ib, g, n)
-
-    ref = scipy.optimize.minimize(nll, np.zeros(n), jac=True, method="BFGS", options={"gtol": 1e-10}).x
-    ref = ref[[int(k[1:]) for k in names]]
+    ref = per_row_ml_scores(ia, ib, p, n, weight=w)[[int(k[1:]) for k in names]]
     np.testing.assert_allclose(got - got.mean(), ref - ref.mean(), atol=2e-4)
 
 
