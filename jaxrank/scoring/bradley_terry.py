@@ -169,8 +169,24 @@ def _smoothed(c, prior):
     else:
         pr = jnp.asarray(prior, dt)
     y = decisions(c.p)
-    return Comparisons(i=c.i, j=c.j, p=(y + pr) / (1 + 2 * pr), weight=c.weight * (1 + 2 * pr),
+    i, j = c.i, c.j
+    if not _graph.use_dense(c.num_items, c.i.shape[-1]):   # sparse edge space: PAD_SPREAD_NOTE
+        spread = (jnp.arange(c.i.shape[-1]) % c.num_items).astype(c.i.dtype)
+        off = c.weight == 0
+        i, j = jnp.where(off, spread, i), jnp.where(off, spread, j)
+    return Comparisons(i=i, j=j, p=(y + pr) / (1 + 2 * pr), weight=c.weight * (1 + 2 * pr),
                        item_mask=c.item_mask, num_items=c.num_items)
+
+
+PAD_SPREAD_NOTE = None
+"""Comparisons of weight 0 (a bucket's padding, ``_batching.pad``: ``0 vs 0``) become self-pairs ``k vs k`` of item
+``k mod N`` in hard BT's smoothed problem (sparse edge space only; the dense space keeps them).
+
+A comparison of weight 0 adds exactly 0 to every sum, so the scores are bit-identical; but thousands of them on one
+item make every scatter-add of the fit (Newman's updates, the saturation step, the gradient) a chain of dependent
+adds into one address: on the 5,000-item separable pool padded to 5,120 items and 65,536 comparisons, 20 Newman
+updates took 19.7 ms with the padding on item 0 against 11.1 ms spread (9.6 ms unpadded), the compiled fit 152 ms
+against 100 ms (min of 11, load 7; issue 33 part f, ``benchmarks/results/memory_scale.notes.md``)."""
 
 
 def _arrays(c):
