@@ -51,6 +51,10 @@ _ACTIVATIONS = {
 }
 
 
+_REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+"""The ``config.json`` keys :meth:`BertConfig.from_hf` has no default for."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Hyper-parameters of a BERT encoder (field names as in config.json).
@@ -88,9 +92,13 @@ class BertConfig:
         Raises:
             ValueError: For a non-BERT model type, a position embedding type
                 other than ``"absolute"``, an unknown activation, a decoder /
-                cross-attention config, or heads not dividing the hidden size.
+                cross-attention config, heads not dividing the hidden size, or a
+                required size missing or null (names every such key).
         """
         d = dict(config_dict)
+        missing = [k for k in _REQUIRED if d.get(k) is None]
+        if missing:
+            raise ValueError(f"BertConfig.from_hf: config lacks {', '.join(map(repr, missing))}")
         model_type = d.get("model_type", "bert")
         if model_type != "bert":
             raise ValueError(f"BertConfig.from_hf: unsupported model_type {model_type!r} (expected 'bert')")

@@ -8,9 +8,11 @@ other fingerprints; the same weights copied elsewhere get the same one.
 
 Hashing a large file takes seconds (about 1 GB/s), so each file's digest is
 computed once and kept in ``<cache>/fingerprints.json`` keyed by its resolved
-path, size and modification time (nanoseconds): a file that is replaced or
-touched is hashed again. A cache that cannot be read or written is skipped,
-never an error.
+path, size, inode number, modification time and status-change time
+(nanoseconds): a file that is replaced or touched is hashed again, also one
+copied over it with its size and modification time kept (``cp -p``: a new
+inode, or at least a new ``ctime``, which no program can set back). A cache
+that cannot be read or written is skipped, never an error.
 
 A model built in memory, with no files behind it, is fingerprinted from its
 parameters and its tokenizer's vocabulary (:func:`parameters_fingerprint`).
@@ -62,14 +64,14 @@ def _write_cache(data: dict) -> None:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The SHA-256 (hex) of a file's bytes, cached by resolved path, size and mtime.
+    """The SHA-256 (hex) of a file's bytes, cached by resolved path, size, inode, mtime and ctime.
 
     Raises:
         FileNotFoundError: no such file.
     """
     p = Path(path).resolve()
     st = p.stat()
-    ident = [st.st_size, st.st_mtime_ns]
+    ident = [st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
     with _CACHE_LOCK:
         hit = _read_cache().get(str(p))
         if isinstance(hit, dict) and hit.get("ident") == ident and isinstance(hit.get("sha256"), str):

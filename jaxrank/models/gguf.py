@@ -195,11 +195,16 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], list[GGUFTensor]
     return meta, tensors
 
 
+_REQUIRED = ("attention.head_count", "embedding_length", "feed_forward_length", "block_count")
+"""The ``<arch>.`` metadata keys :func:`gguf_config` has no default for."""
+
+
 def gguf_config(meta: Mapping[str, Any], tensor_names) -> dict[str, Any]:
     """A Hugging Face style ``config.json`` dict from GGUF metadata.
 
     Raises:
-        ValueError: unsupported ``general.architecture`` (lists the supported ones).
+        ValueError: unsupported ``general.architecture`` (lists the supported ones), or
+            metadata lacking a size (names every missing key).
     """
     arch = meta.get("general.architecture")
     if arch not in GGUF_ARCHITECTURES:
@@ -211,6 +216,11 @@ def gguf_config(meta: Mapping[str, Any], tensor_names) -> dict[str, Any]:
         v = meta.get(f"{arch}.{key}", default)
         return v[0] if isinstance(v, list) and v else v
 
+    missing = [f"{arch}.{k}" for k in _REQUIRED if g(k) is None]
+    if not (g("vocab_size") or meta.get("tokenizer.ggml.tokens")):
+        missing.append(f"{arch}.vocab_size (or tokenizer.ggml.tokens)")
+    if missing:
+        raise ValueError(f"GGUF metadata lacks {', '.join(missing)}")
     n_heads = int(g("attention.head_count"))
     hidden = int(g("embedding_length"))
     vocab = g("vocab_size") or len(meta.get("tokenizer.ggml.tokens") or ())

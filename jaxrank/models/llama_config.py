@@ -23,6 +23,8 @@ SUPPORTED_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "
 """Hugging Face ``hidden_act`` / ``hidden_activation`` names -> the core's activation."""
 
 _GEMMA = ("gemma2", "gemma3_text")
+_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+"""The ``config.json`` keys :meth:`LlamaConfig.from_hf` has no default for."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +123,12 @@ class LlamaConfig:
         layers; Gemma 3 with q/k norms and a local RoPE base).
 
         Raises:
-            ValueError: unknown ``model_type``, activation or rope scaling type.
+            ValueError: unknown ``model_type``, activation or rope scaling type; a
+                required size missing or null (names every such key).
         """
+        missing = [k for k in _REQUIRED if cfg.get(k) is None]
+        if missing:
+            raise ValueError(f"config lacks {', '.join(map(repr, missing))}")
         mt = cfg.get("model_type", "llama")
         if mt not in SUPPORTED_MODEL_TYPES:
             raise ValueError(f"model_type {mt!r} is not a Llama-family decoder; "

@@ -97,7 +97,7 @@ class LoadedModel:
     def fingerprint(self) -> str:
         """What the model is, for the keys of stored judgements: the content hash of the checkpoint it was
         read from (:func:`~jaxrank.models.fingerprint.checkpoint_fingerprint`: weights and tokenizer, cached
-        by path, size and mtime), or of its parameters and tokenizer when no file is behind it; then the
+        by path, size, inode, mtime and ctime), or of its parameters and tokenizer when no file is behind it; then the
         parameters' dtype (``"3f2a...-float32"``). Computed once per object: parameters changed in memory
         after loading are not seen (build a new ``LoadedModel``)."""
         fp = self.__dict__.get("_fingerprint")
@@ -197,12 +197,7 @@ def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mappin
     if model_type not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {model_type!r}; "
                          f"supported: {', '.join(ARCHITECTURES)}")
-    mod_name, cls_name = ARCHITECTURES[model_type]
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ValueError(f"architecture {model_type!r} needs {mod_name}, which is unavailable: {e}") from e
-    config = getattr(mod, cls_name).from_hf(dict(config_dict))
+    mod, config = _config_of(model_type, config_dict)
     takes = inspect.signature(mod.load_state_dict).parameters
     kw = {"dtype": dtype} if "dtype" in takes else {}
     if mesh is not None:
@@ -211,6 +206,35 @@ def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mappin
                              "Llama family")
         kw["mesh"] = mesh
     return mod.load_state_dict(config, tensors, **kw), config
+
+
+def _config_of(model_type: str, config_dict: Mapping[str, Any]):
+    """``(module, config)`` of a supported ``model_type``: the config parsed by its class's ``from_hf``."""
+    mod_name, cls_name = ARCHITECTURES[model_type]
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ValueError(f"architecture {model_type!r} needs {mod_name}, which is unavailable: {e}") from e
+    return mod, getattr(mod, cls_name).from_hf(dict(config_dict))
+
+
+def _check_vocabulary(tok, rows: int, where) -> None:
+    """Refuse a tokenizer whose ids reach past the embedding table (they would read no row: NaN scores).
+
+    An embedding table larger than the tokenizer (padding rows, as Qwen's 151,936 for 151,665 tokens) is
+    fine; a token id ``>= rows`` is not.
+
+    Raises:
+        ValueError: naming ``where``, the tokenizer's size and the table's rows.
+    """
+    if tok is None:
+        return
+    vocab = tok.get_vocab()
+    n = max(len(tok), max(vocab.values(), default=-1) + 1)
+    if n > rows:
+        raise ValueError(f"{where}: the tokenizer has {n} token ids but the embedding table has {rows} rows "
+                         f"(ids {rows}..{n - 1} have no embedding): the tokenizer does not belong to these "
+                         "weights")
 
 
 def _eos_ids(*values) -> tuple[int, ...]:
@@ -256,16 +280,16 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
         cfg = json.loads(cfg_path.read_text())
     except ValueError as e:
         raise ValueError(f"corrupt {cfg_path}: {e}") from e
+    if not isinstance(cfg, dict):
+        raise ValueError(f"corrupt {cfg_path}: not a JSON object")
     mt = cfg.get("model_type")
     if mt not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {mt!r} in {cfg_path}; "
                          f"supported: {', '.join(ARCHITECTURES)}")
-    tensors = read_checkpoint(d)
-    if weights == "quantised":
-        if ARCHITECTURES[mt][0] != "jaxrank.models.llama":
-            raise ValueError(f"weights='quantised' needs a decoder of the Llama family; {d} is {mt!r}")
-        tensors = _Int8Tensors(tensors)
-    model, config = build_model(mt, cfg, tensors, dtype=dtype, mesh=mesh)
+    try:            # before any weight is read: a config lacking a size fails at once, naming the file
+        _, config = _config_of(mt, cfg)
+    except ValueError as e:
+        raise ValueError(f"{cfg_path}: {e}") from e
     tok = None
     tok_files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spiece.model", "tokenizer.model")
     if want_tokenizer and any((d / f).is_file() for f in tok_files):
@@ -276,6 +300,13 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
             tok = AutoTokenizer.from_pretrained(str(d), local_files_only=True, trust_remote_code=False)
         except Exception as e:
             raise ValueError(f"cannot load the tokenizer in {d}: {e}") from e
+        _check_vocabulary(tok, config.vocab_size, d)
+    tensors = read_checkpoint(d)
+    if weights == "quantised":
+        if ARCHITECTURES[mt][0] != "jaxrank.models.llama":
+            raise ValueError(f"weights='quantised' needs a decoder of the Llama family; {d} is {mt!r}")
+        tensors = _Int8Tensors(tensors)
+    model, config = build_model(mt, cfg, tensors, dtype=dtype, mesh=mesh)
     gen = {}
     if (d / "generation_config.json").is_file():
         gen = json.loads((d / "generation_config.json").read_text())
@@ -288,12 +319,16 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
 
 def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "float", mesh=None) -> LoadedModel:
     meta, gts = gguf.read_gguf(p)
-    cfg = gguf.gguf_config(meta, [t.name for t in gts])
+    try:
+        cfg = gguf.gguf_config(meta, [t.name for t in gts])
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from e
     tensors = (gguf.gguf_tensors(gts, cfg, keep_quantised=True) if weights == "quantised"
                else gguf.gguf_tensors(gts, cfg))
     # the tokenizer first: its build's scratch (a 150k vocabulary's Python objects) is freed before the
     # weights arrive, not added to the load's peak on top of them
     tok = gguf.tokenizer_from_gguf(meta, p) if want_tokenizer else None
+    _check_vocabulary(tok, cfg["vocab_size"], p)
     try:
         model, config = build_model(cfg["model_type"], cfg, tensors, dtype=dtype, mesh=mesh)
     except ValueError as e:
@@ -328,8 +363,10 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
     Raises:
         FileNotFoundError: no such path / name, or a missing weight file
             (names the file; for registry models, gives the ``pip`` command).
-        ValueError: a corrupt file or an unsupported architecture (lists the
-            supported ones).
+        ValueError: a corrupt file, an unsupported architecture (lists the
+            supported ones), a config or GGUF lacking a size (names the file and the
+            keys), or a tokenizer with ids past the embedding table (names the
+            folder or file, the tokenizer's size and the table's rows).
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")

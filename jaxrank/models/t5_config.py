@@ -26,6 +26,9 @@ ACTIVATIONS = {
 }
 """Feed-forward activations by their ``config.json`` name."""
 
+_REQUIRED = ("vocab_size", "d_model", "d_kv", "d_ff", "num_heads")
+"""The ``config.json`` keys :meth:`T5Config.from_hf` has no default for."""
+
 
 @dataclasses.dataclass(frozen=True)
 class T5Config:
@@ -74,10 +77,14 @@ class T5Config:
         ``tie_word_embeddings is not False`` (transformers 4 convention).
 
         Raises:
-            ValueError: For a non-T5 model type, an unknown activation or a
-                feed-forward spec transformers would reject.
+            ValueError: For a non-T5 model type, an unknown activation, a
+                feed-forward spec transformers would reject, or a required size
+                missing or null (names every such key).
         """
         d = dict(config_dict)
+        missing = [k for k in _REQUIRED if d.get(k) is None]
+        if missing:
+            raise ValueError(f"T5Config.from_hf: config lacks {', '.join(map(repr, missing))}")
         model_type = d.get("model_type", "t5")
         if model_type not in ("t5", "mt5"):
             raise ValueError(f"T5Config.from_hf: unsupported model_type {model_type!r} (expected 't5' or 'mt5')")
@@ -100,7 +107,7 @@ class T5Config:
         pad = int(d.get("pad_token_id") or 0)
         start = d.get("decoder_start_token_id")
         return cls(
-            **{k: int(d[k]) for k in ("vocab_size", "d_model", "d_kv", "d_ff", "num_heads")},
+            **{k: int(d[k]) for k in _REQUIRED},
             num_layers=nl,
             num_decoder_layers=int(d.get("num_decoder_layers") or nl),
             relative_attention_num_buckets=int(d.get("relative_attention_num_buckets", 32)),
