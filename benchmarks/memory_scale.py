@@ -28,7 +28,12 @@ this process (compiled first, interleaved rounds).
 ``--root`` picks the checkout whose jaxrank is measured (``PYTHONPATH``), so a
 "before" (e.g. ``--root /work/main``) and an "after" run the same script.
 
+``--bt-ab BEFORE AFTER`` with ``--bt-vs-poe N``: hard BT and PoE-BT from two checkouts side by side, each in its
+own long-lived process (compiled first), called alternately round after round (one process runs at a time), so
+load hits both alike; per round the after / before ratio of hard BT's time and each tree's BT / PoE-BT ratio.
+
     python benchmarks/memory_scale.py [--sizes 1000 10000] [--repeats 3] [--root ..] [--smoke] [--label after]
+    python benchmarks/memory_scale.py --sizes --bt-vs-poe 5000 --bt-ab BEFORE_ROOT AFTER_ROOT --repeats 15 --label ab
 """
 
 from __future__ import annotations
@@ -141,6 +146,79 @@ def bt_vs_poe(n, repeats, rep):
                 ratio=float(np.median(bt / poe)))
 
 
+def ab_worker(n, noisy):
+    """One tree's side of ``--bt-ab``: build the pool, compile both fits, then time one call of each per line read."""
+    import jax   # deferred: imported in the measured process only
+
+    import jaxrank as jr
+
+    i, j, p = _pool(n)
+    c = jr.Comparisons.from_pairs(i, j, _noisy(i, j, p) if noisy else p, num_items=n)
+    fits = {"bt": lambda: jr.fit_bradley_terry(c), "poe": lambda: jr.fit_poe_bradley_terry(c)}
+    first = {k: jax.block_until_ready(f()) for k, f in fits.items()}
+    print(json.dumps({"ready": True, "source": str(Path(jr.__file__).parent), "bt_steps": int(first["bt"].iterations), "poe_steps": int(first["poe"].iterations),
+                      "scores": np.asarray(first["bt"].scores, np.float64).tolist()}), flush=True)
+    for _ in sys.stdin:
+        out = {}
+        for k, f in fits.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(f())
+            out[k] = time.perf_counter() - t0
+        print(json.dumps(out), flush=True)
+
+
+def bt_ab(n, roots, repeats, rep):
+    """``--bt-ab``: hard BT (and PoE-BT) of two checkouts, alternate calls of two long-lived processes."""
+    for noisy in (False, True):
+        procs = []
+        for root in roots:
+            env = dict(os.environ, PYTHONPATH=str(root), JAXRANK_COMPILATION_CACHE="0")
+            procs.append(subprocess.Popen([sys.executable, __file__, "--ab-worker", str(n), str(int(noisy))],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
+        heads = []
+        for pr in procs:
+            line = pr.stdout.readline()
+            while line and not line.startswith("{"):
+                line = pr.stdout.readline()
+            heads.append(json.loads(line))
+        diff = float(np.max(np.abs(np.asarray(heads[0]["scores"]) - np.asarray(heads[1]["scores"]))))
+        times = [{"bt": [], "poe": []} for _ in procs]
+        loads = []
+        for r in range(repeats):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            for k in order:
+                procs[k].stdin.write("go\n")
+                procs[k].stdin.flush()
+                got = json.loads(procs[k].stdout.readline())
+                for key in ("bt", "poe"):
+                    times[k][key].append(got[key])
+            loads.append(os.getloadavg()[0])
+        for pr in procs:
+            pr.stdin.close()
+            pr.wait()
+        bt = [np.asarray(t["bt"]) for t in times]
+        poe = [np.asarray(t["poe"]) for t in times]
+        label = "noisy LLM-like probabilities" if noisy else "separable decisions (one latent order)"
+        rep.say(f"## Hard BT, before against after, {n} items, {10 * n} comparisons, {label} "
+                f"({repeats} alternating rounds, one process per tree)")
+        rep.say()
+        rep.say(f"before `{heads[0]['source']}`, after `{heads[1]['source']}`; Newton steps {heads[0]['bt_steps']} / {heads[1]['bt_steps']} "
+                f"(PoE-BT {heads[0]['poe_steps']} / {heads[1]['poe_steps']}); max |score difference| {diff:.2g}")
+        rep.say()
+        rep.table(["measure", "before", "after"],
+                  [["hard BT ms median [min, max]", spread(bt[0], 1e3, "{:.1f}"), spread(bt[1], 1e3, "{:.1f}")],
+                   ["PoE-BT ms median [min, max]", spread(poe[0], 1e3, "{:.1f}"), spread(poe[1], 1e3, "{:.1f}")],
+                   ["BT / PoE-BT per round", spread(bt[0] / poe[0], fmt="{:.2f}"), spread(bt[1] / poe[1], fmt="{:.2f}")],
+                   ["hard BT after / before per round", "", spread(bt[1] / bt[0], fmt="{:.3f}")],
+                   ["rounds where hard BT after is faster", "", f"{np.mean(bt[1] < bt[0]):.0%}"]])
+        rep.say(f"load per round: {', '.join(f'{x:.2f}' for x in loads)}")
+        rep.say()
+        rep.row(part="bt_ab", pool=label, n=n, bt_before=float(np.median(bt[0])), bt_after=float(np.median(bt[1])),
+                poe_before=float(np.median(poe[0])), poe_after=float(np.median(poe[1])),
+                ratio_before=float(np.median(bt[0] / poe[0])), ratio_after=float(np.median(bt[1] / poe[1])),
+                after_over_before=float(np.median(bt[1] / bt[0])), max_score_diff=diff)
+
+
 def combine(before, after):
     """``results/memory_scale.md``: the rows of the ``before`` and ``after`` runs side by side (their CSVs)."""
     import csv
@@ -197,10 +275,17 @@ def main():
                          "sizes above 10,000 get at most 3 rounds)")
     ap.add_argument("--combine", nargs=2, metavar=("BEFORE", "AFTER"),
                     help="only write results/memory_scale.md from the runs labelled BEFORE* and AFTER*")
+    ap.add_argument("--bt-ab", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="with --bt-vs-poe: hard BT of two checkouts in alternate calls of two processes (no "
+                         "memory cases unless --sizes are given)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--ab-worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker[0], int(args.worker[1]))
+        return
+    if args.ab_worker:
+        ab_worker(int(args.ab_worker[0]), bool(int(args.ab_worker[1])))
         return
     if args.combine:
         combine(*args.combine)
@@ -219,9 +304,13 @@ def main():
     rep = Report(name, smoke=args.smoke)
     rep.say(f"# Peak memory and time on sparse pools (R = 10 N){' — ' + args.label if args.label else ''}")
     rep.say()
-    rep.say(f"jaxrank from `{args.root}`; every case a fresh process; peak RSS (ru_maxrss) in MB and the "
-            f"wall time of the call (compilation included); median [min, max] over {args.repeats} repeat(s); "
-            f"load (1/5/15 min) {load_line()} at the start.")
+    if args.bt_ab and not args.sizes:
+        rep.say(f"`memory_scale.py {' '.join(sys.argv[1:])}`: compiled calls only (no memory cases); "
+                f"load (1/5/15 min) {load_line()} at the start.")
+    else:
+        rep.say(f"jaxrank from `{args.root}`; every case a fresh process; peak RSS (ru_maxrss) in MB and the "
+                f"wall time of the call (compilation included); median [min, max] over {args.repeats} repeat(s); "
+                f"load (1/5/15 min) {load_line()} at the start.")
     rep.say()
     rows = []
     for n in args.sizes:
@@ -240,7 +329,10 @@ def main():
     if rows:
         rep.table(["items N", "case", "peak RSS MB", "seconds", "load after"], rows)
     for n in args.bt_vs_poe:
-        bt_vs_poe(n, args.repeats if n <= 10_000 else min(args.repeats, 3), rep)
+        if args.bt_ab:
+            bt_ab(n, args.bt_ab, args.repeats, rep)
+        else:
+            bt_vs_poe(n, args.repeats if n <= 10_000 else min(args.repeats, 3), rep)
     rep.write()
 
 
