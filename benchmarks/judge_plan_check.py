@@ -12,6 +12,8 @@ thread) in every repeat:
 * ``--a-costs``: ``_forward.A_BATCH_COST`` values (how the A parts are planned on a CPU: ``none``, one A a
   call padded to the longest A's bucket as before issue 33; a number, the A's cut by ``plan_batches`` with
   that cost per call), at the first cost;
+* ``--b-plans NAME=COST:BUCKETS``: the B plan on a CPU (``_forward.CPU_CALL_COST`` and
+  ``_forward.CPU_BUCKETS``, ``fine`` or ``coarse``), e.g. ``before=0:coarse now=32:fine``, at the first cost;
 * ``--xla NAME=JSON``: the current decoder compiled with XLA options (``jax.jit(compiler_options=)``,
   per program, nothing global), e.g. ``eigen1='{"xla_cpu_multi_thread_eigen": false}'``.
 
@@ -113,6 +115,7 @@ def main(argv=None):
     ap.add_argument("--costs", default="0", help="batch_cost values, comma-separated")
     ap.add_argument("--core", action="append", help="NAME=PATH: a copy of _llama_core.py run as a variant")
     ap.add_argument("--xla", action="append", help="NAME=JSON: compiler options of a variant of the current core")
+    ap.add_argument("--b-plans", action="append", help="NAME=COST:fine|coarse: CPU_CALL_COST and CPU_BUCKETS")
     ap.add_argument("--a-costs", default=None, help="A_BATCH_COST values ('none' or ints), comma-separated")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="3 candidates, one repeat")
@@ -139,6 +142,13 @@ def main(argv=None):
 
     a_default = _forward.A_BATCH_COST
     models = {f"batch_cost {c}": (lm.model, c) for c in costs}
+
+    b_default = (_forward.CPU_CALL_COST, _forward.CPU_BUCKETS)
+    b_plan = {}
+    for name, spec in named(args.b_plans).items():
+        c, _, kind = spec.partition(":")
+        models[name] = (lm.model, costs[0])
+        b_plan[name] = (int(c), {"fine": _forward.CPU_BUCKETS, "coarse": _forward.BUCKETS}[kind or "fine"])
     a_cost = {k: a_default for k in models}
     for x in (args.a_costs.split(",") if args.a_costs else []):
         models[f"A_BATCH_COST {x}"] = (lm.model, costs[0])
@@ -149,12 +159,18 @@ def main(argv=None):
     for name, opts in named(args.xla).items():
         models[name] = (CoreModel(lm.model, current, json.loads(opts)), costs[0])
     a_cost = {k: a_cost.get(k, a_default) for k in models}
+    b_plan = {k: b_plan.get(k, b_default) for k in models}
+
+    def setup(k):
+        _forward.A_BATCH_COST = a_cost[k]
+        _forward.CPU_CALL_COST, _forward.CPU_BUCKETS = b_plan[k]
+
     timed = {k: TimedModel(m) for k, (m, _) in models.items()}
     judges = {k: PromptJudge(dataclasses.replace(lm, model=timed[k]), tpl, batch_size=8, batch_cost=c)
               for k, (_, c) in models.items()}
     ref, first = None, next(iter(judges))
     for k, judge in judges.items():                   # first calls: compilation, p agreement
-        _forward.A_BATCH_COST = a_cost[k]
+        setup(k)
         t0 = time.perf_counter()
         p = judge.compare(context, cands, i, j).p
         ref = p if ref is None else ref
@@ -169,13 +185,13 @@ def main(argv=None):
     for _ in range(args.repeats):
         print("load", os.getloadavg(), flush=True)
         for k, judge in judges.items():
-            _forward.A_BATCH_COST = a_cost[k]
+            setup(k)
             t0, c0 = time.perf_counter(), time.process_time()
             judge.compare(context, cands, i, j)
             rates[k].append(len(i) / (time.perf_counter() - t0))
             cpu[k].append(time.process_time() - c0)
         t0, c0 = time.perf_counter(), time.process_time()
-        _forward.A_BATCH_COST = a_default
+        setup(first)
         pt = tj.cached(judges[first], context, cands, i, j)
         rates["torch"].append(len(i) / (time.perf_counter() - t0))
         cpu["torch"].append(time.process_time() - c0)

@@ -8,15 +8,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges._buckets import bucket, decoder_row_bytes, plan_batches, rows_that_fit
+from jaxrank.judges._buckets import BUCKETS, CPU_BUCKETS, bucket, decoder_row_bytes, plan_batches, rows_that_fit
 from jaxrank.judges.reading import TOP_K, read_continuations
 from jaxrank.models.llama import QuantisedWeight
 from jaxrank.models.llama_config import attention_kernel
 
-__all__ = ["padded", "batches", "read_decoder", "read_t5", "rows_per_call", "A_BATCH_COST"]
+__all__ = ["padded", "batches", "read_decoder", "read_t5", "rows_per_call", "A_BATCH_COST", "CPU_CALL_COST"]
 
 A_BATCH_COST = 0
 """Tokens' worth of fixed cost per call charged when the A parts are planned on a CPU (:func:`a_caches`)."""
+
+CPU_CALL_COST = 32
+"""Tokens' worth of fixed cost per B call charged by the plan on a CPU (``batch_cost == 0``, one device),
+whose B rows are padded to :data:`~jaxrank.judges._buckets.CPU_BUCKETS`. Measured (issue 33, SmolLM2-135M,
+one B extend against a 640-slot cache, process CPU time): 3.76 ms per token at 96 tokens a call, 3.28 at
+208, 3.06 at 416, 2.95 at 832, i.e. ~88 ms a call (the scan's per-layer weight copies, the weights read
+from memory once a call) plus ~2.85 ms a token: ~31 tokens' worth. ``0`` with ``BUCKETS``: the plan before."""
 
 
 def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
@@ -69,7 +76,9 @@ def read_decoder(judge, pairs, progress=None):
     full-vocabulary logits at the positions a row reads give the labels'
     summed log-probabilities (:func:`~jaxrank.judges.reading.read_continuations`).
     Rows sharing an A run in batches cut by :func:`plan_batches` (sorted by
-    length, fewest padded tokens). When calls have a cost (``batch_cost > 0``,
+    length, fewest padded tokens plus ``batch_cost`` a call; on a CPU the rows
+    padded to :data:`~jaxrank.judges._buckets.CPU_BUCKETS` and
+    :data:`CPU_CALL_COST` charged a call). When calls have a cost (``batch_cost > 0``,
     as on a GPU) and a batch holds more rows than one A has comparisons, the
     A parts are extended ``batch_size // (comparisons per A)`` at a time and
     their rows share batches, each row reading its own A's cache
@@ -117,6 +126,9 @@ def read_decoder(judge, pairs, progress=None):
     items = list(groups.items())
     pending: list = []
     last_only = width == 1 and getattr(model, "EXTEND_LAST_ONLY", False)
+    # on a CPU a call's cost is its tokens plus a small fixed part: finer lengths, a cost per call
+    cpu = judge.batch_cost == 0 and multiple == 1 and jax.default_backend() == "cpu"
+    buckets, cost = (CPU_BUCKETS if cpu else BUCKETS), (CPU_CALL_COST if cpu else judge.batch_cost)
 
     def collect(part, out):
         lp, ti, tp = (np.asarray(x) for x in out)
@@ -132,10 +144,11 @@ def read_decoder(judge, pairs, progress=None):
         flat = [(r, s) for r in owner for s in range(len(subs))]
         seqs = {(r, s): pairs[r][2] + subs[s][0] for r, s in flat}
         flat.sort(key=lambda rs: len(seqs[rs]))            # similar lengths share a batch
-        for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], rows,
-                                           batch_cost=judge.batch_cost, multiple=multiple):
+        for start, stop, b in plan_batches([len(seqs[rs]) for rs in flat], rows, buckets=buckets,
+                                           batch_cost=cost, multiple=multiple):
             part = flat[start:stop]
-            ids, mask = padded(judge, [seqs[rs] for rs in part], b)
+            ids, mask = padded(judge, [seqs[rs] for rs in part], b,
+                               length=bucket(max(len(seqs[rs]) for rs in part), buckets))
             pos = np.zeros((b, width), np.int32)
             tgt = np.zeros((b, 2, width), np.int32)
             val = np.zeros((b, 2, width), bool)
@@ -178,7 +191,7 @@ def a_caches(judge, model, cache, items, together, alen, multiple):
         for start, stop, b in plan_batches([len(items[k][0]) for k in order], judge.batch_size,
                                            batch_cost=A_BATCH_COST):
             chunk = [items[k] for k in order[start:stop]]
-            t = bucket(len(chunk[-1][0]))
+            t = bucket(len(chunk[-1][0]), CPU_BUCKETS if jax.default_backend() == "cpu" else BUCKETS)
             aid, amask = padded(judge, [a for a, _ in chunk], b, length=t)
             base = cache if b == 1 else rows_of_model(model)(cache, np.zeros(b, np.int32))
             cache_b = model.extend(base, aid, amask, update=True).cache
