@@ -80,10 +80,14 @@ def _direction_cg(y, h, r, mag, pr, mode, st, labels, loose=False, hot=False):
 
         def on_hot():
             idx = _first_true(on, k)
-            h_hot = jnp.where(jnp.arange(k) < count, h[idx], 0)
+            valid = jnp.arange(k) < count
+            h_hot = jnp.where(valid, h[idx], 0)
+            # the unused slots: self-pairs of weight 0 spread over the items, not k - count edges onto one item
+            # (bradley_terry.PAD_SPREAD_NOTE)
+            spread = (jnp.arange(k) % n).astype(e.i.dtype)
+            hot_e = _graph.Edges(jnp.where(valid, e.i[idx], spread), jnp.where(valid, e.j[idx], spread), n, False)
             masked = functools.partial(_masked_mean, big=big)
-            return cg(functools.partial(matvec, e=_graph.Edges(e.i[idx], e.j[idx], n, False), h=h_hot,
-                                        pmean=masked if MASKED_MEAN else pmean))
+            return cg(functools.partial(matvec, e=hot_e, h=h_hot, pmean=masked if MASKED_MEAN else pmean))
 
         fits = (count <= k) & simple if MASKED_MEAN else count <= k
         x = jax.lax.cond(fits, on_hot, lambda: cg(matvec))
