@@ -13,7 +13,7 @@ from tiny_lm import EOS, OFFSET, ByteTokenizer, sharpen, tiny_lm
 from jaxrank.judges import textgen
 from jaxrank.models.loading import LoadedModel
 from jaxrank.models.llama import GenerateOutput
-from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
+from jaxrank.judges.pointwise import DEFAULT_STEP_TOKENS, GEvalJudge, PointwiseResult, pointwise_comparisons
 from jaxrank.judges.prompt_scoring import FALLBACK_SCORE, PromptScoringJudge, parse_score
 from jaxrank.judges.prompts import PointwiseTemplate, pointwise_template
 
@@ -236,3 +236,22 @@ def test_real_smollm2_geval_smoke(smollm2):
     assert judge.step_generations == 1 and judge.steps
     assert np.all(np.isfinite(res.scores)) and np.all((res.scores >= 1) & (res.scores <= 5))
     assert judge.name == "smollm2-135m"
+
+
+def test_geval_key_names_what_changes_the_scores(lm):
+    """The store key (review of 11-27, defect 3): the defaults keep the template's key (the stored G-Eval results'),
+    and given steps, the system message and the length of generated steps each change it and the scores; generated
+    steps leave it as it was before they were written."""
+    tpl = pointwise_template("coherence")
+    auto = GEvalJudge(lm, tpl, max_step_tokens=DEFAULT_STEP_TOKENS)
+    assert auto.template_key == tpl.key
+    short = GEvalJudge(lm, tpl, max_step_tokens=6)
+    before = short.template_key
+    short.score(CTX, CANDS[:1])
+    assert short.step_generations == 1 and short.template_key == before != tpl.key
+    a, b = GEvalJudge(lm, tpl, steps=STEPS), GEvalJudge(lm, tpl, steps="1. Count the typos.")
+    sa, sb = a.score(CTX, CANDS[:2]).scores, b.score(CTX, CANDS[:2]).scores
+    assert not np.allclose(sa, sb) and a.template_key != b.template_key
+    assert GEvalJudge(lm, tpl, steps=STEPS, system="Be strict.").template_key != a.template_key
+    a.steps = "1. Count the typos."
+    assert a.template_key == b.template_key

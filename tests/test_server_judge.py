@@ -17,17 +17,10 @@ it after installing the server): then a missing server is an error, so CI cannot
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -46,11 +39,9 @@ from jaxrank.assessment.store import JudgementStore   # noqa: E402
 from jaxrank.judges.prompts import pairwise_template, pointwise_template   # noqa: E402
 from jaxrank.judges.reading import LabelMassError, LabelMassWarning   # noqa: E402
 from jaxrank.judges.server import ServerError, ServerGEvalJudge, ServerJudge   # noqa: E402
-from jaxrank.models.registry import resolve   # noqa: E402
 
-KEY_ENV = "JAXRANK_TEST_SERVER_KEY"
-KEY = "test-key-4f1c9e"
-MODEL = "smollm2-135m"
+from _fixtures_server import KEY, KEY_ENV, MODEL, FaultProxy, LlamaServer, _free_port   # noqa: E402
+
 
 P_TOL = 0.06
 """Largest |p_server - p_flax| allowed per prompt: llama.cpp runs the Q4_1 weights with 8-bit quantised
@@ -58,128 +49,6 @@ activations, the Flax judge the dequantised float32 weights. Measured on SummEva
 prefix "Summary", ~780 tokens each): max 0.049, median 0.010 over 24 prompts; label mass max 0.013 apart. With CI's
 build (LLAVA_BUILD=OFF, native CPU flags), on the 18 prompts below: max 0.032, median 0.009."""
 P_TOL_MEDIAN = 0.02
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LlamaServer:
-    """llama.cpp's OpenAI-compatible server (``python -m llama_cpp.server``) on 127.0.0.1:port."""
-
-    def __init__(self, port: int, log: Path):
-        self.port, self.log, self.proc = port, log, None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self, timeout: float = 120.0) -> None:
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve(MODEL)), "--model_alias", MODEL,
-               "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "2",
-               "--api_key", KEY, "--logits_all", "true", "--verbose", "false"]
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while time.time() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited ({self.proc.returncode}): {self.log.read_text()[-2000:]}")
-            try:
-                req = urllib.request.Request(self.url + "/models", headers={"Authorization": f"Bearer {KEY}"})
-                with urllib.request.urlopen(req, timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"llama_cpp.server did not answer within {timeout} s")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-
-class FaultProxy:
-    """A fault injector in front of the real server (not a mock of the judge or the server).
-
-    Every request is forwarded unchanged to the llama.cpp server and its answer
-    returned; a request the server cannot take (it is down) gets 502, as a
-    gateway answers. ``faults`` (a list) is consumed one per POST: ``"429"``
-    answers that POST with 429 Too Many Requests (``Retry-After: 0``) without
-    forwarding it, ``"drop"`` closes its connection without any answer.
-    ``answered`` counts the POSTs the server answered with 200; ``on_answer``
-    (called with that count) lets a test kill the server mid-run.
-    """
-
-    def __init__(self, upstream: LlamaServer):
-        self.upstream, self.faults, self.answered, self.on_answer = upstream, [], 0, None
-        self.bodies = []            # the JSON bodies of the POSTs, as sent
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                self._forward("GET")
-
-            def do_POST(self):
-                self._forward("POST")
-
-            def _reply(self, status, data, extra=()):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in extra:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _forward(self, method):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if method == "POST":
-                    proxy.bodies.append(json.loads(body))
-                with proxy.lock:
-                    fault = proxy.faults.pop(0) if method == "POST" and proxy.faults else None
-                if fault == "429":
-                    return self._reply(429, b'{"error": "rate limited (fault injector)"}', [("Retry-After", "0")])
-                if fault == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-                try:
-                    conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream.port, timeout=300)
-                    conn.request(method, self.path, body=body or None, headers=headers)
-                    r = conn.getresponse()
-                    data, status = r.read(), r.status
-                    conn.close()
-                except OSError:
-                    return self._reply(502, b'{"error": "upstream down (fault injector)"}')
-                if method == "POST" and status == 200:
-                    with proxy.lock:
-                        proxy.answered += 1
-                        n = proxy.answered
-                    if proxy.on_answer is not None:
-                        proxy.on_answer(n)
-                self._reply(status, data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", _free_port()), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +159,7 @@ def test_sampled_reading_without_logprobs(server):
     res = srv.compare(ctx, cands, [0], [1])
     assert srv.reading.kind == "sampled" and "eq. 4-5" in srv.reading.note
     assert np.round(res.p[0] * 6) == res.p[0] * 6 and res.logits.sum() <= 3    # multiples of 1/6
-    assert srv.usage.requests == 3
+    assert srv.usage.requests == 4       # 3 answers, and the one-token request naming the answering model
 
 
 # ------------------------------------------------------------------------------- faults
@@ -313,7 +182,8 @@ def test_429_and_dropped_connection_are_retried(server):
 
 def test_server_killed_mid_run_loses_and_repeats_nothing(server, tmp_path):
     """judge_contexts into a store while the server is killed after its 4th answer and restarted: every planned
-    comparison is in the store once, the server answered each exactly once, and a rerun asks for nothing."""
+    comparison is in the store once, the server answered each exactly once, and a rerun asks for nothing but the
+    one-token request naming the answering model (its key)."""
     proxy = FaultProxy(server)
     restarted = threading.Event()
 
@@ -338,7 +208,8 @@ def test_server_killed_mid_run_loses_and_repeats_nothing(server, tmp_path):
         assert int(np.sum(np.asarray(sel.comparisons.weight) > 0)) == planned
         again = _judge(proxy.url, answer_prefix="Summary", logprobs=True)     # "auto" would probe once
         judge_contexts(again, SHORT, JudgementStore(path), progress=False)
-        assert proxy.answered == planned and again.usage.requests == 0
+        assert proxy.answered == planned + 1 and again.usage.requests == 1
+        assert proxy.bodies[-1]["max_tokens"] == 1
         assert KEY not in path.read_text()
     finally:
         proxy.close()
@@ -377,8 +248,8 @@ def test_options_and_fingerprint(server):
     assert j.name == f"server:{MODEL}" and j.fingerprint == f"{server.url}|{MODEL}|{MODEL}"
     assert KEY not in repr(j) and KEY not in j.fingerprint
     j.compare(SHORT.texts[0], SHORT.candidates[0], [0], [1])
-    u = j.usage
-    assert u.requests == 1 and u.cost == pytest.approx(u.prompt_tokens * 1e-6 + u.completion_tokens * 2e-6)
+    u = j.usage        # the key was taken first: one one-token request naming the answering model, then the pair
+    assert u.requests == 2 and u.cost == pytest.approx(u.prompt_tokens * 1e-6 + u.completion_tokens * 2e-6)
     with pytest.raises(ValueError, match="prefill"):
         _judge(server.url, endpoint="chat", answer_prefix="Summary")
     with pytest.raises(ValueError, match="one word"):
@@ -477,9 +348,10 @@ def test_zepo_paraphraser_through_the_server(server, tmp_path, monkeypatch):
     config = next(e for e in events if e["event"] == "config")
     assert config["paraphraser"] == f"server:{MODEL}" and KEY not in log.read_text()
     prop = next(e for e in events if e["event"] == "proposals" and e["epoch"] == 1)
-    assert len(prop["instructions"]) == 2 and len(proxy.bodies) == 2            # the server proposed them
-    assert sorted(b["seed"] for b in proxy.bodies) == [5 * 1_000_003 + 1_000 + k for k in range(2)]
-    assert prop["from"] in proxy.bodies[0]["messages"][0]["content"]
+    bodies = [b for b in proxy.bodies if b.get("max_tokens") != 1]     # not the request naming the model
+    assert len(prop["instructions"]) == 2 and len(bodies) == 2            # the server proposed them
+    assert sorted(b["seed"] for b in bodies) == [5 * 1_000_003 + 1_000 + k for k in range(2)]
+    assert prop["from"] in bodies[0]["messages"][0]["content"]
     epoch = next(e for e in events if e["event"] == "epoch" and e["epoch"] == 1)
     assert epoch["accepted"] + epoch["rejected"] == 2             # each proposal scored by the judge or refused
     with pytest.raises(SystemExit) as e:

@@ -84,7 +84,8 @@ class Diagnosis:
         mass = float(np.median(self.label_mass))
         if mass < self.threshold:
             return (f"the labels hold {mass:.1%} of the model's answer: it is not reading what the model says; "
-                    "set an answer prefix (--answer-prefix auto), other labels, or use another model")
+                    "set an answer prefix (--answer-prefix auto for a local judge, or the words the model writes before "
+                    "the label, e.g. --answer-prefix Summary), other labels, or use another model")
         if self.p_a >= 0.9 or self.p_a <= 0.1:
             side = "A" if self.p_a >= 0.5 else "B"
             return (f"reads the answer (labels hold {mass:.1%}), but answers {side} in "

@@ -87,7 +87,8 @@ def reading_options(p):
     p.add_argument("--answer-prefix", default="auto", metavar="TEXT",
                    help="LLM judges: words placed in the assistant turn before the label (e.g. 'Summary'); "
                         "'auto' (default): the words the model itself writes before the label, found on a few "
-                        "pairs of the first context (a template file's own prefix is kept); 'none': no prefix")
+                        "pairs of the first context (a template file's own prefix is kept; a server judge keeps the "
+                        "template's own prefix, none for the built-in ones: give TEXT); 'none': no prefix")
     p.add_argument("--min-label-mass", type=float, default=0.5, metavar="X",
                    help="LLM judges: warn when the labels hold less than X of the model's answer (default 0.5)")
     p.add_argument("--strict", action="store_true",
@@ -105,7 +106,25 @@ def server_options(p):
                    help="--judge server:MODEL: the environment variable holding the API key (default "
                         "OPENAI_API_KEY; none sent when unset; never written to a store or report)")
     p.add_argument("--max-concurrency", type=int, default=8, metavar="N",
-                   help="--judge server:MODEL: requests in flight at most (default 8)")
+                   help="--judge server:MODEL: requests in flight at most (default 8; halved after a timeout)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="--judge server:MODEL: seconds to wait for one answer, time queued at the server included "
+                        "(default 60)")
+    p.add_argument("--max-retries", type=int, default=5, metavar="N",
+                   help="--judge server:MODEL: times a failed request is sent again, with backoff (default 5)")
+
+
+def server_settings(args) -> dict:
+    """The transport keywords of a server judge or paraphraser from ``--api-key-env``, ``--max-concurrency``,
+    ``--timeout`` and ``--max-retries``, checked."""
+    if args.max_concurrency < 1:
+        raise UsageError(f"jaxrank: --max-concurrency must be at least 1 (requests in flight), got {args.max_concurrency}")
+    if not args.timeout > 0:
+        raise UsageError(f"jaxrank: --timeout must be > 0 seconds, got {args.timeout}")
+    if args.max_retries < 0:
+        raise UsageError(f"jaxrank: --max-retries must be >= 0, got {args.max_retries}")
+    return dict(api_key_env=args.api_key_env, max_concurrency=args.max_concurrency, timeout=args.timeout,
+                max_retries=args.max_retries)
 
 
 def server_judge(args, *, answer_prefix=None):
@@ -119,8 +138,7 @@ def server_judge(args, *, answer_prefix=None):
                          "http://127.0.0.1:8000/v1)")
     if getattr(args, "soft_prompt", None):
         raise UsageError("jaxrank: --soft-prompt reads a local model; not a server judge")
-    if args.max_concurrency < 1:
-        raise UsageError(f"jaxrank: --max-concurrency must be at least 1 (requests in flight), got {args.max_concurrency}")
+    settings = server_settings(args)
     try:
         template = template_option(args)
     except (ValueError, FileNotFoundError) as e:
@@ -129,7 +147,7 @@ def server_judge(args, *, answer_prefix=None):
     prefix = "" if prefix == "none" else None if prefix == "auto" else prefix
     try:
         return ServerJudge(args.base_url, args.judge.split(":", 1)[1], template, answer_prefix=prefix,
-                           api_key_env=args.api_key_env, max_concurrency=args.max_concurrency,
+                           **settings,
                            min_label_mass=getattr(args, "min_label_mass", 0.5), strict=getattr(args, "strict", False))
     except ValueError as e:
         raise UsageError(f"jaxrank: --judge {args.judge}: {e}")
@@ -286,8 +304,8 @@ def processes(args, *, join: bool = True):
             raise UsageError(f"jaxrank: --coordinator {coordinator!r}: give HOST:PORT (e.g. 10.0.0.1:1234), the "
                              "address of process 0")
         if n == 1 and args.coordinator:
-            raise UsageError(f"jaxrank: --coordinator applies with --num-processes > 1 (it is the address the "
-                             f"processes join); one process runs alone without it")
+            raise UsageError("jaxrank: --coordinator applies with --num-processes > 1 (it is the address the "
+                             "processes join); one process runs alone without it")
     if coordinator and n > 1 and join and not _JOINED:
         from jaxrank.distributed import initialize
         print(f"process {k} of {n}: joining {coordinator} (waiting up to {args.join_timeout} s)", file=sys.stderr,

@@ -240,8 +240,13 @@ def run_diagnose(args):
     judge = common.make_judge(args)
     if not hasattr(judge, "reading"):
         raise UsageError(f"jaxrank: --diagnose needs an LLM judge; {args.judge} is a similarity judge")
-    judges = [("without an answer prefix", common.make_judge(args, answer_prefix="none"))]
-    if args.answer_prefix != "none":
+    bare = common.make_judge(args, answer_prefix="none")
+    judges = [("without an answer prefix", bare)]
+    if str(args.judge).startswith("server:") and judge.template.answer_prefix == bare.template.answer_prefix:
+        print(f"(--answer-prefix {args.answer_prefix}: a server judge finds no prefix itself, and this template has "
+              "none; give --answer-prefix TEXT, the words the model writes before the label, to compare it)",
+              flush=True)
+    elif args.answer_prefix != "none":
         judges.append((f"with --answer-prefix {args.answer_prefix}", judge))
     for title, jd in judges:
         try:

@@ -74,8 +74,7 @@ def run(args):
             from jaxrank.judges.server import ServerParaphraser     # httpx: only for a server
             para = ServerParaphraser(args.base_url, args.paraphraser.split(":", 1)[1], args.aspect,
                                      request=zepo.PARAPHRASE_INSTRUCTION, temperature=args.temperature,
-                                     seed=args.seed, api_key_env=args.api_key_env,
-                                     max_concurrency=args.max_concurrency)
+                                     seed=args.seed, **common.server_settings(args))
         else:
             para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
                                     seed=args.seed)

@@ -142,6 +142,31 @@ def _text(choice: dict, endpoint: str) -> str:
     return str(choice.get("text") or "")
 
 
+class _InFlight:
+    """At most ``limit`` requests in flight; a timed-out request halves the limit (down to 1).
+
+    A server that answers one request at a time (llama.cpp's) queues the rest, and the time queued counts
+    against each request's timeout: fewer requests in flight is what lets the later ones answer in time.
+    """
+
+    def __init__(self, limit: int):
+        self.limit, self.active = int(limit), 0
+        self._cond = asyncio.Condition()
+
+    async def __aenter__(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.active < self.limit)
+            self.active += 1
+
+    async def __aexit__(self, *exc):
+        async with self._cond:
+            self.active -= 1
+            self._cond.notify_all()
+
+    def shrink(self) -> None:
+        self.limit = max(1, self.limit // 2)
+
+
 class _ServerBase:
     """The HTTP machinery both server judges share: requests, retries, the key, usage, the fingerprint."""
 
@@ -187,6 +212,7 @@ class _ServerBase:
         self.min_label_mass, self.strict = float(min_label_mass), bool(strict)
         self.usage = ServerUsage(cost=0.0 if self.price_per_token else None)
         self.served_model: str | None = None
+        self.answering_model: str | None = None      # the model the answers name ("" when they name none)
         self._answers: dict[str, dict] = {}
         self._mass_warned = False
 
@@ -203,11 +229,29 @@ class _ServerBase:
 
     @property
     def fingerprint(self) -> str:
-        """What the judge is, for the store's keys: the base URL, the model name and the model id the server
-        reports for it (``GET /models``, asked once)."""
+        """What the judge is, for the store's keys: ``base_url|model|served id``, then ``|answering model`` when
+        the answers name another model.
+
+        The served id is what ``GET /models`` lists for :attr:`model` (with vLLM's ``root``, the weights behind a
+        served name: ``id@root``). The answering model is the ``model`` field of the server's answers: a hosted
+        alias (``gpt-4o``) answers as a dated snapshot (``gpt-4o-2024-08-06``), so judgements of two snapshots
+        never share a key. It is learnt from the first answer, or, when the key is taken before any request,
+        from one request of one token (counted in :attr:`usage`); an answer naming another model later in the
+        run raises :class:`ServerError`. A server whose answers repeat the name (llama.cpp, vLLM) keeps the
+        three-part key. OpenAI's ``system_fingerprint`` (the backend's configuration) is not part of it.
+        """
         if self.served_model is None:
             self.served_model = _run(self._served_model())
-        return f"{self.base_url}|{self.model}|{self.served_model}"
+        if self.answering_model is None:
+            self.answers([self._probe_request()])
+        extra = "" if self.answering_model in ("", self.model, self.served_model) else f"|{self.answering_model}"
+        return f"{self.base_url}|{self.model}|{self.served_model}{extra}"
+
+    def _probe_request(self) -> dict:
+        """The smallest request: one token, greedy (it tells which model answers)."""
+        if self.endpoint == "chat":
+            return {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0.0}
+        return {"prompt": "Hi", "max_tokens": 1, "temperature": 0.0}
 
     def __repr__(self) -> str:          # never the key
         return (f"{type(self).__name__}({self.base_url!r}, {self.model!r}, endpoint={self.endpoint!r}, "
@@ -233,6 +277,18 @@ class _ServerBase:
     def _headers(self) -> dict:
         key = os.environ.get(self.api_key_env)
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _answered_by(self, data: dict) -> None:
+        """Check that an answer comes from the model this run's answers came from (its ``model`` field)."""
+        named = data.get("model")
+        named = named if isinstance(named, str) else ""
+        if self.answering_model is None:
+            self.answering_model = named
+        elif named and named != self.answering_model:
+            raise ServerError(f"server {self.base_url} answered with model {named!r} where this run's answers came "
+                              f"from {self.answering_model!r} (asked for {self.model!r}): the model behind the name "
+                              "changed during the run; what is stored so far is keyed by the earlier one, so run "
+                              "again to judge the rest under the new model's key")
 
     def _client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
@@ -261,7 +317,7 @@ class _ServerBase:
                                f"base URL (it usually ends in /v1) and the model name")
         return ServerError(f"{where} answered {status} to {path} for model {self.model!r}: {body[:300]!r}")
 
-    async def _request(self, client: httpx.AsyncClient, sem: asyncio.Semaphore | None, method: str, path: str,
+    async def _request(self, client: httpx.AsyncClient, sem: _InFlight | None, method: str, path: str,
                        payload: dict | None = None) -> dict:
         url = self.base_url + path
         last = ""
@@ -274,7 +330,10 @@ class _ServerBase:
                     async with sem:
                         r = await client.request(method, url, json=payload, headers=self._headers())
             except httpx.TimeoutException as e:
-                last = f"no answer within {self.timeout:g} s ({type(e).__name__})"
+                last = (f"no answer within {self.timeout:g} s ({type(e).__name__}; time queued at the server counts: "
+                        "raise the timeout (--timeout) or lower the requests in flight (--max-concurrency))")
+                if sem is not None:
+                    sem.shrink()
             except httpx.TransportError as e:            # refused, reset or dropped connections
                 last = f"{type(e).__name__}: {e}"
             else:
@@ -304,8 +363,17 @@ class _ServerBase:
                 if "has no /models" in str(e):
                     return "?"
                 raise
-        ids = [str(m.get("id")) for m in (data.get("data") or []) if isinstance(m, dict)]
-        return self.model if self.model in ids else (ids[0] if len(ids) == 1 else self.model)
+        models = [m for m in (data.get("data") or []) if isinstance(m, dict)]
+        ids = [str(m.get("id")) for m in models]
+        if self.model in ids:
+            entry = models[ids.index(self.model)]
+        elif len(ids) == 1:
+            entry = models[0]
+        else:
+            return self.model
+        root = entry.get("root")                # vLLM: the weights behind a served name
+        sid = str(entry.get("id"))
+        return f"{sid}@{root}" if isinstance(root, str) and root and root != sid else sid
 
     def _count(self, data: dict) -> None:
         self.usage.requests += 1
@@ -327,6 +395,7 @@ class _ServerBase:
             data = await self._request(client, sem, "POST", path, {"model": self.model, **body})
             if not data.get("choices"):
                 raise ServerError(f"server {self.base_url} answered {path} with no choices: {str(data)[:200]}")
+            self._answered_by(data)
             self._count(data)
             self._answers[key] = data
         if progress is not None:
@@ -334,7 +403,7 @@ class _ServerBase:
         return data
 
     async def _answers_of(self, bodies: Sequence[dict], progress=None) -> list[dict]:
-        sem = asyncio.Semaphore(self.max_concurrency)
+        sem = _InFlight(self.max_concurrency)
         async with self._client() as client:
             return list(await asyncio.gather(*(self._answer(client, sem, b, progress) for b in bodies)))
 

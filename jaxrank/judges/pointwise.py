@@ -25,6 +25,7 @@ whole and cut the context (the source text) from its end, with a warning.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import warnings
 from typing import Sequence
 
@@ -44,6 +45,8 @@ __all__ = ["GEvalJudge", "PointwiseResult", "pointwise_comparisons", "scores_jud
 
 _CTX, _CAND = "\ue010", "\ue011"
 _GENERATIVE = GENERATIVE      # every decoder family and T5
+DEFAULT_STEP_TOKENS = 128
+"""The length limit of generated evaluation steps (``max_step_tokens``) by default."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +296,7 @@ class GEvalJudge(_PointwiseBase):
     """
 
     def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
-                 batch_size: int = 8, steps: str | None = None, max_step_tokens: int = 128,
+                 batch_size: int = 8, steps: str | None = None, max_step_tokens: int = DEFAULT_STEP_TOKENS,
                  max_length: int | None = None, min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
         super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
         if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
@@ -302,6 +305,7 @@ class GEvalJudge(_PointwiseBase):
         self.template = template
         self.max_step_tokens = int(max_step_tokens)
         self._steps = steps
+        self._steps_given = steps is not None
         self.step_generations = 0
         self.score_values = np.asarray(template.scores, np.float64)
         self._score_common, self.score_token_ids = self._score_tokens()
@@ -333,8 +337,19 @@ class GEvalJudge(_PointwiseBase):
 
     @steps.setter
     def steps(self, value: str) -> None:
-        self._steps = value
+        self._steps, self._steps_given = value, True
         self.__dict__.pop("_frame_cache", None)
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: the template's key, then a hash of what else changes the scores where it is
+        not the default: the steps when given (``steps=`` or set), the system message, ``max_step_tokens`` of
+        generated steps. Generated steps are the model's greedy answer, fixed by the fingerprint, so the key is
+        the same before and after they are written."""
+        how = ((("steps", self._steps) if self._steps_given else ()) + (("system", self.system) if self.system else ())
+               + (("max_step_tokens", self.max_step_tokens)
+                  if not self._steps_given and self.max_step_tokens != DEFAULT_STEP_TOKENS else ()))
+        return self.template.key + (f"-{hashlib.sha1(repr(how).encode()).hexdigest()[:6]}" if how else "")
 
     def generate_steps(self) -> str:
         """Ask the model for the evaluation steps (greedy, ``max_step_tokens``); does not cache them."""

@@ -52,7 +52,8 @@ most servers, llama.cpp's included), so:
 ``max_concurrency`` in flight, one :mod:`httpx` client per call); a 408, 409,
 429 or 5xx answer, a timeout or a dropped or refused connection is retried up
 to ``max_retries`` times with exponential backoff and jitter (``Retry-After``
-honoured); every request has a ``timeout``. The API key is read from the
+honoured); every request has a ``timeout``, time queued at the server included, and each timeout
+halves the requests in flight (down to one). The API key is read from the
 environment variable ``api_key_env`` (default ``OPENAI_API_KEY``) at each
 call and is never kept on the judge, so never in its ``repr``, a store, a log or
 a report. Every answer is kept in memory by its request, so a ``compare``
@@ -75,14 +76,29 @@ import numpy as np
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.pointwise import PointwiseResult, scores_judgement
 from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
-from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
+from jaxrank.judges.reading import MIN_LABEL_MASS, LabelMassWarning, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
 from jaxrank.judges._server_client import (  # noqa: F401  (re-exported)
     RETRY_STATUSES, SERVER_READING_VERSION, ServerError, ServerReading, ServerUsage, _ServerBase,
     _alternatives, _text, render_chat_template)
+from jaxrank.judges._server_paraphraser import ServerParaphraser  # noqa: F401  (re-exported)
 
 __all__ = ["ServerJudge", "ServerGEvalJudge", "ServerParaphraser", "ServerError", "ServerUsage", "ServerReading", "render_chat_template",
            "RETRY_STATUSES", "SERVER_READING_VERSION"]
+
+DEFAULT_TOP_LOGPROBS = 20
+"""The alternatives a server judge asks for by default (``top_logprobs``)."""
+
+
+def _reading_extras(judge) -> tuple:
+    """What else changes a server judge's reading, for its template key: the alternatives asked for and the chat
+    template's tokens, each only where it is not the default (so default keys are those stored before)."""
+    out = ()
+    if judge.top_logprobs != DEFAULT_TOP_LOGPROBS:
+        out += (("top_logprobs", judge.top_logprobs),)
+    if judge.chat_template_tokens:
+        out += (("chat_template_tokens", tuple(sorted((k, str(v)) for k, v in judge.chat_template_tokens.items()))),)
+    return out
 
 
 class ServerJudge(_ServerBase):
@@ -132,7 +148,8 @@ class ServerJudge(_ServerBase):
     def __init__(self, base_url: str, model: str, template: PairwiseTemplate, *, endpoint: str = "auto",
                  answer_prefix: str | None = None, chat_template: str | None = None,
                  chat_template_tokens: dict | None = None, system: str | None = None, logprobs="auto",
-                 top_logprobs: int = 20, num_samples: int = 10, temperature: float = 1.0, max_new_tokens: int = 8,
+                 top_logprobs: int = DEFAULT_TOP_LOGPROBS, num_samples: int = 10, temperature: float = 1.0,
+                 max_new_tokens: int = 8,
                  api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8, max_retries: int = 5,
                  timeout: float = 60.0, backoff: float = 0.5, max_backoff: float = 8.0, price_per_token=None,
                  min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
@@ -164,6 +181,7 @@ class ServerJudge(_ServerBase):
         self.undecided = 0
         self.last_alternatives: list[list[tuple[str, float]]] | None = None
         self.reading: ServerReading | None = None          # "auto": settled by prepare()
+        self._absent_warned = False
         if logprobs in (True, False):
             self._set_reading("logprobs" if logprobs else "sampled")
 
@@ -188,7 +206,7 @@ class ServerJudge(_ServerBase):
     @property
     def template_key(self) -> str:
         """The store's template key: the template's key and a hash of how the answer is read (endpoint, system
-        message, chat template, log-probabilities or ``n`` samples).
+        message, chat template and its tokens, log-probabilities (how many alternatives) or ``n`` samples).
 
         Raises:
             RuntimeError: ``logprobs="auto"`` and the server not yet asked (call :meth:`prepare`).
@@ -198,6 +216,7 @@ class ServerJudge(_ServerBase):
                                "candidates) (judge_contexts does) before asking for the template key")
         how = (SERVER_READING_VERSION, self.endpoint, self.system, self.chat_template, self.reading.kind,
                (self.num_samples, self.temperature, self.max_new_tokens) if self.reading.kind == "sampled" else None)
+        how += _reading_extras(self)
         h = hashlib.sha1(repr(how).encode()).hexdigest()[:6]
         return f"{self.template.key}-{h}"
 
@@ -206,13 +225,13 @@ class ServerJudge(_ServerBase):
         return self._wrap(self.template.render(context, a, b), self.template.answer_prefix)
 
     def prepare(self, context: str, candidates: Sequence[str]) -> ServerReading:
-        """Settle what the judge reads before its keys are taken: the served model's id, and (``logprobs="auto"``)
-        whether the server returns log-probabilities, from one request on the first pair (kept: not paid twice).
+        """Settle what the judge reads before its keys are taken: (``logprobs="auto"``) whether the server returns
+        log-probabilities, from one request on the first pair (kept: not paid twice), then the fingerprint (the
+        served id and the model the answers name: :attr:`fingerprint`).
 
         Returns:
             :attr:`reading` (a :class:`ServerReading`).
         """
-        self.fingerprint
         if self.reading is None:
             if len(candidates) < 2:
                 raise ValueError("prepare needs at least two candidates")
@@ -221,6 +240,7 @@ class ServerJudge(_ServerBase):
             self._set_reading("sampled" if _alternatives(data["choices"][0], self.endpoint) is None else "logprobs")
             if self.reading.kind == "sampled":
                 warnings.warn(self.reading.note, UserWarning, stacklevel=2)
+        self.fingerprint              # after that answer: it names the answering model (no extra request)
         return self.reading
 
     def compare(self, context: str, candidates: Sequence[str], i, j, *, progress=None) -> Judgement:
@@ -252,7 +272,7 @@ class ServerJudge(_ServerBase):
         logp = np.zeros((len(prompts), 2))
         mass = np.zeros(len(prompts))
         top = np.zeros((len(prompts), 5), np.float32)
-        alts = []
+        alts, ever = [], np.zeros(2, bool)
         for r, data in enumerate(datas):
             alt = _alternatives(data["choices"][0], self.endpoint)
             if alt is None:
@@ -262,12 +282,14 @@ class ServerJudge(_ServerBase):
             probs, floor = self._read_words(alt, self.template.labels)
             mass[r] = probs.sum()
             seen = probs > 0
+            ever |= seen
             if seen.any() and not seen.all():           # an absent label: at most the smallest returned alternative
                 probs[~seen] = min(floor, probs[seen].min())
             logp[r] = np.log(probs) if seen.any() else (0.0, 0.0)
             pr = [math.exp(v) for _, v in alt[:5]]
             top[r, :len(pr)] = pr
         p = (1.0 / (1.0 + np.exp(logp[:, 1] - logp[:, 0]))).astype(np.float32)
+        self._warn_absent_labels(ever, len(datas))
         if mass.size and (mass < self.min_label_mass).any():
             worst = int(np.argmin(mass))
             given = check_label_mass(
@@ -280,6 +302,20 @@ class ServerJudge(_ServerBase):
             self._mass_warned = self._mass_warned or given
         self.last_alternatives = alts
         return Judgement(p, False, logp.astype(np.float32), mass.astype(np.float32), None, top)
+
+    def _warn_absent_labels(self, ever: np.ndarray, answers: int) -> None:
+        """Warn once when a label was never among the returned alternatives of a whole call's answers: a label
+        that is several tokens for the served model is never matched on the first answer token."""
+        if ever.all() or self.top_logprobs < 5 or self._absent_warned:
+            return
+        self._absent_warned = True
+        missing = [w for w, e in zip(self.template.labels, ever) if not e]
+        warnings.warn(
+            f"judge {self.name} at {self.base_url}: label(s) {missing} never among the top-{self.top_logprobs} "
+            f"alternatives of the first answer token in {answers} answer(s). A label the served model writes as "
+            "several tokens (' Nope' = ' N' + 'ope') is never matched there, and an absent label's probability is "
+            "bounded by the smallest returned alternative, so p sits near 0 or 1. Use labels that are one token "
+            "each, with shared words in the answer prefix.", LabelMassWarning, stacklevel=3)
 
     def _sampled(self, prompts: list[dict], progress) -> Judgement:
         """Eq. 4-5: ``p`` = the share of ``num_samples`` answers naming A (neither counts 1/2)."""
@@ -339,7 +375,7 @@ class ServerGEvalJudge(_ServerBase):
     def __init__(self, base_url: str, model: str, template: PointwiseTemplate, *, steps: str | None = None,
                  max_step_tokens: int = 128, endpoint: str = "auto", answer_prefix: str = "",
                  chat_template: str | None = None,
-                 chat_template_tokens: dict | None = None, system: str | None = None, top_logprobs: int = 20,
+                 chat_template_tokens: dict | None = None, system: str | None = None, top_logprobs: int = DEFAULT_TOP_LOGPROBS,
                  api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8, max_retries: int = 5,
                  timeout: float = 60.0, backoff: float = 0.5, max_backoff: float = 8.0, price_per_token=None,
                  min_label_mass: float = MIN_LABEL_MASS, strict: bool = False):
@@ -353,7 +389,7 @@ class ServerGEvalJudge(_ServerBase):
                              "the answer; use endpoint='completions'")
         self.answer_prefix = str(answer_prefix)
         self.template = template
-        self._steps = steps
+        self._steps = self._given_steps = steps
         self.max_step_tokens = int(max_step_tokens)
         self.score_values = np.asarray(template.scores, np.float64)
         self._cache_key = self._cache_val = None
@@ -365,9 +401,12 @@ class ServerGEvalJudge(_ServerBase):
 
     @property
     def template_key(self) -> str:
-        """The template's key and a hash of how the score is read (endpoint, system message, chat template)."""
-        how = (SERVER_READING_VERSION, self.endpoint, self.system, self.chat_template, self._steps,
-               self.answer_prefix)
+        """The template's key and a hash of how the score is read: endpoint, system message, chat template and its
+        tokens, the alternatives asked for, the answer prefix, and the steps given (``steps=``) or, when the
+        served model writes them, ``max_step_tokens`` (the same before and after they are written)."""
+        steps = self._given_steps if self._given_steps is not None else ("auto", self.max_step_tokens)
+        how = (SERVER_READING_VERSION, self.endpoint, self.system, self.chat_template, steps,
+               self.answer_prefix) + _reading_extras(self)
         return f"{self.template.key}-{hashlib.sha1(repr(how).encode()).hexdigest()[:6]}"
 
     @property
@@ -432,73 +471,3 @@ class ServerGEvalJudge(_ServerBase):
         if progress is not None:
             progress(len(i))
         return scores_judgement(self._cache_val, i, j, scale=scale)
-
-
-class ServerParaphraser(_ServerBase):
-    """ZEPO's LLM optimiser behind an OpenAI-compatible server (the paper used GPT-3.5): proposes paraphrases.
-
-    The same request as the local :class:`~jaxrank.assessment.zepo.Paraphraser` (``request`` with ``[ASPECT]``
-    replaced, a blank line, ``"Instruction: "`` and the instruction), sent as a chat message (or, with
-    ``endpoint="completions"``, rendered by ``chat_template`` or followed by ``"\n\nParaphrase:"``), one request
-    per paraphrase with its own ``seed`` (``seed``, the epoch and the paraphrase's number), so the proposals differ
-    from one another (a server need not sample the same twice for one seed: llama.cpp's does not when it reuses
-    its cache; the search log keeps the proposals, so a resumed search does not ask again); the retries, the
-    key, the concurrency and the counting are the server judges' (:class:`ServerJudge`).
-
-    Args:
-        base_url, model: the server and its model, as for :class:`ServerJudge`.
-        aspect: the keyword the paraphrases must keep.
-        request: the paraphrasing instruction with ``[ASPECT]`` (ZEPO's:
-            :data:`jaxrank.assessment.zepo.PARAPHRASE_INSTRUCTION`).
-        temperature, top_p: sampling (the paper: 0.9).
-        max_new_tokens: longest paraphrase.
-        seed: the base of the requests' seeds.
-        endpoint: ``"chat"`` (default) or ``"completions"``.
-        chat_template: the model's Jinja chat template for the completions endpoint (``None``: a raw prompt).
-        api_key_env, max_concurrency, max_retries, timeout, backoff, max_backoff, price_per_token: as for
-            :class:`ServerJudge`.
-
-    Raises:
-        ValueError: a bad URL or option, or a ``request`` without ``[ASPECT]``.
-        ServerError: (on use) as for :class:`ServerJudge`.
-    """
-
-    def __init__(self, base_url: str, model: str, aspect: str, *, request: str, temperature: float = 0.9,
-                 top_p: float = 1.0, max_new_tokens: int = 96, seed: int = 0, endpoint: str = "chat",
-                 chat_template: str | None = None, api_key_env: str = "OPENAI_API_KEY", max_concurrency: int = 8,
-                 max_retries: int = 5, timeout: float = 120.0, backoff: float = 0.5, max_backoff: float = 8.0,
-                 price_per_token=None):
-        if endpoint == "auto":
-            endpoint = "chat"
-        super().__init__(base_url, model, endpoint=endpoint, chat_template=chat_template, system=None,
-                         api_key_env=api_key_env, max_concurrency=max_concurrency, max_retries=max_retries,
-                         timeout=timeout, backoff=backoff, max_backoff=max_backoff, top_logprobs=1,
-                         price_per_token=price_per_token, min_label_mass=0.0, strict=False)
-        if "[ASPECT]" not in request:
-            raise ValueError("request must hold the placeholder [ASPECT] (ZEPO's PARAPHRASE_INSTRUCTION)")
-        if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
-            raise ValueError(f"need temperature >= 0, 0 < top_p <= 1 and max_new_tokens >= 1, got {temperature}, "
-                             f"{top_p}, {max_new_tokens}")
-        self.aspect, self.request = aspect, request
-        self.temperature, self.top_p = float(temperature), float(top_p)
-        self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
-
-    @property
-    def endpoint(self) -> str:
-        """The endpoint used: ``"chat"`` or ``"completions"``."""
-        return self._endpoint
-
-    def prompt(self, instruction: str) -> dict:
-        """The paraphrasing request's prompt (chat messages or the completion text)."""
-        msg = self.request.replace("[ASPECT]", self.aspect) + "\n\nInstruction: " + instruction
-        if self.endpoint == "completions" and self.chat_template is None:
-            return {"prompt": msg + "\n\nParaphrase:"}
-        return self._wrap(msg)
-
-    def propose(self, instruction: str, n: int, epoch: int) -> list[str]:
-        """``n`` sampled paraphrases of ``instruction`` (request ``k`` of epoch ``e`` has seed
-        ``seed * 1_000_003 + e * 1_000 + k``)."""
-        body = {**self.prompt(instruction), "max_tokens": self.max_new_tokens, "temperature": self.temperature,
-                "top_p": self.top_p}
-        datas = self.answers([{**body, "seed": self.seed * 1_000_003 + int(epoch) * 1_000 + k} for k in range(n)])
-        return [_text(d["choices"][0], self.endpoint).strip().strip('"').strip() for d in datas]
