@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["BUCKETS", "CPU_BUCKETS", "bucket", "batch_sizes", "plan_batches", "ACCELERATOR_BATCH_COST", "AUTO_ROWS",
-           "decoder_row_bytes", "rows_that_fit"]
+__all__ = ["BUCKETS", "CPU_BUCKETS", "bucket", "batch_sizes", "plan_batches", "ACCELERATOR_BATCH_COST",
+           "AUTO_ROWS", "decoder_row_bytes", "rows_that_fit"]
 
 BUCKETS = (16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896,
            1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,

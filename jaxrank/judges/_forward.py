@@ -181,10 +181,12 @@ def a_caches(judge, model, cache, items, together, alen, multiple):
 
     ``together > 1`` (calls with a cost): ``together`` A's a call, each padded to ``alen``. On one device
     with ``together == 1`` (a CPU) the A's, sorted by length, run in the calls :func:`plan_batches` cuts with
-    :data:`A_BATCH_COST` per call (each call padded to its own longest A's bucket: longer matrix products
-    than one A at a time, less padding than every A at ``alen``), and each A's row is taken out of its call's
-    cache as a batch-1 cache, so the B batches share it without copies. ``A_BATCH_COST = None``: one A a call,
-    padded to ``alen`` (before issue 33).
+    :data:`A_BATCH_COST` per call (cut as if padded to ``BUCKETS``, then each call padded to its own longest
+    A's step of :data:`~jaxrank.judges._buckets.CPU_BUCKETS`: cut with the finer steps and no cost a call,
+    the 16 A's of a SummEval article would run as 12 calls instead of 7 to save 48 of 1,472 tokens;
+    longer matrix products than one A at a time, less padding than every A at ``alen``), and each A's row
+    is taken out of its call's cache as a batch-1 cache, so the B batches share it without copies.
+    ``A_BATCH_COST = None``: one A a call, padded to ``alen`` (before issue 33).
     """
     if together == 1 and multiple == 1 and A_BATCH_COST is not None:
         order = sorted(range(len(items)), key=lambda k: len(items[k][0]))
