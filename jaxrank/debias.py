@@ -86,6 +86,8 @@ def debias_threshold(c: Comparisons) -> jax.Array:
 def _debias_threshold(c):
     p = c.p
     w = c.weight
+    if p.shape[-1] == 0:   # no comparison slots (R = 0, a static shape): no data, no bias measured
+        return jnp.full(p.shape[:-1], 0.5, p.dtype)
     fn = _weighted_median_one
     for _ in range(p.ndim - 1):
         fn = jax.vmap(fn)
