@@ -59,11 +59,16 @@ class GaussianPosterior(NamedTuple):
             pseudo-inverse of the precision); rows of padded or isolated items are 0.
         precision: ``[..., N, N]`` precision (a weighted Laplacian; singular
             along per-component constants).
+        item_mask: bool ``[..., N]`` of the real items (``False`` for padding of a
+            batch, :func:`jaxrank.stack_contexts`), or ``None`` (all real): the
+            default ``where`` of :func:`jaxrank.rank_intervals` and
+            :func:`jaxrank.ranking_confidence`.
     """
 
     mean: jax.Array
     covariance: jax.Array
     precision: jax.Array
+    item_mask: jax.Array | None = None
 
     @property
     def stderr(self) -> jax.Array:
@@ -133,18 +138,25 @@ def solve_precision(cf, a, b, s):
     return _ties.tolerance(delta, s)
 
 
+def _scale(trace, num_items):
+    """``k = trace(L) / N``, the Laplacian's mean diagonal (1 without comparisons): the projector's weight on L's
+    own scale, so that scaling every weight by a constant scales ``L + k P`` and leaves the scores as they are
+    (a fixed floor of 1 lost L to rounding beside ``P`` for weights near 1e-8, and gave NaN near 1e-10)."""
+    return jnp.where(trace > 0, trace / num_items, 1.0)
+
+
 def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     y = alpha * _targets(c, debias, hard)
     e = _graph.edges(c)
     w, wy = _graph.reduce(e, c.weight, c.weight * y)
     if not with_cov and _graph.use_cg(e):   # large sparse pool: eq. 11 by CG, no [N, N] Laplacian
         labels = _graph.components(c, e=e, w=w)
-        k = jnp.maximum(2 * jnp.sum(w) / c.num_items, 1.0)   # trace(L) / N, as below
+        k = _scale(2 * jnp.sum(w), c.num_items)               # trace(L) / N, as below
         return _solve_cg(e, w, _graph.incidence_t(e, wy), labels, k)
     lap = _graph.laplacian(e, w)
     proj = _graph.component_projector(_graph.components(c, e=e, w=w), lap.dtype)
-    # (L + k P)^{-1} = L^+ + P / k; k on L's scale keeps float32 precision when L is large.
-    k = jnp.maximum(jnp.trace(lap) / c.num_items, 1.0)
+    # (L + k P)^{-1} = L^+ + P / k; k on L's scale keeps float32 precision whatever the weights' scale.
+    k = _scale(jnp.trace(lap), c.num_items)
     a = lap + k * proj
     cf = jax.scipy.linalg.cho_factor(a, lower=True)
     b = _graph.incidence_t(e, wy)
@@ -156,7 +168,7 @@ def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     eye = jnp.eye(c.num_items, dtype=lap.dtype)
     cov = jax.scipy.linalg.cho_solve(cf, eye) - proj / k
     cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
-    return GaussianPosterior(s, 0.5 * (cov + cov.T), lap)
+    return GaussianPosterior(s, 0.5 * (cov + cov.T), lap, c.item_mask)
 
 
 def _check_debias(debias):

@@ -44,6 +44,7 @@ keeps it finite (and the largest or smallest) and is otherwise inactive.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from typing import NamedTuple
@@ -266,6 +267,28 @@ def _fit_checked_on_host(c, st, solver, start):
     return sol, finite, report
 
 
+WEIGHT_SCALE_RANGE = (1e-3, 1e3)
+"""Mean live weights outside this range are divided out before a concrete fit (:func:`_weight_scale`)."""
+
+
+def _weight_scale(c: Comparisons):
+    """The mean positive weight of a concrete batch when it lies outside :data:`WEIGHT_SCALE_RANGE`, else ``None``.
+
+    Scaling every weight by ``s`` scales the log-likelihood by ``s``; with both priors divided by ``s`` too the
+    maximum is the same point, so the fit divides ``s`` out: float32 Newton steps, line search and convergence
+    tests then work on the scale they are tuned for (weights near 1e7 made the line search fail with NaN scores,
+    near 1e-8 the fit stopped early, 1e-10 gave NaN). Within the range nothing changes, bit for bit. The score
+    prior that a context without finite ML scores gets (``existence.AUTO_SCORE_PRIOR``) then applies per unit of
+    the divided weights.
+    """
+    w = np.asarray(c.weight)
+    live = w[w > 0]
+    if live.size == 0:
+        return None
+    m = float(np.mean(live, dtype=np.float64))
+    return None if WEIGHT_SCALE_RANGE[0] <= m <= WEIGHT_SCALE_RANGE[1] else np.asarray(m, w.dtype)
+
+
 def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = None,
           start: str = "least_squares") -> SoftBTSolution:
     """Fit soft Bradley-Terry to ``c`` (any batch shape) with ``solver``; the entry point of the whole family.
@@ -304,6 +327,10 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
     # a concrete pool runs on its bucket's shapes (``_batching.bucket_sizes``: one program per bucket); the
     # chord steps and the overlapped start switch on at 128 items, so no bucket crosses that size
     num_items, concrete = c.num_items, _batching.is_concrete(c)
+    scale = _weight_scale(c) if concrete else None
+    if scale is not None:          # the same optimum, the objective on float32's scale (see _weight_scale)
+        c = dataclasses.replace(c, weight=c.weight / scale)
+        st = st._replace(score_prior=st.score_prior / scale, gamma_prior=st.gamma_prior / scale)
     if concrete:
         c = _batching.pad(c, *_batching.bucket_sizes(num_items, c.i.shape[-1], below=_below()))
     if check and _single_concrete(c):
@@ -314,6 +341,8 @@ def solve(c: Comparisons, solver: BradleyTerrySolver, *, check: bool | None = No
         report = None
     if concrete:
         sol = _batching.unpad(sol, num_items, len(c.batch_shape))
+    if scale is not None:
+        sol = sol._replace(grad_norm=sol.grad_norm * scale)
     if check and not isinstance(finite, jax.core.Tracer):
         existence.warn_if_infinite(c, np.asarray(finite), solver.eps, report=report)
     solver.check(sol.result)
