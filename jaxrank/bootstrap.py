@@ -4,9 +4,11 @@ The non-parametric bootstrap resamples the observed comparisons with
 replacement. A resample is a multinomial count per comparison: in every
 context the ``R_live`` live comparisons (non-zero weight) are drawn ``R_live``
 times uniformly, and comparison ``k`` enters the replicate with weight
-``count_k * weight_k`` (jaxrank's weights are repetition counts, so this is
-exactly "the comparison drawn ``count_k`` times"; padded comparisons keep weight
-0). Replicates are built and scored in one ``jax.vmap`` over replicate keys, so
+``count_k * weight_k``; padded comparisons keep weight 0. A comparison is one
+unit however large its weight: a comparison of weight 20 is resampled as a
+cluster, not as 20 independent repetitions (its scores equal those of 20 copies,
+its bootstrap spread does not); to resample the repetitions, give them as
+separate comparisons or resample the outcomes (:func:`bootstrap_outcomes`). Replicates are built and scored in one ``jax.vmap`` over replicate keys, so
 ``B`` replicates of ``C`` contexts cost one batched scorer call.
 
 Intervals (:func:`bootstrap_intervals`): *percentile*, the equal-tailed

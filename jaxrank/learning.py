@@ -28,8 +28,11 @@ This is the evidence of PoE-g (PoE eq. 7-8 with a proper score prior; its
 posterior mean ``M^-1 b / sigma^2`` tends to PoE-g as ``tau -> inf``). ``sigma`` is
 fixed (1 by default: it sets the units of ``f``), ``tau`` is learnt
 (:class:`EvidenceParams`). The Jacobian term makes the loss a density of the
-judge's own outputs, so the scale of ``f`` is identified: a noisier judge gets a
-smaller slope (less pull on the scores in a product of judges).
+judge's own outputs, so the scale of ``f`` is identified when the judge's logits
+do not fit a score vector exactly (a residual ``y^T D y - b^T L^+ b > 0`` in some
+context): a noisier judge gets a smaller slope (less pull on the scores in a
+product of judges). On noise-free logits from a design with cycles (a residual of
+0) the loss falls without bound as the slope grows.
 
 **(b) Supervised: agreement with human scores** (:func:`ranking_loss`): the
 scores of any differentiable scorer on the calibrated comparisons against the

@@ -248,6 +248,10 @@ def laplace_comparisons(c: Comparisons, num_new: int, *, key, symmetric: bool = 
     each pick by Sherman-Morrison (App. A.7 eq. 53-55), so a batch does not pick
     redundant pairs. Ordered pairs already in ``c`` (non-zero weight) are not
     repeated: a pair judged in one order may be picked again in the other.
+    ``c`` should be connected (start from a spanning tree, as
+    :func:`jaxrank.selection.active_assess` does): the anchored inverse gives
+    pairs across components a finite variance, so the gap between components,
+    which nothing identifies, is not preferred.
 
     Args:
         c: the comparisons so far (any batch shape; padded slots with weight 0 allowed).
