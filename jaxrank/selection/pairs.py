@@ -165,6 +165,16 @@ def _pairs_callable(mask, key, prune, shuffle, *, prob_fn, n, beam, symmetric):
     return _pairs_one(prob_fn, mask, key, n=n, beam=beam, symmetric=symmetric, prune=prune, shuffle=shuffle)
 
 
+def _check_matrix(probs, mask):
+    """A concrete judge matrix's probabilities between real items off the diagonal: finite, in ``[0, 1]``
+    (the diagonal, never asked, and the rows of padded items may hold anything, as in ``Comparisons.from_matrix``)."""
+    if isinstance(probs, jax.core.Tracer) or isinstance(mask, jax.core.Tracer):
+        return
+    p, m = np.asarray(probs), np.asarray(mask, bool)
+    asked = (m[..., :, None] & m[..., None, :]) & ~np.eye(p.shape[-1], dtype=bool)
+    _validate.number("judge", np.where(asked, p, 0.5), low=0.0, high=1.0, array=True)
+
+
 def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symmetric: bool = False,
                prune: float = 0.0, key=None, item_mask=None) -> PairSResult:
     """Rank candidates by PairS merge sort with judge probabilities (Liu et al. 2024).
@@ -191,7 +201,11 @@ def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symme
 
     Raises:
         ValueError: bad ``beam_size``, ``prune`` outside ``[0, 0.5)``, a judge that
-            is neither a square matrix nor a callable, a callable without ``num_items``.
+            is neither a square matrix nor a callable, a callable without ``num_items``,
+            a concrete judge matrix with a NaN, infinite or out-of-``[0, 1]`` entry off
+            the diagonal between real items, or a callable judge that returned one
+            (checked after the call, on the probabilities it was asked; with
+            ``symmetric`` on their average ``(p_ab + 1 - p_ba) / 2``).
     """
     beam = _common.check_int("beam_size", beam_size, minimum=1)
     _validate.number("prune", prune, low=0.0, high=0.5, high_open=True)
@@ -213,6 +227,8 @@ def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symme
     mask = _common.check_item_mask(item_mask, batch, n)
     if mask is None:
         mask = jnp.ones(batch + (n,), bool)
+    if not callable(judge):
+        _check_matrix(probs, mask)
     shuffle = key is not None
     if key is None:
         key = jax.random.key(0)
@@ -226,5 +242,13 @@ def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symme
     else:
         out = _pairs_dense(probs, mask, key, prune, shuffle, **kw)
     order, scores, count, (ri, rj, rp, rw), ll = out
+    if callable(judge) and not isinstance(rp, jax.core.Tracer):
+        # the probabilities the judge returned for the comparisons it was asked (weight > 0)
+        p = np.asarray(rp)
+        bad = (np.asarray(rw) > 0) & ~((p >= 0) & (p <= 1))   # NaN fails both comparisons
+        if bad.any():
+            k = np.argwhere(bad)[0][-1]
+            raise ValueError(f"judge must return finite probabilities in [0, 1]; got {p[k]!r} for the pair "
+                             f"({int(np.asarray(ri)[k])}, {int(np.asarray(rj)[k])})")
     comps = Comparisons(i=ri, j=rj, p=rp, weight=rw, item_mask=mask, num_items=n)
     return PairSResult(order, scores, count, comps, ll)
