@@ -89,7 +89,7 @@ def _laplace_one(c, theta, solver):
     # exactly 0: zero its row and column (the subtraction leaves rounding there).
     alone = jnp.diagonal(proj) >= 1
     cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
-    return LaplaceFit(sol, GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj))
+    return LaplaceFit(sol, GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj, c.item_mask))
 
 
 def _laplace_diagonal_one(c, theta, key, solver, num_probes):
@@ -290,8 +290,24 @@ def _rank_intervals(mean, cov, mask, key, num_samples, level):
     lo = jnp.quantile(r, (1 - level) / 2, axis=0, method="lower")
     hi = jnp.quantile(r, (1 + level) / 2, axis=0, method="higher")
     med = jnp.quantile(r.astype(mean.dtype), 0.5, axis=0)
-    return RankIntervals(lo.astype(jnp.int32), hi.astype(jnp.int32), med, jnp.mean(r.astype(mean.dtype), axis=0),
-                         _ranks(mean, mask))
+    avg = jnp.mean(r.astype(mean.dtype), axis=0)
+    # a real item in no comparison (its covariance row is 0: the data say nothing of its score) can take any
+    # rank: the interval [1, n], and the median and mean of a uniform rank, (n + 1) / 2
+    n_real = jnp.sum(mask, axis=-1, keepdims=True)
+    unjudged = mask & (jnp.diagonal(cov, axis1=-2, axis2=-1) <= 0)
+    middle = ((n_real + 1) / 2).astype(mean.dtype)
+    return RankIntervals(jnp.where(unjudged, 1, lo).astype(jnp.int32),
+                         jnp.where(unjudged, n_real, hi).astype(jnp.int32),
+                         jnp.where(unjudged, middle, med), jnp.where(unjudged, middle, avg), _ranks(mean, mask))
+
+
+def _mask(post, where):
+    """``where``, else the posterior's ``item_mask``, else every item, as bool ``post.mean.shape``."""
+    if where is None:
+        where = getattr(post, "item_mask", None)
+    if where is None:
+        return jnp.ones(post.mean.shape, bool)
+    return jnp.broadcast_to(jnp.asarray(where, bool), post.mean.shape)
 
 
 def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, level: float = 0.95,
@@ -308,18 +324,20 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
         key: a ``jax.random`` key.
         num_samples: static number of draws.
         level: nominal coverage.
-        where: optional bool ``[..., N]`` of real items (padded ones get rank 0).
+        where: optional bool ``[..., N]`` of real items (padded ones get rank 0);
+            default ``post.item_mask`` (the padding of a batch), else every item.
         item_mask: deprecated old name of ``where``.
 
     Returns:
-        :class:`RankIntervals`.
+        :class:`RankIntervals`. A real item in no comparison (covariance row 0:
+        unidentified) gets the interval ``[1, n]`` over the ``n`` real items and
+        median and mean rank ``(n + 1) / 2``; ``rank`` ranks its mean, 0, among the others.
     """
     _check_posterior(post)
     level = _check_level(level)
     num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
-    mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
-        jnp.asarray(where, bool), post.mean.shape)
+    mask = _mask(post, where)
     return _rank_intervals(post.mean, post.covariance, mask, key, num_samples, level)
 
 
@@ -364,7 +382,8 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
             (closed form, no sampling).
         key: a ``jax.random`` key (``"spearman"`` only).
         num_samples: draws for ``"spearman"``.
-        where: optional bool ``[..., N]`` of real items.
+        where: optional bool ``[..., N]`` of real items; default
+            ``post.item_mask`` (the padding of a batch), else every item.
         item_mask: deprecated old name of ``where``.
 
     Returns:
@@ -377,8 +396,7 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
         raise ValueError("rule='spearman' samples the posterior: pass key=")
     num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("ranking_confidence", "item_mask", "where", item_mask, where)
-    mask = jnp.ones(post.mean.shape, bool) if where is None else jnp.broadcast_to(
-        jnp.asarray(where, bool), post.mean.shape)
+    mask = _mask(post, where)
     if key is None:
         key = jax.random.key(0)
     return _confidence(post.mean, post.covariance, mask, key, rule, num_samples)
