@@ -8,8 +8,11 @@ asked only ``O(N log N)`` times instead of ``N(N-1)``.
 
 * **PairS-greedy**: bottom-up merge sort; merging runs ``L`` and ``R`` (each
   best first) compares the heads, ``p = P(L[a] better than R[b])``, and takes
-  ``L[a]`` if ``p >= 0.5``. With a perfect judge it uses at most
-  ``N ceil(log2 N) - 2^ceil(log2 N) + 1`` comparisons (merge sort's worst case).
+  ``L[a]`` if ``p >= 0.5``. It uses at most ``ceil(log2 N) (N - 1)``
+  comparisons (each level merges ``N`` items at most ``N - 1`` times), and at most
+  ``N log2 N - N + 1`` (merge sort's worst case) when ``N`` is a power of two; for
+  other ``N`` the bottom-up order can exceed top-down merge sort's bound
+  ``N ceil(log2 N) - 2^ceil(log2 N) + 1`` (9 against 8 at ``N = 5``).
 * **PairS-beam**: every merge keeps the ``beam_size`` most likely partial merges.
   A partial merge is a path of take-left/take-right steps; its log-likelihood
   sums ``log p`` (took left) or ``log(1 - p)`` (took right) over the comparisons
