@@ -28,7 +28,8 @@ set) and each peer runs with 1 thread or all cores, whichever was faster on a
 few comparisons (on a shared machine spinning OpenMP threads cost 3-5x).
 The timed sides run interleaved, ``--repeats`` times, each repeat with the
 machine's load average; reported are the median rate and its range, and the
-ratio jaxrank / peer per repeat (median, range). A profile of one steady jaxrank
+ratio jaxrank / peer per repeat (median, range), and each side's process CPU time
+per comparison (all threads) with the peer / jaxrank ratio of it. A profile of one steady jaxrank
 call splits its time into the prefill of the context, the A parts, the B batches,
 the projection and host work, with real and padded token counts, the seconds
 padding costs (estimated: a stage's seconds times its padded share) and the
@@ -219,18 +220,23 @@ def main(argv=None):
     # ------------------------------------------------------------ timed, interleaved
     rates = collections.defaultdict(list)
     ratios = collections.defaultdict(list)
+    cpu = collections.defaultdict(list)           # process CPU ms per comparison (all threads): less load-bound
+    cpu_ratios = collections.defaultdict(list)
     agree, loads = {}, []
     for rep in range(args.repeats):
         loads.append(load_now())
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         again = judge.compare(context, cands, i, j)
         rj = len(i) / (time.perf_counter() - t0)
+        cpu["jaxrank"].append(1e3 * (time.process_time() - c0) / len(i))
         assert np.array_equal(first.p, again.p)
         rates["jaxrank"].append(rj)
         for name, (fn, rows) in peers.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             p = fn(judge, context, cands, i[rows], j[rows])
             r = len(rows) / (time.perf_counter() - t0)
+            cpu[name].append(1e3 * (time.process_time() - c0) / len(rows))
+            cpu_ratios[name].append(cpu[name][-1] / cpu["jaxrank"][-1])
             rates[name].append(r)
             ratios[name].append(rj / r)
             agree[name] = float(np.max(np.abs(p - first.p[rows])))
@@ -246,14 +252,19 @@ def main(argv=None):
                      "jaxrank and PyTorch with float32 weights dequantised from the same blocks.")
 
     say(f"Rates in comparisons per second, median [min-max] over {args.repeats} interleaved repeat(s); "
-        "ratio = jaxrank's rate / the peer's, per repeat.")
+        "ratio = jaxrank's rate / the peer's, per repeat; "
+        "CPU ratio = the peer's process CPU time per comparison / jaxrank's, per repeat (all threads of "
+        "the process; on a shared machine the load moves it less than the wall time).")
     say()
-    say("| | comparisons per repeat | comparisons / s | jaxrank ratio | max abs p difference vs jaxrank |")
-    say("|---|---:|---:|---:|---:|")
-    say(f"| jaxrank PromptJudge, first call (incl. compilation) | {len(i)} | {len(i) / t_first:.3f} | | |")
-    say(f"| jaxrank PromptJudge, steady state | {len(i)} | {stats(rates['jaxrank'])} | 1 | |")
+    say("| | comparisons per repeat | comparisons / s | jaxrank ratio | CPU ms per comparison (all threads) | "
+        "jaxrank CPU ratio | max abs p difference vs jaxrank |")
+    say("|---|---:|---:|---:|---:|---:|---:|")
+    say(f"| jaxrank PromptJudge, first call (incl. compilation) | {len(i)} | {len(i) / t_first:.3f} | | | | |")
+    say(f"| jaxrank PromptJudge, steady state | {len(i)} | {stats(rates['jaxrank'])} | 1 | {stats(cpu['jaxrank'])} "
+        "| 1 | |")
     for name, (_, rows) in peers.items():
-        say(f"| {name} | {len(rows)} | {stats(rates[name])} | {stats(ratios[name])}x | {agree[name]:.1e} |")
+        say(f"| {name} | {len(rows)} | {stats(rates[name])} | {stats(ratios[name])}x | {stats(cpu[name])} | "
+            f"{stats(cpu_ratios[name])}x | {agree[name]:.1e} |")
     say()
     say("Machine load (1/5/15 min) before each repeat and at the end: " + "; ".join(loads) + ".")
     for note in notes:
