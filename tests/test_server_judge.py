@@ -159,7 +159,7 @@ def test_sampled_reading_without_logprobs(server):
     res = srv.compare(ctx, cands, [0], [1])
     assert srv.reading.kind == "sampled" and "eq. 4-5" in srv.reading.note
     assert np.round(res.p[0] * 6) == res.p[0] * 6 and res.logits.sum() <= 3    # multiples of 1/6
-    assert srv.usage.requests == 4       # 3 answers, and the one-token request naming the answering model
+    assert srv.usage.requests == 3       # no key taken: no request naming the answering model
 
 
 # ------------------------------------------------------------------------------- faults

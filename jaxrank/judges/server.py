@@ -226,8 +226,8 @@ class ServerJudge(_ServerBase):
 
     def prepare(self, context: str, candidates: Sequence[str]) -> ServerReading:
         """Settle what the judge reads before its keys are taken: (``logprobs="auto"``) whether the server returns
-        log-probabilities, from one request on the first pair (kept: not paid twice), then the fingerprint (the
-        served id and the model the answers name: :attr:`fingerprint`).
+        log-probabilities, from one request on the first pair (kept: not paid twice). That answer also names the
+        answering model, so the :attr:`fingerprint` taken after it needs no request of its own.
 
         Returns:
             :attr:`reading` (a :class:`ServerReading`).
@@ -240,7 +240,6 @@ class ServerJudge(_ServerBase):
             self._set_reading("sampled" if _alternatives(data["choices"][0], self.endpoint) is None else "logprobs")
             if self.reading.kind == "sampled":
                 warnings.warn(self.reading.note, UserWarning, stacklevel=2)
-        self.fingerprint              # after that answer: it names the answering model (no extra request)
         return self.reading
 
     def compare(self, context: str, candidates: Sequence[str], i, j, *, progress=None) -> Judgement:
