@@ -21,6 +21,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
 from jaxrank.models.registry import resolve
 
 KEY_ENV = "JAXRANK_TEST_SERVER_KEY"
@@ -150,3 +152,18 @@ class FaultProxy:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The real llama.cpp server for one test module, stopped after it."""
+    s = LlamaServer(_free_port(), tmp_path_factory.mktemp("llama") / "server.log")
+    s.start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    """The test key in the environment variable the judges read."""
+    monkeypatch.setenv(KEY_ENV, KEY)

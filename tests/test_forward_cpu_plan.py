@@ -12,12 +12,12 @@ import itertools
 
 import numpy as np
 import pytest
+from tiny_lm import tiny_llama_like
 
 from jaxrank.judges import _forward
 from jaxrank.judges._buckets import BUCKETS
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.prompts import pairwise_template
-from jaxrank.models.llama import LlamaConfig, LlamaModel
 
 CTX = "The city council met on Monday. It approved a new park near the river and a bus line to the airport."
 
@@ -25,12 +25,7 @@ CTX = "The city council met on Monday. It approved a new park near the river and
 @pytest.fixture(scope="module")
 def tiny(smollm2):
     """SmolLM2's tokenizer and chat template on a tiny random-weight Llama."""
-    cfg = LlamaConfig.from_hf(dict(vocab_size=smollm2.config.vocab_size, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                   max_position_embeddings=4096, rope_theta=1e4, tie_word_embeddings=True,
-                                   model_type="llama"))
-    model = LlamaModel(cfg, rngs=__import__("flax").nnx.Rngs(5))
-    return dataclasses.replace(smollm2, model=model, config=cfg, name="tiny")
+    return tiny_llama_like(smollm2, seed=5)
 
 
 class Recording:

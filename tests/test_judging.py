@@ -5,7 +5,6 @@ candidate B) is checked against an independent full forward of the whole prompt;
 the store against a simulated crash (a torn last line, an interrupted run).
 """
 
-import dataclasses
 import json
 
 import itertools
@@ -14,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_lm import tiny_llama_like
 
 import jaxrank as jr
 from jaxrank.assessment.store import StoreDamageWarning
 from jaxrank.models.loading import LoadedModel, load_model
-from jaxrank.models.llama import LlamaConfig, LlamaModel
 from jaxrank.judges.pairwise import PromptJudge, batch_sizes, bucket, plan_batches
 from jaxrank.judges.prompts import PairwiseTemplate, TEMPLATES, pairwise_template
 from jaxrank.assessment.run import ContextSet, contexts_of, judge_contexts, plan_pairs
@@ -29,12 +28,7 @@ from jaxrank.assessment.store import JudgementStore
 @pytest.fixture(scope="module")
 def tiny(smollm2):
     """SmolLM2's tokenizer and chat template on a tiny random-weight Llama (fast, exact checks)."""
-    cfg = LlamaConfig.from_hf(dict(vocab_size=smollm2.config.vocab_size, hidden_size=32, intermediate_size=48,
-                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                   max_position_embeddings=4096, rope_theta=1e4, tie_word_embeddings=True,
-                                   model_type="llama"))
-    model = LlamaModel(cfg, rngs=__import__("flax").nnx.Rngs(3))
-    return dataclasses.replace(smollm2, model=model, config=cfg, name="tiny")
+    return tiny_llama_like(smollm2, seed=3)
 
 
 def label_logprobs_by_hand(lm, text, labels, *, special):

@@ -40,7 +40,8 @@ from jaxrank.judges.prompts import pairwise_template, pointwise_template   # noq
 from jaxrank.judges.reading import LabelMassError, LabelMassWarning   # noqa: E402
 from jaxrank.judges.server import ServerError, ServerGEvalJudge, ServerJudge   # noqa: E402
 
-from _fixtures_server import KEY, KEY_ENV, MODEL, FaultProxy, LlamaServer, _free_port   # noqa: E402
+from _fixtures_server import KEY, KEY_ENV, MODEL, FaultProxy, _free_port   # noqa: E402
+from _fixtures_server import api_key, server   # noqa: E402,F401  (fixtures)
 
 
 P_TOL = 0.06
@@ -49,19 +50,6 @@ activations, the Flax judge the dequantised float32 weights. Measured on SummEva
 prefix "Summary", ~780 tokens each): max 0.049, median 0.010 over 24 prompts; label mass max 0.013 apart. With CI's
 build (LLAVA_BUILD=OFF, native CPU flags), on the 18 prompts below: max 0.032, median 0.009."""
 P_TOL_MEDIAN = 0.02
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = LlamaServer(_free_port(), tmp_path_factory.mktemp("llama") / "server.log")
-    s.start()
-    yield s
-    s.kill()
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
 
 
 @pytest.fixture(scope="module")

@@ -23,24 +23,12 @@ from jaxrank.judges.prompts import pairwise_template, pointwise_template   # noq
 from jaxrank.judges.reading import LabelMassWarning   # noqa: E402
 from jaxrank.judges.server import ServerError, ServerGEvalJudge, ServerJudge   # noqa: E402
 
-from _fixtures_server import KEY, KEY_ENV, MODEL, FaultProxy, LlamaServer, _free_port   # noqa: E402
+from _fixtures_server import KEY_ENV, MODEL, FaultProxy   # noqa: E402
+from _fixtures_server import api_key, server   # noqa: E402,F401  (fixtures)
 
 TEMPLATE = pairwise_template("summeval", "coherence")
 TEXTS = ContextSet(["c0"], ["The cat sat on the mat all afternoon, then went out to hunt mice."], [["x", "y", "z"]],
                    [["A cat sat on a mat.", "The dog barked.", "A cat rested, then hunted."]])
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = LlamaServer(_free_port(), tmp_path_factory.mktemp("llama") / "server.log")
-    s.start()
-    yield s
-    s.kill()
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, KEY)
 
 
 def _judge(url, **kw):

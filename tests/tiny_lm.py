@@ -49,3 +49,13 @@ def sharpen(lm: LoadedModel, factor: float = 4.0) -> LoadedModel:
         if not n.endswith("norm"):
             getattr(lm.model, n).set_value(factor * w)
     return lm
+
+
+def tiny_llama_like(lm: LoadedModel, *, seed: int) -> LoadedModel:
+    """``lm``'s tokenizer and chat template on a tiny random-weight Llama of its vocabulary (fast, exact checks)."""
+    import dataclasses
+    cfg = LlamaConfig.from_hf(dict(vocab_size=lm.config.vocab_size, hidden_size=32, intermediate_size=48,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=4096, rope_theta=1e4, tie_word_embeddings=True,
+                                   model_type="llama"))
+    return dataclasses.replace(lm, model=LlamaModel(cfg, rngs=nnx.Rngs(seed)), config=cfg, name="tiny")
