@@ -335,13 +335,32 @@ def pad_last(x, size: int, value):
     return jnp.pad(x, widths, constant_values=value)
 
 
+def _pad_items(x, size: int, num_items: int):
+    """Item indices ``x [..., R]`` padded to ``size`` slots, slot ``k`` pointing at item ``k mod num_items``."""
+    extra = size - x.shape[-1]
+    if extra == 0:
+        return x
+    tail = (np.arange(x.shape[-1], size) % max(num_items, 1)).astype(x.dtype)
+    if _on_host(x):
+        x = np.asarray(x)
+        out = np.empty(x.shape[:-1] + (size,), x.dtype)
+        out[..., :x.shape[-1]] = x
+        out[..., x.shape[-1]:] = tail
+        return out
+    return jnp.concatenate([x, jnp.broadcast_to(jnp.asarray(tail), x.shape[:-1] + (extra,))], -1)
+
+
 _LAST_PAD: tuple = ()
 
 
 def pad(c, num_items: int, num_comparisons: int):
     """``c`` with ``num_items`` items and ``num_comparisons`` comparisons: the padded items masked out, the
-    padded comparisons ``0 vs 0`` of weight 0 (the padding contract of :class:`jaxrank.Comparisons`: every
-    score of a real item is unchanged, a padded item gets the neutral score).
+    padded comparisons self-pairs ``k vs k`` of weight 0, ``k`` the slot's index modulo the unpadded
+    ``c.num_items`` (the padding contract of :class:`jaxrank.Comparisons`: every score of a real item is unchanged, a padded item gets the
+    neutral score). A comparison of weight 0 adds exactly 0 to every sum wherever it points; spread over the items
+    rather than all on item 0, it never turns a scatter-add into a chain of dependent adds onto one address
+    (:data:`jaxrank.scoring.bradley_terry.PAD_SPREAD_NOTE`: PoE-BT on a padded 5,000-item pool 0.79-0.86x its time
+    with ``0 vs 0``, the same scores).
 
     The last pool of JAX arrays (immutable) padded on the host is kept, moved to the device, while it lives:
     a loop scoring one pool again and again pads and copies it once.
@@ -353,7 +372,7 @@ def pad(c, num_items: int, num_comparisons: int):
     if last and last[0]() is c and last[1] == (num_items, num_comparisons):
         return last[2]
     r = num_comparisons
-    out = type(c)(i=pad_last(c.i, r, 0), j=pad_last(c.j, r, 0), p=pad_last(c.p, r, 0.5),
+    out = type(c)(i=_pad_items(c.i, r, c.num_items), j=_pad_items(c.j, r, c.num_items), p=pad_last(c.p, r, 0.5),
                   weight=pad_last(c.weight, r, 0), item_mask=pad_last(c.item_mask, num_items, False),
                   num_items=num_items)
     arrays = (c.i, c.j, c.p, c.weight, c.item_mask)

@@ -313,8 +313,9 @@ def stack_contexts(contexts: Sequence[Comparisons], *, num_items: int | None = N
                    num_comparisons: int | None = None) -> Comparisons:
     """Stack single-context comparison sets of different ``N`` and ``R`` into one padded batch.
 
-    Padded comparisons get ``i = j = 0, p = 0.5, weight = 0``; padded items get
-    ``item_mask = False``. Scores of the real items are unchanged by padding.
+    Padded comparisons are self-pairs ``i = j = k mod N_c`` (``k`` the slot, ``N_c`` the context's own items) with
+    ``p = 0.5, weight = 0``; padded items get ``item_mask = False``. Scores of the real items are unchanged by
+    padding; spreading the padding over the items keeps the scorers' scatter-adds off one address (faster on CPU).
 
     Args:
         contexts: non-empty sequence of single-context ``Comparisons``.
@@ -340,8 +341,12 @@ def stack_contexts(contexts: Sequence[Comparisons], *, num_items: int | None = N
         x = np.asarray(x)
         return np.concatenate([x, np.full(size - x.shape[-1], value, x.dtype)])
 
-    i = np.stack([pad(c.i, r, 0) for c in contexts])
-    j = np.stack([pad(c.j, r, 0) for c in contexts])
+    def pad_items(x, c):
+        x = np.asarray(x)
+        return np.concatenate([x, (np.arange(x.shape[-1], r) % max(c.num_items, 1)).astype(x.dtype)])
+
+    i = np.stack([pad_items(c.i, c) for c in contexts])
+    j = np.stack([pad_items(c.j, c) for c in contexts])
     p = np.stack([pad(np.asarray(c.p, dtype), r, 0.5) for c in contexts])
     w = np.stack([pad(np.asarray(c.weight, dtype), r, 0.0) for c in contexts])
     m = np.stack([pad(c.item_mask, n, False) for c in contexts])
