@@ -4,7 +4,7 @@
   implementation), ``model.safetensors`` or sharded
   ``model-0000x-of-0000y.safetensors`` + ``model.safetensors.index.json``, and
   the tokenizer files (``AutoTokenizer``, local files only, no remote code).
-* A ``.gguf`` file (architectures ``llama``, ``qwen2``): see
+* A ``.gguf`` file (architectures ``llama``, ``qwen2``, ``gemma3``): see
   :mod:`jaxrank.models.gguf`.
 
 ``weights="quantised"`` keeps the decoder's matrices quantised in memory (GGUF
