@@ -157,7 +157,8 @@ def ab_worker(n, noisy):
     fits = {"bt": lambda: jr.fit_bradley_terry(c), "poe": lambda: jr.fit_poe_bradley_terry(c)}
     first = {k: jax.block_until_ready(f()) for k, f in fits.items()}
     print(json.dumps({"ready": True, "source": str(Path(jr.__file__).parent), "bt_steps": int(first["bt"].iterations), "poe_steps": int(first["poe"].iterations),
-                      "scores": np.asarray(first["bt"].scores, np.float64).tolist()}), flush=True)
+                      "scores": np.asarray(first["bt"].scores, np.float64).tolist(),
+                      "poe_scores": np.asarray(first["poe"].scores, np.float64).tolist()}), flush=True)
     for _ in sys.stdin:
         out = {}
         for k, f in fits.items():
@@ -182,6 +183,7 @@ def bt_ab(n, roots, repeats, rep):
                 line = pr.stdout.readline()
             heads.append(json.loads(line))
         diff = float(np.max(np.abs(np.asarray(heads[0]["scores"]) - np.asarray(heads[1]["scores"]))))
+        poe_diff = float(np.max(np.abs(np.asarray(heads[0]["poe_scores"]) - np.asarray(heads[1]["poe_scores"]))))
         times = [{"bt": [], "poe": []} for _ in procs]
         loads = []
         for r in range(repeats):
@@ -203,20 +205,23 @@ def bt_ab(n, roots, repeats, rep):
                 f"({repeats} alternating rounds, one process per tree)")
         rep.say()
         rep.say(f"before `{heads[0]['source']}`, after `{heads[1]['source']}`; Newton steps {heads[0]['bt_steps']} / {heads[1]['bt_steps']} "
-                f"(PoE-BT {heads[0]['poe_steps']} / {heads[1]['poe_steps']}); max |score difference| {diff:.2g}")
+                f"(PoE-BT {heads[0]['poe_steps']} / {heads[1]['poe_steps']}); max |score difference| {diff:.2g} (PoE-BT {poe_diff:.2g})")
         rep.say()
         rep.table(["measure", "before", "after"],
                   [["hard BT ms median [min, max]", spread(bt[0], 1e3, "{:.1f}"), spread(bt[1], 1e3, "{:.1f}")],
                    ["PoE-BT ms median [min, max]", spread(poe[0], 1e3, "{:.1f}"), spread(poe[1], 1e3, "{:.1f}")],
                    ["BT / PoE-BT per round", spread(bt[0] / poe[0], fmt="{:.2f}"), spread(bt[1] / poe[1], fmt="{:.2f}")],
                    ["hard BT after / before per round", "", spread(bt[1] / bt[0], fmt="{:.3f}")],
-                   ["rounds where hard BT after is faster", "", f"{np.mean(bt[1] < bt[0]):.0%}"]])
+                   ["rounds where hard BT after is faster", "", f"{np.mean(bt[1] < bt[0]):.0%}"],
+                   ["PoE-BT after / before per round", "", spread(poe[1] / poe[0], fmt="{:.3f}")],
+                   ["rounds where PoE-BT after is faster", "", f"{np.mean(poe[1] < poe[0]):.0%}"]])
         rep.say(f"load per round: {', '.join(f'{x:.2f}' for x in loads)}")
         rep.say()
         rep.row(part="bt_ab", pool=label, n=n, bt_before=float(np.median(bt[0])), bt_after=float(np.median(bt[1])),
                 poe_before=float(np.median(poe[0])), poe_after=float(np.median(poe[1])),
                 ratio_before=float(np.median(bt[0] / poe[0])), ratio_after=float(np.median(bt[1] / poe[1])),
-                after_over_before=float(np.median(bt[1] / bt[0])), max_score_diff=diff)
+                after_over_before=float(np.median(bt[1] / bt[0])), poe_after_over_before=float(np.median(poe[1] / poe[0])),
+                max_score_diff=diff, max_poe_score_diff=poe_diff)
 
 
 def combine(before, after):
