@@ -48,3 +48,10 @@ def test_diagonal_and_padded_rows_are_not_checked():
     r = jr.pairs_rank(padded, item_mask=mask)
     np.testing.assert_array_equal(np.asarray(r.order), list(np.argsort(-q)) + [6])
     assert np.all(np.isfinite(np.asarray(r.comparisons.p)))
+
+
+def test_symmetric_checks_each_order_not_only_the_average():
+    """p_ab = 1.2, p_ba = 0.3 average to 0.95, inside [0, 1]: each order is checked on its own."""
+    judge = lambda a, b: jnp.where(a < b, 1.2, 0.3)   # noqa: E731
+    with pytest.raises(ValueError, match="1.2"):
+        jr.pairs_rank(judge, num_items=4, symmetric=True)

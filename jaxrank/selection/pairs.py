@@ -207,8 +207,8 @@ def pairs_rank(judge, *, num_items: int | None = None, beam_size: int = 1, symme
             is neither a square matrix nor a callable, a callable without ``num_items``,
             a concrete judge matrix with a NaN, infinite or out-of-``[0, 1]`` entry off
             the diagonal between real items, or a callable judge that returned one
-            (checked after the call, on the probabilities it was asked; with
-            ``symmetric`` on their average ``(p_ab + 1 - p_ba) / 2``).
+            (checked after the call, on every probability it was asked: with
+            ``symmetric``, each order's own, not only their average).
     """
     beam = _common.check_int("beam_size", beam_size, minimum=1)
     _validate.number("prune", prune, low=0.0, high=0.5, high_open=True)
