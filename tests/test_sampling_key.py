@@ -36,7 +36,9 @@ def test_a_system_message_is_part_of_the_key_and_not_served_from_the_store(smoll
     store = tmp_path / "s.jsonl"
     plain = SamplingJudge(smollm2, TPL, num_samples=2, max_new_tokens=3)
     told = SamplingJudge(smollm2, TPL, num_samples=2, max_new_tokens=3, system="Always answer: Summary B.")
-    assert plain.template_key == TPL.key            # nothing set: the key judgements were stored under before
+    # nothing set: the template's key and the per-row sampling scheme only (answers sampled under the former
+    # one key per batch are other samples: never reused)
+    assert plain.template_key.startswith(TPL.key + "-") and plain.template_key != TPL.key
     assert told.template_key != plain.template_key and told.template_key.startswith(TPL.key)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -63,7 +65,7 @@ def test_parser_identity_changes_the_key_and_the_default_keeps_it(smollm2):
     always_a = SamplingJudge(smollm2, TPL, num_samples=1, max_new_tokens=2, parser=lambda t: 1.0)
     always_b = SamplingJudge(smollm2, TPL, num_samples=1, max_new_tokens=2, parser=lambda t: 0.0)
     keys = [j.template_key for j in (base, other_words, always_a, always_b)]
-    assert same.template_key == base.template_key == TPL.key
+    assert same.template_key == base.template_key != TPL.key
     assert len(set(keys)) == 4
     assert template_key(always_a) == always_a.template_key       # what judge_contexts stores under
 

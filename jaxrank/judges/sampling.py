@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,9 +28,9 @@ import numpy as np
 from jaxrank.judges.pairwise import Judgement, PromptJudge, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
-from jaxrank.judges.textgen import generate_texts, sample_key
+from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, generate_texts, row_keys
 
-__all__ = ["SamplingJudge", "CallableJudge", "label_parser", "parser_key", "GENERIC_TEMPLATE"]
+__all__ = ["SamplingJudge", "CallableJudge", "label_parser", "parser_key", "ParserKeyWarning", "GENERIC_TEMPLATE"]
 
 GENERIC_TEMPLATE = PairwiseTemplate(
     "Context: {context}\n\nCandidate A: {a}\n\nCandidate B: {b}\n\nWhich candidate is better, A or B? "
@@ -73,16 +74,28 @@ def label_parser(labels: Sequence[str] = ("A", "B")) -> Callable[[str], float | 
 _SIMPLE = (str, int, float, bool, type(None))
 
 
+_KEY_WARNED: set[str] = set()
+
+
 def parser_key(parser: Callable) -> str:
     """The identity of an answer parser, for a judge's store key.
 
     A parser's ``key`` attribute when it has one (:func:`label_parser` sets
     ``"label_parser('A', 'B')"``); else its module and qualified name, plus, for
-    a Python function, a hash of its code (bytecode and constants) and of the
-    values it closes over when they are plain (strings, numbers, tuples of them),
-    so two lambdas of one module or one factory's closures over other words
-    differ. Give a parser a ``key`` attribute for a key that survives edits of
-    its code that do not change what it reads.
+    a Python function, a hash of its code (bytecode and constants, nested
+    functions included) and of the values it closes over when they are plain
+    (strings, numbers, tuples, lists and dicts of them, compiled regular
+    expressions, functions), so two lambdas of one module or one
+    factory's closures over other words differ. Give a parser a ``key``
+    attribute for a key that survives edits of its code that do not change
+    what it reads.
+
+    Warns (:class:`ParserKeyWarning`, once per parser name) when the key cannot
+    tell what the parser reads: it closes over other values (a dict, a compiled
+    regex), is a bound method or a callable object whose state is not hashed,
+    or is not a Python function: two such parsers that read answers differently
+    would share their stored judgements. Set ``parser.key`` to a string naming
+    what it reads.
     """
     key = getattr(parser, "key", None)
     if isinstance(key, str) and key:
@@ -92,21 +105,54 @@ def parser_key(parser: Callable) -> str:
            f"{getattr(parser, '__qualname__', None) or type(parser).__qualname__}"
     code = getattr(fn, "__code__", None)
     if code is None:
+        _warn_key(name, "it is not a Python function")
         return name
 
     def plain(v):
-        return isinstance(v, _SIMPLE) or (isinstance(v, (tuple, list, frozenset)) and all(plain(x) for x in v))
+        return isinstance(v, _SIMPLE) or (isinstance(v, (tuple, list, frozenset)) and all(plain(x) for x in v)) \
+            or (isinstance(v, dict) and all(plain(k) and plain(x) for k, x in v.items()))
 
-    cells = []
+    def code_id(c):
+        consts = [code_id(x) if hasattr(x, "co_code") else repr(x) if plain(x) else type(x).__qualname__
+                  for x in c.co_consts]
+        return (c.co_code, consts, c.co_names)
+
+    cells, opaque = [], []
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             v = cell.cell_contents
         except ValueError:                  # an empty cell
             v = None
-        cells.append(repr(v) if plain(v) else type(v).__qualname__)
-    consts = [repr(c) if plain(c) else type(c).__qualname__ for c in code.co_consts]
-    h = hashlib.sha1(repr((code.co_code, consts, code.co_names, cells)).encode()).hexdigest()[:8]
+        if plain(v):
+            cells.append(repr(v))
+        elif isinstance(v, re.Pattern):
+            cells.append(repr(("re", v.pattern, v.flags)))
+        elif callable(v) and hasattr(v, "__code__") and not hasattr(v, "__self__"):
+            cells.append(parser_key(v))     # a function it calls: its own key
+        else:
+            cells.append(type(v).__qualname__)
+            opaque.append(type(v).__qualname__)
+    if fn is not parser and not hasattr(parser, "__code__"):
+        opaque.append(f"the state of its {type(parser).__qualname__} object")
+    elif getattr(parser, "__self__", None) is not None and not plain(parser.__self__):
+        opaque.append(f"the state of its {type(parser.__self__).__qualname__} object")
+    if opaque:
+        _warn_key(name, f"its key does not cover {', '.join(dict.fromkeys(opaque))}")
+    h = hashlib.sha1(repr((code_id(code), cells)).encode()).hexdigest()[:8]
     return f"{name}-{h}"
+
+
+class ParserKeyWarning(UserWarning):
+    """A parser's store key (:func:`parser_key`) may not tell it from another parser."""
+
+
+def _warn_key(name: str, why: str) -> None:
+    if name in _KEY_WARNED:
+        return
+    _KEY_WARNED.add(name)
+    warnings.warn(f"parser {name}: {why}, so parsers that read answers differently may share one store key "
+                  "and each other's stored judgements; set parser.key = '<a name for what it reads>'",
+                  ParserKeyWarning, stacklevel=3)
 
 
 def _decide(texts: Sequence[Sequence[str]], parser) -> tuple[np.ndarray, np.ndarray, int]:
@@ -142,12 +188,15 @@ class SamplingJudge:
     :func:`label_parser` of the template's labels). Answers naming neither label
     count 1/2 and are counted in :attr:`undecided`. Each comparison's ``K``
     prompts are consecutive rows; ``batch_size`` comparisons (``batch_size * K``
-    rows) go through one :func:`generate` call. Samples are deterministic given
-    ``seed`` and the inputs (the key folds in the context and the batch number).
+    rows) go through one :func:`generate` call. Sample ``s`` of a comparison
+    samples with its own key, ``fold_in(PRNGKey(seed), hash(context, text A,
+    text B, s))`` (:func:`~jaxrank.judges.textgen.row_keys`): its answers are
+    the same whatever the batching or the call it comes in, and differ between
+    comparisons and between the two orders of one pair.
 
     The store key (:attr:`template_key`, :attr:`fingerprint`, :attr:`name`)
     covers the template, the system message, the parser, the model, ``K``, the
-    temperature, ``top_p``, ``max_new_tokens`` and the seed.
+    temperature, ``top_p``, ``max_new_tokens``, the seed and the sampling scheme.
 
     ``Judgement.logits`` holds the counts ``[R, 2]`` of answers for A and for B,
     and ``Judgement.label_mass`` the share of each comparison's answers that
@@ -167,6 +216,8 @@ class SamplingJudge:
         strict: raise instead of warning.
 
     Raises:
+        ValueError: ``num_samples < 1``, ``max_new_tokens < 1``, a negative or infinite
+            ``temperature``, or ``top_p`` outside ``(0, 1]``.
         NotImplementedError: a T5 model with ``temperature > 0`` (T5 decodes greedily only).
     """
 
@@ -177,8 +228,7 @@ class SamplingJudge:
                  min_parsed: float = MIN_LABEL_MASS, strict: bool = False):
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         self.prompt = PromptJudge(model, template, chat=chat, system=system, batch_size=batch_size,
                                   max_length=max_length)
         self.lm = self.prompt.lm
@@ -207,13 +257,14 @@ class SamplingJudge:
 
     @property
     def template_key(self) -> str:
-        """The store's template key: the template's key, and a hash of what else makes the prompt and reads
-        the answer where it is set: the system message, the parser's identity (:func:`parser_key`) where it
-        is not the default :func:`label_parser` of the template's labels, and ``chat`` where it differs from
-        the model's default. With none of them set it is the template's key alone, the key judgements were stored
-        under before, so they stay reusable."""
+        """The store's template key: the template's key, and a hash of the sampling scheme
+        (:data:`~jaxrank.judges.textgen.SAMPLING_SCHEME`: one key per sampled row, so answers stored under
+        the former one key per batch are never reused) and of what else makes the prompt and reads the
+        answer where it is set: the system message, the parser's identity (:func:`parser_key`) where it is
+        not the default :func:`label_parser` of the template's labels, and ``chat`` where it differs from
+        the model's default."""
         pj = self.prompt
-        extra = {}
+        extra = {"sampling": SAMPLING_SCHEME}
         if pj.system is not None:
             extra["system"] = pj.system
         pk = parser_key(self.parser)
@@ -221,8 +272,6 @@ class SamplingJudge:
             extra["parser"] = pk
         if pj.chat != bool(pj.lm.chat_template):
             extra["chat"] = pj.chat
-        if not extra:
-            return self.template.key
         h = hashlib.sha1(repr(sorted(extra.items())).encode()).hexdigest()[:6]
         return f"{self.template.key}-{h}"
 
@@ -243,8 +292,11 @@ class SamplingJudge:
             return [], truncated
         k = self.num_samples
         flat = [r for r in rows for _ in range(k)]
+        i, j = check_pairs(candidates, i, j)
+        keys = row_keys(self.seed, [(context, candidates[a], candidates[b], s)
+                                    for a, b in zip(i.tolist(), j.tolist()) for s in range(k)])
         texts = generate_texts(self.lm, flat, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
-                               temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
+                               temperature=self.temperature, top_p=self.top_p, keys=keys)
         return [texts[r * k:(r + 1) * k] for r in range(len(rows))], truncated
 
     def compare(self, context: str, candidates: Sequence[str], i, j) -> Judgement:

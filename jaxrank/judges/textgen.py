@@ -6,10 +6,15 @@ temperature / nucleus sampling, left-padded rows) or to T5's greedy
 ``generate``, in batches whose row count is rounded up to a power of two and
 whose length is rounded up to a :func:`~jaxrank.judges.pairwise.bucket`, so
 few shapes are compiled.
+
+Sampled rows can carry their own PRNG keys (:func:`row_keys`, from the seed and
+a stable hash of what the row judges): a row's answer is then the same whatever
+else is in its batch, whatever the batch size, and in whichever call it comes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from typing import Sequence
 
@@ -18,10 +23,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges._buckets import bucket
-from jaxrank.models.llama import generate
+from jaxrank.models.llama import GenerateOutput, generate as _llama_generate
 from jaxrank.models.loading import load_model
 
-__all__ = ["generate_texts", "pad_rows", "sample_key", "as_loaded"]
+__all__ = ["generate_texts", "pad_rows", "sample_key", "row_keys", "text_hash32", "as_loaded", "generate",
+           "check_sampling", "SAMPLING_SCHEME"]
+
+
+SAMPLING_SCHEME = "rk1"
+"""Marks the store keys of judges whose sampled rows take :func:`row_keys` (one key per row from the seed and
+what the row judges); answers stored before under one key per batch are other samples and are not reused."""
+
+
+def check_sampling(*, temperature, top_p, max_new_tokens) -> None:
+    """Raise ``ValueError`` naming the argument when a sampling setting is unusable.
+
+    ``temperature`` must be a finite number >= 0 (0: greedy), ``top_p`` in
+    ``(0, 1]`` (0 or less keeps no token), ``max_new_tokens`` an integer >= 1.
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.number)) \
+            or not 0.0 <= float(temperature) < float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.number)) or not 0.0 < float(top_p) <= 1.0:
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
 
 
 def as_loaded(model):
@@ -45,13 +71,85 @@ def pad_rows(rows: Sequence[Sequence[int]], batch: int, pad_id: int, *, left: bo
     return ids, mask
 
 
+def _pick_row(logits, key, temperature, top_p):
+    """One row's nucleus / temperature sample (``_llama_core._pick`` for a single row and its own key)."""
+    logits = logits / temperature
+    srt = jnp.sort(logits)[::-1]
+    probs = jax.nn.softmax(srt)
+    keep = (jnp.cumsum(probs) - probs) < top_p               # always keeps the top token
+    thr = jnp.min(jnp.where(keep, srt, jnp.inf))
+    return jax.random.categorical(key, jnp.where(logits >= thr, logits, -jnp.inf)).astype(jnp.int32)
+
+
+@jax.jit
+def _pick_rows(logits, keys, step, temperature, top_p):
+    """Row ``r`` samples from ``logits[r]`` with ``fold_in(keys[r], step)`` (nothing shared between rows)."""
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(keys)
+    return jax.vmap(_pick_row, in_axes=(0, 0, None, None))(logits, step_keys, temperature, top_p)
+
+
+def _generate_rows(model, ids, mask, keys, temperature, top_p, eos, pad_id, max_new):
+    """Sampled decoding with one key per row, through the model's public cache API (``prefill``,
+    ``extend``, ``logits_at``): step ``s`` of row ``r`` samples with ``fold_in(keys[r], s)``, so a row's
+    tokens do not depend on the other rows. Stops once every row has produced an end token."""
+    b = ids.shape[0]
+    cache = model.prefill(ids, mask, capacity=ids.shape[1] + max_new)
+    temperature, top_p = jnp.float32(temperature), jnp.float32(top_p)
+    tok = _pick_rows(model.logits_at(cache.last_hidden), keys, 0, temperature, top_p)
+    out = np.full((b, max_new), pad_id, np.int32)
+    lengths = np.ones(b, np.int32)
+    tok_np = np.asarray(tok)
+    out[:, 0] = tok_np
+    done = np.isin(tok_np, eos)
+    ones = jnp.ones((b, 1), bool)
+    for step in range(1, max_new):
+        if done.all():
+            break
+        ext = model.extend(cache, tok[:, None], ones, update=True)
+        cache = ext.cache
+        tok_np = np.where(done, pad_id, np.asarray(_pick_rows(model.logits_at(ext.last_hidden), keys, step,
+                                                              temperature, top_p)))
+        out[:, step] = tok_np
+        lengths += ~done
+        done = done | np.isin(tok_np, eos)
+        tok = jnp.asarray(tok_np)
+    return GenerateOutput(jnp.asarray(out), jnp.asarray(lengths))
+
+
+def generate(model, ids, mask=None, *, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+             rng=None, eos_id=None, pad_id: int = 0):
+    """:func:`jaxrank.models.llama.generate`, where ``rng`` may also be one key per row ``[B, 2]``.
+
+    With per-row keys (and ``temperature > 0``) row ``r`` samples with its own
+    key only, so its answer does not depend on the batch it is in.
+    """
+    if rng is None or temperature <= 0 or np.ndim(rng) == 1:     # greedy decoding reads no key
+        return _llama_generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
+                               top_p=top_p, rng=rng if rng is None or np.ndim(rng) == 1 else None,
+                               eos_id=eos_id, pad_id=pad_id)
+    ids = jnp.asarray(ids, jnp.int32)
+    mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    keys = jnp.asarray(rng)
+    if keys.shape[0] != ids.shape[0]:
+        raise ValueError(f"rng holds {keys.shape[0]} keys for {ids.shape[0]} rows")
+    eos = np.atleast_1d(np.asarray([] if eos_id is None else eos_id, np.int32))
+    return _generate_rows(model, ids, mask, keys, temperature, top_p, eos, int(pad_id), int(max_new_tokens))
+
+
 def generate_texts(lm, rows: Sequence[Sequence[int]], *, batch_rows: int, max_new_tokens: int,
-                    temperature: float, top_p: float, key) -> list[str]:
+                   temperature: float, top_p: float, key=None, keys=None) -> list[str]:
     """Completions of token prompts, ``batch_rows`` per :func:`generate` call (left-padded).
 
     Decoders sample (or decode greedily at ``temperature == 0``); T5 decodes
-    greedily only. Batch ``b`` uses ``fold_in(key, b)``: deterministic given ``key``.
+    greedily only. ``keys`` (one PRNG key per row, :func:`row_keys`): each row
+    samples with its own key, so its answer is the same in any batch. Else one
+    ``key``: batch ``b`` uses ``fold_in(key, b)``, deterministic given ``key`` and
+    the batching.
     """
+    if (key is None) == (keys is None):
+        raise ValueError("give exactly one of key (one PRNG key) and keys (one key per row)")
+    if keys is not None and len(keys) != len(rows):
+        raise ValueError(f"keys holds {len(keys)} keys for {len(rows)} rows")
     tok, model = lm.tokenizer, lm.model
     decoder = lm.architecture != "t5"
     if not decoder and temperature > 0:
@@ -64,8 +162,13 @@ def generate_texts(lm, rows: Sequence[Sequence[int]], *, batch_rows: int, max_ne
         chunk = rows[start:start + batch_rows]
         ids, mask = pad_rows(chunk, batch_rows, lm.pad_token_id, left=decoder)
         if decoder:
+            if keys is not None:          # the padding rows (copies of row 0) take row 0's key
+                r = np.arange(len(ids))
+                rng = jnp.asarray(keys)[np.where(r < len(chunk), r, 0) + start]
+            else:
+                rng = jax.random.fold_in(key, b)
             g = generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                         rng=jax.random.fold_in(key, b), eos_id=sorted(eos) or None, pad_id=lm.pad_token_id)
+                         rng=rng, eos_id=sorted(eos) or None, pad_id=lm.pad_token_id)
             toks, lens = np.asarray(g.tokens), np.asarray(g.lengths)
         else:
             toks = np.asarray(model.generate(jnp.asarray(ids), jnp.asarray(mask), max_new_tokens,
@@ -87,3 +190,26 @@ def sample_key(seed: int, *texts: str) -> jax.Array:
     for t in texts:
         key = jax.random.fold_in(key, zlib.crc32(t.encode("utf-8")) & 0x7FFFFFFF)
     return key
+
+
+def text_hash32(parts: Sequence) -> int:
+    """A stable 32-bit hash of a sequence of texts / numbers (length-prefixed, so ``("ab", "c")`` and
+    ``("a", "bc")`` differ); the same in every process (unlike Python's ``hash``)."""
+    h = hashlib.sha256()
+    for x in parts:
+        b = str(x).encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return int.from_bytes(h.digest()[:4], "little")
+
+
+def row_keys(seed: int, rows: Sequence[Sequence]) -> jax.Array:
+    """One PRNG key per row ``[N, 2]``: ``fold_in(PRNGKey(seed), text_hash32(row))``.
+
+    A row is what one sample judges, e.g. ``(context, text A, text B, sample index)``:
+    its key, hence its answer, depends on that and the seed only.
+    """
+    base = jax.random.PRNGKey(int(seed))
+    if not len(rows):
+        return jnp.zeros((0,) + base.shape, base.dtype)
+    h = jnp.asarray(np.array([text_hash32(r) for r in rows], np.uint32))
+    return jax.vmap(lambda x: jax.random.fold_in(base, x))(h)
