@@ -251,12 +251,14 @@ class _PointwiseBase:
         """Pairwise view of the scores: ``p = sigmoid(scale * (s_i - s_j))`` (:func:`pointwise_comparisons`).
 
         Every candidate is scored once per context (the last context's scores are
-        kept, so repeated calls for one context cost nothing). ``logits`` holds
+        kept, so repeated calls for one context cost nothing; they are keyed by the
+        judge's ``template_key`` too, so a changed setting such as G-Eval's
+        ``steps`` scores again). ``logits`` holds
         ``scale * (s_i, s_j)``, whose softmax is ``p``; ``label_mass`` the smaller
         of the two candidates' label masses.
         """
         i, j = check_pairs(candidates, i, j)
-        key = (context, tuple(candidates))
+        key = (getattr(self, "template_key", None), context, tuple(candidates))
         if self._cache_key != key:
             self._cache_val, self._cache_key = self.score(context, candidates), key
         return scores_judgement(self._cache_val, i, j, scale=scale)
@@ -292,7 +294,8 @@ class GEvalJudge(_PointwiseBase):
 
     Raises:
         ValueError: no tokenizer, an encoder-only model, score tokens that are
-            not single distinct tokens, or ``min_label_mass`` outside ``[0, 1]``.
+            not single distinct tokens, ``min_label_mass`` outside ``[0, 1]``,
+            ``max_step_tokens < 1`` or ``batch_size < 1``.
     """
 
     def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
@@ -303,6 +306,11 @@ class GEvalJudge(_PointwiseBase):
             raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
         self.min_label_mass, self.strict, self._mass_warned = float(min_label_mass), bool(strict), False
         self.template = template
+        if isinstance(max_step_tokens, bool) or not isinstance(max_step_tokens, (int, np.integer)) \
+                or max_step_tokens < 1:
+            raise ValueError(f"max_step_tokens must be an integer >= 1, got {max_step_tokens!r}")
+        if steps is not None and not isinstance(steps, str):
+            raise ValueError(f"steps must be a string, got {type(steps).__name__}")
         self.max_step_tokens = int(max_step_tokens)
         self._steps = steps
         self._steps_given = steps is not None
@@ -339,6 +347,7 @@ class GEvalJudge(_PointwiseBase):
     def steps(self, value: str) -> None:
         self._steps, self._steps_given = value, True
         self.__dict__.pop("_frame_cache", None)
+        self._cache_key = self._cache_val = None        # scores made with the former steps
 
     @property
     def template_key(self) -> str:

@@ -10,13 +10,15 @@ cut to the model window as :class:`~jaxrank.judges.GEvalJudge`'s are
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Callable, Sequence
 
 import numpy as np
 
 from jaxrank.judges.pointwise import PointwiseResult, _CAND, _CTX, _PointwiseBase
-from jaxrank.judges.textgen import generate_texts, sample_key
+from jaxrank.judges.sampling import parser_key
+from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, generate_texts, row_keys
 
 __all__ = ["PromptScoringJudge", "parse_score", "scoring_prompt", "FALLBACK_SCORE"]
 
@@ -61,8 +63,16 @@ class PromptScoringJudge(_PointwiseBase):
     tokens (the paper: 5 tokens, temperature 1.0); each is parsed with
     ``parser`` (default :func:`parse_score`, the first number in 1..10), an
     unparsable answer counting ``fallback`` (default 5.5, the middle of the
-    scale) and one ``failure``; the score is the mean over the samples. Sampling
-    is deterministic given ``seed`` (the key also folds in the context text).
+    scale) and one ``failure``; the score is the mean over the samples. Sample
+    ``s`` of a candidate samples with its own key, ``fold_in(PRNGKey(seed),
+    hash(context, candidate, s))`` (:func:`~jaxrank.judges.textgen.row_keys`), so
+    a candidate's answers do not depend on the batching or on the other candidates.
+
+    The store key (:attr:`template_key`) covers every setting that changes the
+    scores: the prompt (aspect, text, answer prefix, system message, chat),
+    the sampling (temperature, ``top_p``, ``max_new_tokens``, ``num_samples``,
+    seed, scheme) and the reading (parser, fallback); the model and window are
+    in :attr:`fingerprint`.
 
     Args:
         model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path.
@@ -80,6 +90,12 @@ class PromptScoringJudge(_PointwiseBase):
         parser: ``str -> float | None``.
         answer_prefix: text after the prompt (default ``"Score:"`` without a chat template, else none).
         max_length: context window.
+
+    Raises:
+        ValueError: ``num_samples < 1``, ``max_new_tokens < 1``, a negative or infinite
+            ``temperature``, ``top_p`` outside ``(0, 1]``, a non-finite ``fallback``, or a
+            prompt without ``{candidate}``.
+        NotImplementedError: a T5 model with ``temperature > 0``.
     """
 
     def __init__(self, model, *, aspect: str, text: str | None = None, kind: str = "summary",
@@ -89,8 +105,12 @@ class PromptScoringJudge(_PointwiseBase):
                  parser: Callable[[str], float | None] | None = None, answer_prefix: str | None = None,
                  max_length: int | None = None):
         super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+        check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+        if isinstance(fallback, bool) or not isinstance(fallback, (int, float, np.number)) \
+                or not np.isfinite(fallback):
+            raise ValueError(f"fallback must be a finite number, got {fallback!r}")
         if not self.decoder and temperature > 0:
             raise NotImplementedError("t5 generation is greedy only: PromptScoringJudge with a t5 model "
                                       "needs temperature=0")
@@ -103,10 +123,25 @@ class PromptScoringJudge(_PointwiseBase):
         self.seed, self.fallback = int(seed), float(fallback)
         self.parser = parser or parse_score
         prefix = ("" if self.chat else "Score:") if answer_prefix is None else answer_prefix
+        self.answer_prefix = prefix
         self._full = self._wrap(self.text.replace("{context}", _CTX).replace("{candidate}", _CAND), prefix)
         self._frame = self._split(self._full)
         self._suffix_extra = []
         self._extra_tokens = self.max_new_tokens
+
+    @property
+    def template_key(self) -> str:
+        """The store's template key: ``score-ASPECT-HASH``, the hash over every setting that changes the
+        scores (the prompt text, answer prefix, system message, chat, temperature, ``top_p``,
+        ``max_new_tokens``, ``num_samples``, seed, sampling scheme, fallback and the parser's
+        :func:`~jaxrank.judges.sampling.parser_key`); ``batch_size`` does not change them."""
+        how = {"aspect": self.aspect, "text": self.text, "answer_prefix": self.answer_prefix,
+               "system": self.system, "chat": self.chat, "temperature": self.temperature, "top_p": self.top_p,
+               "max_new_tokens": self.max_new_tokens, "num_samples": self.num_samples, "seed": self.seed,
+               "sampling": SAMPLING_SCHEME, "fallback": self.fallback, "parser": parser_key(self.parser)}
+        h = hashlib.sha1(repr(sorted(how.items())).encode()).hexdigest()[:10]
+        aspect = re.sub(r"[^\w-]+", "_", str(self.aspect)).strip("_") or "aspect"
+        return f"score-{aspect}-{h}"
 
     def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:
         """Mean parsed score of ``num_samples`` answers per candidate (``failures`` counts the fallbacks)."""
@@ -115,8 +150,9 @@ class PromptScoringJudge(_PointwiseBase):
         pairs, truncated = self._pairs(context, candidates)
         k = self.num_samples
         rows = [p + s for p, s in pairs for _ in range(k)]
+        keys = row_keys(self.seed, [(context, c, s) for c in candidates for s in range(k)])
         texts = generate_texts(self.lm, rows, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
-                              temperature=self.temperature, top_p=self.top_p, key=sample_key(self.seed, context))
+                               temperature=self.temperature, top_p=self.top_p, keys=keys)
         vals, failures, parsed = [], 0, []
         for t in texts:
             v = self.parser(t)
