@@ -131,9 +131,11 @@ def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debi
     """A judgement store's comparisons against the data set's human scores (``assess_comparisons``).
 
     ``template``: the template key (prompt and reading) to assess, for a store holding several.
-    Every context of the store is kept with all the candidates the data set gives it
-    (items never judged stay in, masked out of nothing: their score is the scorer's
-    default); a candidate without a human score is left out of the correlation.
+    Every context of the store is kept with only the candidates judged in it (as
+    :func:`store_judge`), in the data set's order: a store that judged 4 of an
+    article's 16 summaries is assessed on those 4 (the 12 never judged would all
+    tie at the scorer's default score and drag the correlation towards 0); a
+    candidate without a human score is left out of the correlation.
 
     Returns:
         ``(assessment, judge name)``, or ``(None, None)`` when the store holds no record.
@@ -148,7 +150,12 @@ def assess_store(path, *, data: str, aspect: str, judge: str | None = None, debi
     judge = judge or recs[0]["judge"]
     cs = contexts_of(load_dataset(data), aspect=aspect)
     labels = {cs.ids[k]: dict(zip(cs.candidate_ids[k], cs.labels[k])) for k in range(len(cs.ids))}
-    order = {cs.ids[k]: list(cs.candidate_ids[k]) for k in range(len(cs.ids))}
+    seen: dict[str, set] = {}
+    for r in recs:
+        if r["judge"] == judge:
+            seen.setdefault(str(r["context"]), set()).update((str(r["a"]), str(r["b"])))
+    order = {cs.ids[k]: [c for c in cs.candidate_ids[k] if str(c) in seen.get(str(cs.ids[k]), ())]
+             for k in range(len(cs.ids)) if str(cs.ids[k]) in seen}
     sc = store.comparisons(judge=judge, candidates=order, template=template)
     lab = np.full((len(sc.contexts), max(map(len, sc.candidates))), np.nan)   # NaN: no human score, left out
     for r, (ctx, ids) in enumerate(zip(sc.contexts, sc.candidates)):
