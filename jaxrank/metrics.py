@@ -6,7 +6,18 @@ padded candidates (masked reductions, as in rax/optax). A correlation is
 undefined when either side is constant over the context's real candidates (or
 fewer than two are real): those contexts return NaN, like
 ``scipy.stats.spearmanr``; :func:`context_mean` averages over contexts
-skipping them, as the papers do.
+skipping them, as the papers do. "Constant" is judged per side against that
+side's own magnitude (its spread within ``n`` rounding steps of its largest
+value), so scaling either side by any factor (1e-7, 1e7) leaves every result as
+it is.
+
+**Concrete inputs are ranked and centred on the host, in float64.** Outside a
+trace, the rank metrics replace each side by its average ranks (NumPy, exact
+ties, ``+-inf`` included) and :func:`pearson` by its centred, rescaled values
+before anything is cast to JAX's float32: float64 scores that differ only
+beyond float32 precision (``-1234.56701`` and ``-1234.56702``) stay distinct,
+as in SciPy. Traced inputs (inside a caller's ``jax.jit``) take the jitted
+path in their own dtype.
 
 **NaN inputs are an error, not a number.** A NaN in ``pred`` or ``gold`` among
 the ``where`` entries raises ``ValueError`` naming the argument and the index
@@ -28,6 +39,55 @@ import numpy as np
 
 __all__ = ["spearman", "pearson", "kendall_tau", "pairwise_accuracy", "context_mean", "average_ranks",
            "CORRELATIONS", "system_level"]
+
+
+def _concrete(*xs):
+    """Whether no argument is a JAX tracer (then the host path of the module docstring applies)."""
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _host_inputs(pred, gold, where):
+    """``pred``, ``gold`` as NumPy float64 and ``where`` as a bool array of their (checked, equal) shape."""
+    dtypes = [np.asarray(x).dtype for x in (pred, gold)]
+    pred, gold = np.asarray(pred, np.float64), np.asarray(gold, np.float64)
+    if pred.shape != gold.shape:
+        raise ValueError(f"pred and gold must have the same shape; got {pred.shape} and {gold.shape}")
+    where = np.ones(pred.shape, bool) if where is None else np.broadcast_to(np.asarray(where, bool), pred.shape)
+    return pred, gold, where, dtypes
+
+
+def _host_ranks(x, where):
+    """Average ranks along the last axis (1 = smallest) of the ``where`` entries, float64; 0 where masked.
+
+    Exact on the float64 values (``+-inf`` rank last/first, equal values tie), as ``scipy.stats.rankdata``.
+    """
+    x = np.where(where, x, 0.0)
+    order = np.lexsort((x, ~where), axis=-1)                     # real entries first, by value
+    xs, ws = np.take_along_axis(x, order, -1), np.take_along_axis(where, order, -1)
+    n = x.shape[-1]
+    idx = np.broadcast_to(np.arange(n), x.shape)
+    new = np.ones(x.shape, bool)
+    new[..., 1:] = (xs[..., 1:] != xs[..., :-1]) | (ws[..., 1:] != ws[..., :-1])
+    start = np.maximum.accumulate(np.where(new, idx, 0), axis=-1)
+    last = np.ones(x.shape, bool)
+    last[..., :-1] = new[..., 1:]
+    end = np.flip(np.minimum.accumulate(np.flip(np.where(last, idx, n), -1), axis=-1), -1)
+    ranks = np.empty(x.shape)
+    np.put_along_axis(ranks, order, (start + end) / 2 + 1, -1)
+    return np.where(where, ranks, 0.0)
+
+
+def _host_centre(x, where, dtype):
+    """Centre on the mean of the ``where`` entries and divide by the largest centred ``|value|`` (float64);
+    a side constant against its own magnitude (spread within ``n`` rounding steps of ``dtype`` of its largest
+    ``|value|``) becomes exactly 0. Pearson's correlation is unchanged by the shift and the scale."""
+    eps = np.finfo(dtype).eps if np.issubdtype(dtype, np.floating) else np.finfo(np.float64).eps
+    x = np.where(where, x, 0.0)
+    n = np.sum(where, -1, keepdims=True)
+    xc = np.where(where, x - np.sum(x, -1, keepdims=True) / np.maximum(n, 1), 0.0)
+    spread = np.max(np.abs(xc), -1, keepdims=True, initial=0.0)
+    const = spread <= n * eps * np.max(np.abs(x), -1, keepdims=True, initial=0.0)
+    return np.where(const, 0.0, xc / np.where(spread > 0, spread, 1.0))
 
 
 def _prepare(pred, gold, where):
@@ -78,12 +138,21 @@ def _pairs(pred, gold, where):
 
 
 def _sign_diff(x):
-    """``[..., N, N]`` ``sign(x_a - x_b)``."""
-    return jnp.sign(x[..., :, None] - x[..., None, :])
+    """``[..., N, N]`` ``sign(x_a - x_b)``; 0 for equal values (``inf - inf`` would be NaN)."""
+    a, b = x[..., :, None], x[..., None, :]
+    return jnp.where(a == b, 0, jnp.sign(a - b))
 
 
 def average_ranks(x, *, where=None):
-    """Ranks along the last axis (1 = smallest), ties get their average rank; masked entries get 0."""
+    """Ranks along the last axis (1 = smallest), ties get their average rank; masked entries get 0.
+
+    Concrete input is ranked on the host in float64 (module docstring); traced input in its own dtype.
+    """
+    if _concrete(x, where):
+        xh = np.asarray(x)
+        w = np.ones(xh.shape, bool) if where is None else np.broadcast_to(np.asarray(where, bool), xh.shape)
+        dt = jax.dtypes.canonicalize_dtype(np.result_type(xh.dtype, np.float32))
+        return jnp.asarray(_host_ranks(np.asarray(xh, np.float64), w), dt)
     x = jnp.asarray(x)
     where = jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), x.shape)
     m = where[..., None, :]
@@ -100,6 +169,9 @@ def pearson(pred, gold, *, where=None):
         ValueError: a NaN or infinity in ``pred`` or ``gold`` (see the module docstring).
     """
     _check_values(pred, gold, where, allow_inf=False)
+    if _concrete(pred, gold, where):
+        p, g, w, (dp, dg) = _host_inputs(pred, gold, where)
+        return _pearson(_host_centre(p, w, dp), _host_centre(g, w, dg), w)
     return _pearson(pred, gold, where)
 
 
@@ -114,9 +186,10 @@ def _pearson(pred, gold, where):
     ym = gold - jnp.sum(jnp.where(where, gold, 0), -1, keepdims=True) / safe_n[..., None]
     xm, ym = jnp.where(where, xm, 0), jnp.where(where, ym, 0)
     sxx, syy, sxy = jnp.sum(xm * xm, -1), jnp.sum(ym * ym, -1), jnp.sum(xm * ym, -1)
-    scale = jnp.maximum(jnp.max(jnp.abs(pred), -1), 1) * jnp.maximum(jnp.max(jnp.abs(gold), -1), 1)
-    tiny = (n * jnp.finfo(pred.dtype).eps) ** 2 * scale**2
-    ok = (n >= 2) & (sxx > tiny) & (syy > tiny)
+    # constant per side against its own magnitude: scale-invariant (either side's units leave ok as it is)
+    rel = n * jnp.finfo(pred.dtype).eps
+    tiny_x, tiny_y = (rel * jnp.max(jnp.abs(pred), -1)) ** 2, (rel * jnp.max(jnp.abs(gold), -1)) ** 2
+    ok = (n >= 2) & (sxx > tiny_x) & (syy > tiny_y)
     r = sxy / jnp.sqrt(jnp.where(ok, sxx * syy, 1))
     return jnp.where(ok & ~poisoned, jnp.clip(r, -1, 1), jnp.nan)
 
@@ -136,6 +209,10 @@ def spearman(pred, gold, *, where=None):
         ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
     _check_values(pred, gold, where, allow_inf=True)
+    if _concrete(pred, gold, where):
+        p, g, w, _ = _host_inputs(pred, gold, where)
+        rp, rg = _host_ranks(p, w), _host_ranks(g, w)
+        return _pearson(_host_centre(rp, w, np.float64), _host_centre(rg, w, np.float64), w)
     return _spearman(pred, gold, where)
 
 
@@ -156,6 +233,9 @@ def kendall_tau(pred, gold, *, where=None):
         ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
     _check_values(pred, gold, where, allow_inf=True)
+    if _concrete(pred, gold, where):
+        p, g, w, _ = _host_inputs(pred, gold, where)
+        return _kendall_tau(_host_ranks(p, w), _host_ranks(g, w), w)
     return _kendall_tau(pred, gold, where)
 
 
@@ -179,6 +259,9 @@ def pairwise_accuracy(pred, gold, *, where=None):
         ValueError: a NaN in ``pred`` or ``gold`` (see the module docstring).
     """
     _check_values(pred, gold, where, allow_inf=True)
+    if _concrete(pred, gold, where):
+        p, g, w, _ = _host_inputs(pred, gold, where)
+        return _pairwise_accuracy(_host_ranks(p, w), _host_ranks(g, w), w)
     return _pairwise_accuracy(pred, gold, where)
 
 
