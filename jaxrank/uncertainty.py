@@ -14,6 +14,16 @@ both return a :class:`jaxrank.GaussianPosterior`. :func:`laplace_posterior` with
 :class:`jaxrank.ProductOfExpertsSolver` gives the same approximation for any expert:
 the precision is the Hessian ``W^T diag(c) W`` weighted by the curvatures
 ``c_k = -w_k d^2 log q / dd^2`` at the optimum (:mod:`jaxrank.scoring.poe`).
+
+**Items in no comparison** (only in weight-0 rows, or in a context whose rows all
+weigh 0) have no evidence. With a score prior ``N(0, 1/lambda)`` (``score_prior =
+lambda > 0``) their posterior is exactly the prior: mean 0, variance ``1/lambda``,
+and no covariance with any other item. Without one their score is unidentified:
+mean 0 and variance 0, as for a padded item, which is not certainty. A real item
+whose precision row has no off-diagonal entry (or whose variance is 0) is such an
+item to :func:`rank_intervals` (its interval is ``[1, n]``) and
+:func:`ranking_confidence` (left out); ``Comparisons.games() == 0`` tells them apart
+before any fit.
 """
 
 from __future__ import annotations
@@ -86,10 +96,19 @@ def _laplace_one(c, theta, solver):
     a = _projector_scale(h, n)
     cov = _graph.psd_solve(h + (a - 1) * proj, eye) - proj / (a + solver.score_prior)
     # An item alone in its component (padded, or in no comparison) has a centred score of
-    # exactly 0: zero its row and column (the subtraction leaves rounding there).
+    # exactly 0: zero its row and column (the subtraction leaves rounding there). A real one
+    # in no comparison has no evidence: under a score prior its posterior is the prior, 1/lambda.
     alone = jnp.diagonal(proj) >= 1
     cov = jnp.where(alone[:, None] | alone[None, :], 0, cov)
+    cov = cov + jnp.diag(_prior_variance(alone & c.item_mask, solver, cov.dtype))
     return LaplaceFit(sol, GaussianPosterior(sol.scores, 0.5 * (cov + cov.T), h - proj, c.item_mask))
+
+
+def _prior_variance(unjudged, solver, dtype):
+    """``1/lambda`` for the real items in no comparison under a score prior ``lambda > 0``, else 0."""
+    if solver.score_prior > 0:
+        return jnp.where(unjudged, 1 / solver.score_prior, 0).astype(dtype)
+    return jnp.zeros(unjudged.shape, dtype)
 
 
 def _laplace_diagonal_one(c, theta, key, solver, num_probes):
@@ -101,7 +120,9 @@ def _laplace_diagonal_one(c, theta, key, solver, num_probes):
     else:
         terms = soft_bt.precision_terms(c, sol, solver, labels)
     var = _sparse_inverse.marginal_variances(terms, key, num_probes)
-    return LaplaceFit(sol, MarginalPosterior(sol.scores, jnp.where(c.item_mask, var, 0)))
+    alone = (_graph.component_sizes(labels, var.dtype) <= 1) & c.item_mask
+    var = jnp.where(c.item_mask, var, 0) + _prior_variance(alone, solver, var.dtype)
+    return LaplaceFit(sol, MarginalPosterior(sol.scores, var))
 
 
 @functools.partial(jax.jit, static_argnames=("solver",))
@@ -187,7 +208,9 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
     Returns:
         :class:`jaxrank.GaussianPosterior` with ``mean = s*``, ``precision = H``
         (the weighted Laplacian, singular along per-component constants) and
-        ``covariance = H^+`` (the covariance of the centred scores);
+        ``covariance = H^+`` (the covariance of the centred scores; an item in no
+        comparison has variance ``1/score_prior``, or 0 without a prior: see the
+        module docstring);
         ``.stderr`` gives every score's standard error. :func:`laplace_posterior`
         returns the fitted solution beside it.
     """
@@ -283,18 +306,26 @@ class RankIntervals(NamedTuple):
     rank: jax.Array
 
 
+def _unjudged(cov, prec, mask):
+    """Real items in no comparison (module docstring): variance 0, or no off-diagonal precision entry."""
+    n = cov.shape[-1]
+    var = jnp.diagonal(cov, axis1=-2, axis2=-1)
+    coupled = jnp.any((prec != 0) & ~jnp.eye(n, dtype=bool), axis=-1)
+    return mask & ((var <= 0) | ~coupled)
+
+
 @functools.partial(jax.jit, static_argnames=("num_samples", "level"))
-def _rank_intervals(mean, cov, mask, key, num_samples, level):
+def _rank_intervals(mean, cov, prec, mask, key, num_samples, level):
     s = _samples(mean, cov, key, num_samples)
     r = _ranks(s, mask)
     lo = jnp.quantile(r, (1 - level) / 2, axis=0, method="lower")
     hi = jnp.quantile(r, (1 + level) / 2, axis=0, method="higher")
     med = jnp.quantile(r.astype(mean.dtype), 0.5, axis=0)
     avg = jnp.mean(r.astype(mean.dtype), axis=0)
-    # a real item in no comparison (its covariance row is 0: the data say nothing of its score) can take any
-    # rank: the interval [1, n], and the median and mean of a uniform rank, (n + 1) / 2
+    # a real item in no comparison (the data say nothing of its score; a prior, if any, is no evidence) can take
+    # any rank: the interval [1, n], and the median and mean of a uniform rank, (n + 1) / 2
     n_real = jnp.sum(mask, axis=-1, keepdims=True)
-    unjudged = mask & (jnp.diagonal(cov, axis1=-2, axis2=-1) <= 0)
+    unjudged = _unjudged(cov, prec, mask)
     middle = ((n_real + 1) / 2).astype(mean.dtype)
     return RankIntervals(jnp.where(unjudged, 1, lo).astype(jnp.int32),
                          jnp.where(unjudged, n_real, hi).astype(jnp.int32),
@@ -329,16 +360,18 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
         item_mask: deprecated old name of ``where``.
 
     Returns:
-        :class:`RankIntervals`. A real item in no comparison (covariance row 0:
-        unidentified) gets the interval ``[1, n]`` over the ``n`` real items and
-        median and mean rank ``(n + 1) / 2``; ``rank`` ranks its mean, 0, among the others.
+        :class:`RankIntervals`. A real item in no comparison (module docstring:
+        variance 0, unidentified, or the score prior's alone) gets the interval
+        ``[1, n]`` over the ``n`` real items and median and mean rank ``(n + 1) / 2``;
+        ``rank`` ranks its mean, 0, among the others, and the others' draws count it
+        where it falls (at 0 without a prior, at its prior draws with one).
     """
     _check_posterior(post)
     level = _check_level(level)
     num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
     mask = _mask(post, where)
-    return _rank_intervals(post.mean, post.covariance, mask, key, num_samples, level)
+    return _rank_intervals(post.mean, post.covariance, post.precision, mask, key, num_samples, level)
 
 
 def _adjacent_confidence(mean, cov, mask):
@@ -352,11 +385,12 @@ def _adjacent_confidence(mean, cov, mask):
     prob = jax.scipy.stats.norm.cdf(z)
     n_real = jnp.sum(mask)
     ok = jnp.arange(n - 1) < n_real - 1
-    return jnp.sum(jnp.where(ok, prob, 0)) / jnp.maximum(jnp.sum(ok), 1)
+    return jnp.where(n_real >= 2, jnp.sum(jnp.where(ok, prob, 0)) / jnp.maximum(jnp.sum(ok), 1), jnp.nan)
 
 
 @functools.partial(jax.jit, static_argnames=("rule", "num_samples"))
-def _confidence(mean, cov, mask, key, rule, num_samples):
+def _confidence(mean, cov, prec, mask, key, rule, num_samples):
+    mask = mask & ~_unjudged(cov, prec, mask)      # items in no comparison: their mean is no evidence
     if rule == "adjacent":
         f = _adjacent_confidence
         for _ in range(mean.ndim - 1):
@@ -386,8 +420,14 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
             ``post.item_mask`` (the padding of a batch), else every item.
         item_mask: deprecated old name of ``where``.
 
+    Items in no comparison (module docstring) are left out: the confidence is that
+    of the ranking of the judged items. Counted at their mean, they would agree with
+    the mean ranking in every draw (variance 0) and raise it. A caller that needs
+    every item ranked checks for them (``Comparisons.games() == 0``).
+
     Returns:
-        ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``).
+        ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``);
+        NaN for a context with fewer than two judged items.
     """
     _check_posterior(post)
     if rule not in ("spearman", "adjacent"):
@@ -399,4 +439,4 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
     mask = _mask(post, where)
     if key is None:
         key = jax.random.key(0)
-    return _confidence(post.mean, post.covariance, mask, key, rule, num_samples)
+    return _confidence(post.mean, post.covariance, post.precision, mask, key, rule, num_samples)

@@ -37,8 +37,10 @@ def add_parser(sub):
                    help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
                         "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
                         "permutation: average both orders")
-    r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv or "
-                                          ".jsonl file; with a context column when the input has one")
+    r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv, "
+                                          ".json (one array of objects) or .jsonl file (one object a line); with a "
+                                          "context column when the input has one; an item in no judged "
+                                          "comparison has no rank, score or stderr (empty, or null)")
     r.add_argument("--top", type=int, default=20, help="rows of the ranking to print per context")
     r.add_argument("--score-prior", type=float, default=None,
                    help="poe_bradley_terry: precision of a N(0, 1/lambda) prior on scores (MAP); "
@@ -115,10 +117,17 @@ maximum-likelihood score runs off: it never lost or never won."""
 
 def _rank_scores(c, method, debias, score_prior):
     """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
+    import jax.numpy as jnp
+
     import jaxrank as jr
 
-    # games, connectivity and P(A) describe the comparisons as given, before any debiasing
-    out = {"games": c.games(), "connected": c.is_connected(), "pa": jr.positional_bias(c), "stderr": None}
+    # games, connectivity and P(A) describe the comparisons as given, before any debiasing; connectivity of the
+    # judged items only (an item in no judged comparison is its own component but is listed apart, unranked)
+    games, labels = c.games(), c.components()
+    judged = c.item_mask & (games > 0)
+    first = jnp.take_along_axis(labels, jnp.argmax(judged, axis=-1)[..., None], axis=-1)
+    connected = jnp.all(jnp.where(judged, labels == first, True), axis=-1)
+    out = {"games": games, "connected": connected, "pa": jr.positional_bias(c), "stderr": None}
     c = scorer_table.transform(c, debias)
     if method == "poe_bradley_terry":
         mode = {"mean": "mean", "learn": "learn"}.get(debias, False)
@@ -192,12 +201,15 @@ def _score(c, method, debias, score_prior, *, exported=True):
 
 
 def _write_scores(path, rows):
-    """Write the score rows as CSV or JSON Lines (by suffix); no ``context`` field for one unnamed context."""
+    """Write the score rows by suffix: ``.json`` one JSON array of objects, ``.jsonl``/``.ndjson`` JSON Lines,
+    else CSV (``None`` an empty field); no ``context`` field for one unnamed context."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     if all(r["context"] == "" for r in rows):
         rows = [{k: v for k, v in r.items() if k != "context"} for r in rows]
-    if out.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+    if out.suffix.lower() == ".json":
+        out.write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")   # one object a line
+    elif out.suffix.lower() in (".jsonl", ".ndjson"):
         out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     else:
         with out.open("w", newline="") as fh:
@@ -235,7 +247,11 @@ def run(args):
     rows = []
     for k, ctx in enumerate(table.contexts):
         names = table.items[k]
+        # an item in no judged comparison (only weight-0 rows) has no evidence: listed after the ranked ones
+        judged = np.asarray(games[k, :len(names)]) > 0
         order = np.argsort(-scores[k, :len(names)], kind="stable")
+        unjudged = order[~judged[order]]
+        order = order[judged[order]]
         head = f"context {ctx!r}: " if ctx else ""
         info = f"P(A) = {res['pa'][k]:.3f}"
         if "gamma" in res and args.debias in ("mean", "learn"):     # gamma is shown only where it was fitted
@@ -244,10 +260,11 @@ def run(args):
             info += f", converged = {bool(res['converged'][k])}"
         print(f"\n{head}{len(names)} items, {info}")
         if stderr is not None and not args.score_prior:
-            wild = np.asarray(stderr[k, :len(names)]) > SEPARATED_STDERR
+            se = np.asarray(stderr[k, :len(names)])
+            wild = (se > SEPARATED_STDERR) & judged
             if wild.any():
                 print(f"  warning: {int(wild.sum())} item(s) never lost or never won against the others, so their "
-                      f"scores run off without bound (s.e. up to {float(np.max(stderr[k, :len(names)])):.1f}); "
+                      f"scores run off without bound (s.e. up to {float(np.max(se[wild])):.1f}); "
                       "their ranks mean little: add --score-prior 1 (a Gaussian prior on the scores) to rank "
                       "them by the evidence")
         if not res["connected"][k]:
@@ -261,6 +278,14 @@ def run(args):
             rows.append({"context": ctx, "rank": rank, "item": names[n], "score": float(scores[k, n]),
                          "stderr": None if stderr is None else float(stderr[k, n]),
                          "games": float(games[k, n]) if games[k, n] % 1 else int(games[k, n])})
+        for shown, n in enumerate(unjudged):
+            if shown < args.top:
+                print(f"  {'-':>4}  {names[n][:32]:<32} {'n/a':>9} {'' if stderr is None else 'n/a':>8} {0:7.0f}")
+            rows.append({"context": ctx, "rank": None, "item": names[n], "score": None, "stderr": None, "games": 0})
+        if len(unjudged):
+            more = f" ({len(unjudged) - args.top} not shown)" if len(unjudged) > args.top else ""
+            print(f"  {len(unjudged)} item(s) in no judged comparison (only weight-0 rows){more}: no evidence, so "
+                  f"not ranked among the judged items; score{'' if stderr is None else ' and s.e.'} n/a")
     if args.top and stderr is not None:
         print("\n  s.e. = standard error of the score (Laplace approximation); an item with few games has a "
               "large one,\n  so its rank is uncertain: scores within about 2 s.e. of each other are not "
