@@ -56,7 +56,9 @@ class GaussianPosterior(NamedTuple):
     Attributes:
         mean: ``[..., N]`` scores, centred per connected component.
         covariance: ``[..., N, N]`` covariance of the centred scores (the
-            pseudo-inverse of the precision); rows of padded or isolated items are 0.
+            pseudo-inverse of the precision); rows of padded items are 0, and those of an item in no
+            comparison are 0 without a score prior and ``1/score_prior`` on its diagonal under one
+            (:func:`jaxrank.uncertainty.laplace_posterior`).
         precision: ``[..., N, N]`` precision (a weighted Laplacian; singular
             along per-component constants).
         item_mask: bool ``[..., N]`` of the real items (``False`` for padding of a
@@ -84,7 +86,8 @@ class MarginalPosterior(NamedTuple):
 
     Attributes:
         mean: ``[..., N]`` scores, centred per connected component.
-        variance: ``[..., N]`` marginal variance of every centred score (0 for padded or isolated items).
+        variance: ``[..., N]`` marginal variance of every centred score (0 for padded items; for an item in no
+            comparison 0 without a score prior, ``1/score_prior`` under one).
     """
 
     mean: jax.Array
