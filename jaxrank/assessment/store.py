@@ -29,8 +29,13 @@ skips the keys they already wrote (the first value written wins, and
 processes on one store never duplicate or interleave a line. The lock holder
 writes ``pid N on HOST`` into the lock file; a writer that waits longer than
 ``lock_timeout`` raises :class:`StoreLockedError` naming it. (Chosen over
-one-writer-per-file: a long run holds no lock, so a second process can share
-the work, and a killed process releases its lock with its file descriptors.)
+one-writer-per-file: a long run holds no lock, and a killed process releases
+its lock with its file descriptors.) ``judge_contexts`` re-reads the store
+before every chunk and skips what another process stored meanwhile; once it
+sees another writer it takes its remaining chunks in a random order, so two
+runs of the same contexts on one store mostly judge different ones (a chunk
+both start at once is judged twice, and stored once). To split the work
+exactly, give each process its share (``positions``, ``--num-processes``).
 
 **Damage is moved aside, never fatal.** On opening, a line that is not a valid
 record (bad JSON, a missing field, ``p`` outside ``[0, 1]``, a torn last line
@@ -112,7 +117,9 @@ class JudgementStore:
                                    f"({e.strerror})") from None
         self._records: dict[Key, dict] = {}
         self._index: dict | None = None
+        self._by_texts: dict | None = None
         self._offset, self._lines, self._inode = 0, 0, None
+        self._others = 0
         with _Lock(self.path, self.lock_timeout):
             self._reload()
 
@@ -139,7 +146,7 @@ class JudgementStore:
                               f"{_damaged_path(self.path)}: line {where}{more}; every valid record is kept",
                               StoreDamageWarning, stacklevel=3)
         self._records = {k: rec for k, (_, rec) in scan.records.items()}
-        self._index = None
+        self._index = self._by_texts = None
         self._offset, self._lines = len(data), data.count(b"\n")
         self._inode = os.stat(self.path).st_ino if self.path.exists() else None
 
@@ -147,7 +154,7 @@ class JudgementStore:
         """Under the lock: take in what other processes appended since we last looked."""
         if not self.path.exists():
             self._records, self._offset, self._lines, self._inode = {}, 0, 0, None
-            self._index = None
+            self._index = self._by_texts = None
             return
         st = os.stat(self.path)
         if st.st_ino != self._inode or st.st_size < self._offset:      # rewritten (a repair): read it all
@@ -163,8 +170,9 @@ class JudgementStore:
             return
         known = {k: (0, r) for k, r in self._records.items()}
         scan = _scan_bytes(new, first_line=self._lines + 1, known=known)
+        self._others += len(scan.records) - len(self._records)
         self._records = {k: rec for k, (_, rec) in scan.records.items()}
-        self._index = None
+        self._index = self._by_texts = None
         self._offset += len(new)
         self._lines += new.count(b"\n")
 
@@ -176,6 +184,12 @@ class JudgementStore:
         """
         with _Lock(self.path, self.lock_timeout):
             self._refresh()
+
+    @property
+    def read_from_others(self) -> int:
+        """How many records appended by other writers (processes, or other objects on this file) this object
+        has taken in since it opened the file: more than 0 means another writer is at work."""
+        return self._others
 
     def __len__(self) -> int:
         return len(self._records)
@@ -201,6 +215,17 @@ class JudgementStore:
             self._index = index
         key = Key(*key)
         return [k for k in self._index.get(key.ids, ()) if k != key]
+
+    def other_templates(self, key) -> list[Key]:
+        """The stored keys that differ from ``key`` in the template key only: judgements of these very texts
+        by this judge (name and fingerprint) under another prompt or answer prefix."""
+        if self._by_texts is None:
+            index: dict[tuple, list[Key]] = {}
+            for k in self._records:
+                index.setdefault(k[:1] + k[2:], []).append(k)
+            self._by_texts = index
+        key = Key(*key)
+        return [k for k in self._by_texts.get(key[:1] + key[2:], ()) if k.template != key.template]
 
     def append(self, records: Sequence[Mapping]) -> None:
         """Write records (each with the key fields and ``p``) and make them durable.
@@ -248,7 +273,7 @@ class JudgementStore:
                                        f"the {len(self._records)} stored before are kept, and a rerun "
                                        "judges only what is missing") from e
             self._records.update(seen)
-            self._index = None
+            self._index = self._by_texts = None
             self._offset += len(blob)
             self._lines += len(lines)
             if self._inode is None:
