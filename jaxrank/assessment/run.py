@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import warnings
+import zlib
 from typing import Sequence
 
 import jax
@@ -22,17 +23,18 @@ import numpy as np
 
 from jaxrank.assessment.progress import progress_bar
 from jaxrank.assessment.store import JudgementStore, Key, StoredComparisons, TextHashes, text_sha
-from jaxrank.comparisons import Comparisons
+from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.selection import random_comparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
            "stored_labels", "template_key", "judge_fingerprint", "text_hashes", "judgement_key",
-           "StoreMismatchWarning"]
+           "StoreMismatchWarning", "check_budget"]
 
 
 class StoreMismatchWarning(UserWarning):
     """A store holds judgements under this run's ids that were made by another judge checkpoint, from other
-    texts, or before fingerprints: they are not reused, and the run judges those comparisons itself."""
+    texts, or before fingerprints, or judgements of these very texts by this judge under another template key
+    (another prompt or answer prefix): they are not reused, and the run judges those comparisons itself."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,11 @@ class ContextSet:
         candidate_ids: per context, candidate ids.
         candidates: per context, candidate texts.
         labels: per context, ``[N]`` human scores of one aspect (or ``None``).
+        prefix_sample: ``(context text, candidate texts)`` of the data set's first context (position 0 of
+            the whole data set, all its candidates), whatever contexts were selected: where a judge with
+            ``answer_prefix="auto"`` chooses its prefix (:func:`prepare_judge`), so every ``--contexts``
+            slice and every process of a run gets the same template key. ``None`` (a set built by hand):
+            the first context of ``ids``.
     """
 
     ids: list[str]
@@ -52,6 +59,7 @@ class ContextSet:
     candidate_ids: list[list[str]]
     candidates: list[list[str]]
     labels: list[np.ndarray] | None = None
+    prefix_sample: tuple[str, list[str]] | None = None
 
 
 def _parse_slice(spec: str | slice | Sequence[int] | None, n: int) -> list[int]:
@@ -122,26 +130,71 @@ def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates:
         cands.append([cols["candidate"][r] for r in rows])
         if lab is not None:
             labels.append(np.array([np.nan if lab[r] is None else lab[r] for r in rows], np.float32))
-    return ContextSet(ids, texts, cids, cands, labels if lab is not None else None)
+    sample = None
+    if groups:        # the data set's first context, all its candidates: the same for every selection
+        sample = (cols["context"][groups[0][0]] or "", [cols["candidate"][r] for r in groups[0]])
+    return ContextSet(ids, texts, cids, cands, labels if lab is not None else None, sample)
+
+
+def check_budget(num_items: int, budget: int | None, selection: str = "random") -> str | None:
+    """Why ``budget`` comparisons of ``num_items`` candidates cannot be planned (:func:`plan_pairs`), in words
+    naming the budget; ``None`` when they can.
+
+    A budget of ``N(N-1)`` or more plans all ordered pairs; below it ``random`` needs ``N - 1`` (a
+    connected comparison graph), ``symmetric`` an even budget of at least ``2(N - 1)``, and
+    ``no_repeat`` at most ``N(N-1)/2`` (each unordered pair once).
+    """
+    if budget is None:
+        return None
+    if selection not in ("random", "no_repeat", "symmetric"):
+        return f"selection must be 'random', 'no_repeat' or 'symmetric', got {selection!r}"
+    n, b = int(num_items), int(budget)
+    full = n * (n - 1)
+    if b < 1:
+        return f"budget {b} must be >= 1"
+    if b >= full:
+        return None
+    least = (n - 1) * (2 if selection == "symmetric" else 1)
+    if b < least:
+        return (f"budget {b} is below {least}, the fewest {selection} comparisons that connect {n} candidates "
+                f"(give at least {least}, or no budget: all {full} ordered pairs)")
+    if selection == "symmetric" and b % 2:
+        return f"budget {b} must be even with symmetric selection (both orders of each pair)"
+    if selection == "no_repeat" and b > full // 2:
+        return (f"budget {b} exceeds the {full // 2} unordered pairs of {n} candidates (no_repeat judges each "
+                f"once; give at most {full // 2}, or {full} or more for all ordered pairs)")
+    return None
+
+
+def _id_key(context_id: str) -> int:
+    """The CRC-32 of a context id: its pairs' key, as :func:`jaxrank.assessment.active.context_key`."""
+    return zlib.crc32(str(context_id).encode("utf-8"))
 
 
 def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "random", seed: int = 0,
-               context_index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+               context_index: int = 0, context_id: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ordered pairs ``(i, j)`` to judge for one context.
 
     ``budget=None`` gives all ``N(N-1)`` ordered pairs. Otherwise ``selection``
     is ``"random"`` (distinct ordered pairs), ``"no_repeat"`` or ``"symmetric"``
     (both orders of ``budget / 2`` pairs), drawn by :func:`jaxrank.selection.random_comparisons`
-    with a connected comparison graph (PoE §4.2), keyed by ``(seed, context_index)``
-    so a rerun plans the same pairs.
+    with a connected comparison graph (PoE §4.2), keyed by ``seed`` and the
+    context: a CRC-32 of ``context_id`` when given (what :func:`judge_contexts`
+    passes, so a context gets the same pairs in every ``--contexts`` slice and
+    process share, the key :func:`jaxrank.assessment.active.context_key` uses),
+    else ``context_index``; a rerun plans the same pairs.
+
+    Raises:
+        ValueError: a budget that cannot be planned (:func:`check_budget`).
     """
     if budget is None or budget >= num_items * (num_items - 1):
         a, b = np.nonzero(~np.eye(num_items, dtype=bool))
         return a.astype(np.int32), b.astype(np.int32)
 
-    if selection not in ("random", "no_repeat", "symmetric"):
-        raise ValueError(f"selection must be 'random', 'no_repeat' or 'symmetric', got {selection!r}")
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), context_index)
+    why = check_budget(num_items, budget, selection)
+    if why:
+        raise ValueError(why)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), context_index if context_id is None else _id_key(context_id))
     i, j = random_comparisons(key, num_items, budget, symmetric=selection == "symmetric",
                               no_repeat=selection == "no_repeat")
     return np.asarray(i, np.int32), np.asarray(j, np.int32)
@@ -196,8 +249,11 @@ def judgement_key(name: str, tkey: str, fingerprint: str, context_id: str, hashe
 
 
 def _mismatch_note(store: JudgementStore, keys: Sequence[Key]) -> str | None:
-    """What the store holds under these keys' ids that is not these judgements, in one sentence (or None)."""
+    """What the store holds under these keys' ids that is not these judgements, in one sentence (or None):
+    judgements by another checkpoint, of other texts, from before fingerprints, and judgements of these very
+    texts by this judge under another template key (another prompt, or another ``"auto"`` answer prefix)."""
     legacy = judge = texts = 0
+    templates: dict[str, int] = {}
     for key in keys:
         for other in store.variants(key):
             if other.legacy:
@@ -206,14 +262,20 @@ def _mismatch_note(store: JudgementStore, keys: Sequence[Key]) -> str | None:
                 judge += 1
             else:
                 texts += 1
-    if not legacy + judge + texts:
+        for other in store.other_templates(key):
+            templates[other.template] = templates.get(other.template, 0) + 1
+    tmpl = sum(templates.values())
+    if not legacy + judge + texts + tmpl:
         return None
     parts = [f"{judge} by another checkpoint or setting of judge {keys[0].judge!r}" if judge else "",
              f"{texts} of other texts (another data set or edited texts under the same ids)" if texts else "",
              f"{legacy} written before judgements carried fingerprints (`jaxrank store adopt` reuses them once "
-             "you know they are this judge's judgements of these texts)" if legacy else ""]
-    return (f"{store.path} holds {legacy + judge + texts} judgement(s) under this run's ids that are not this "
-            f"run's: {'; '.join(x for x in parts if x)}. They are not reused; this run judges its own.")
+             "you know they are this judge's judgements of these texts)" if legacy else "",
+             f"{tmpl} of these very texts by this judge under another template key "
+             f"({', '.join(sorted(templates))}; this run's is {keys[0].template!r}): another prompt or answer "
+             "prefix" if tmpl else ""]
+    return (f"{store.path} holds {legacy + judge + texts + tmpl} judgement(s) of this run's comparisons that are "
+            f"not this run's: {'; '.join(x for x in parts if x)}. They are not reused; this run judges its own.")
 
 
 def template_key(judge) -> str:
@@ -225,14 +287,21 @@ def template_key(judge) -> str:
 
 
 def prepare_judge(judge, cs: ContextSet, positions: Sequence[int] | None = None) -> None:
-    """Let a judge settle what it reads before its key is taken: ``judge.prepare(context, candidates)``
-    on the first context to judge (a :class:`~jaxrank.judges.PromptJudge` with ``answer_prefix="auto"``
-    chooses its prefix there); judges without ``prepare`` are left as they are."""
+    """Let a judge settle what it reads before its key is taken: ``judge.prepare(context, candidates)``.
+
+    A :class:`~jaxrank.judges.PromptJudge` with ``answer_prefix="auto"`` chooses its prefix there, and
+    the prefix is part of its template key, so it is chosen on one fixed sample: ``cs.prefix_sample``,
+    the data set's first context with all its candidates (:func:`contexts_of` sets it), whatever
+    ``--contexts`` selects and whichever process share is judged; for a set without one, the first
+    context of ``cs``. ``positions`` is accepted for compatibility and does not change the choice.
+    Judges without ``prepare`` are left as they are.
+    """
+    del positions                     # the choice must not depend on the share or slice judged
     prepare = getattr(judge, "prepare", None)
     if prepare is None or not cs.ids:
         return
-    k = int(positions[0]) if positions is not None and len(positions) else 0
-    prepare(cs.texts[k], cs.candidates[k])
+    text, candidates = cs.prefix_sample if cs.prefix_sample is not None else (cs.texts[0], cs.candidates[0])
+    prepare(text, list(candidates))
 
 
 def _accepts_progress(judge) -> bool:
@@ -299,48 +368,58 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         progress: show a progress bar (tqdm) over comparisons, moving after every
             batch of the judge (with rate and time left).
         positions: judge only these contexts of ``cs`` (e.g. one process's share,
-            :func:`jaxrank.distributed.process_share`); each keeps its position in
-            ``cs`` as the key of its planned pairs, so a share plans exactly the
-            pairs a whole run would. Default: every context.
+            :func:`jaxrank.distributed.process_share`); each context's pairs are
+            keyed by its id, so a share (or a ``--contexts`` slice) plans exactly
+            the pairs a whole run would. Default: every context.
+
+    An ``answer_prefix="auto"`` judge chooses its prefix on ``cs.prefix_sample``
+    (:func:`prepare_judge`), the same for every slice and share. Before every
+    chunk the store is re-read and pairs another process stored meanwhile are
+    skipped; once another writer shows up the remaining chunks are taken in a
+    random order, so two processes on one store mostly judge different ones.
 
     Returns:
-        The judged comparisons of these contexts (:meth:`JudgementStore.comparisons`),
-        with every candidate of each context as an item: only judgements by this
-        judge (its :func:`judge_fingerprint`) of exactly these texts (their
-        :func:`text_hashes`); a store may hold more candidates, contexts or budgets.
+        Exactly the planned comparisons of these contexts, read from the store (rows
+        in the order of ``positions``, every candidate of each context an item): a
+        store holding other pairs of these texts (another budget, seed or selection)
+        adds nothing to them.
 
     Raises:
-        ValueError: a position outside ``cs``.
+        ValueError: a position outside ``cs``; a budget that cannot be planned for
+            a context (:func:`check_budget`), before anything is judged.
 
     Warns:
-        StoreMismatchWarning: the store holds judgements under this run's ids
-            (judge name, template, context and candidate ids) made by another
-            checkpoint, from other texts, or before fingerprints; they are not
-            reused, and the warning says how many of each.
+        StoreMismatchWarning: the store holds judgements of this run's comparisons
+            (judge name, context and candidate ids) made by another checkpoint, from
+            other texts, before fingerprints, or of these very texts under another
+            template key; they are not reused, and the warning says how many of each.
     """
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
-    prepare_judge(judge, cs, positions)
-    name, tkey, fp = judge.name, template_key(judge), judge_fingerprint(judge)
-    chunk = int(chunk or getattr(judge, "chunk", None) or 4 * (getattr(judge, "batch_size", None) or 8))
     if positions is None:
         positions = range(len(cs.ids))
     positions = [int(k) for k in positions]
     bad = [k for k in positions if not 0 <= k < len(cs.ids)]
     if bad:
         raise ValueError(f"positions {bad} outside [0, {len(cs.ids)}) (the contexts of cs)")
-    todo, hashes, absent = [], {}, []
+    for k in positions:                       # before the judge reads anything
+        why = check_budget(len(cs.candidates[k]), budget, selection)
+        if why:
+            raise ValueError(f"context {cs.ids[k]}: {why}")
+    prepare_judge(judge, cs)
+    name, tkey, fp = judge.name, template_key(judge), judge_fingerprint(judge)
+    chunk = int(chunk or getattr(judge, "chunk", None) or 4 * (getattr(judge, "batch_size", None) or 8))
+    todo, hashes, absent, planned = [], {}, [], []
     for k in positions:
         ctx = cs.ids[k]
-        i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_index=k)
+        i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_id=ctx)
         ca = cs.candidate_ids[k]
         hashes[ctx] = h = text_hashes(cs.texts[k], cs.candidates[k], ca)
-        keep = []
-        for a, b in zip(i.tolist(), j.tolist()):
-            key = judgement_key(name, tkey, fp, ctx, h, ca[a], ca[b])
-            if key not in store:
-                keep.append((a, b))
-                absent.append(key)
+        keys = [judgement_key(name, tkey, fp, ctx, h, ca[a], ca[b]) for a, b in zip(i.tolist(), j.tolist())]
+        if keys:
+            planned.append((k, i, j, keys))
+        keep = [(a, b) for a, b, key in zip(i.tolist(), j.tolist(), keys) if key not in store]
+        absent += [key for key in keys if key not in store]
         if keep:
             todo.append((k, np.array(keep, np.int32)))
     note = _mismatch_note(store, absent)
@@ -360,19 +439,51 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     if progress and total:
         bar = progress_bar(total, f"judging ({name})")
     try:
-        for k, pairs in todo:
-            ca = cs.candidate_ids[k]
-            for start in range(0, len(pairs), chunk):
-                part = pairs[start:start + chunk]
-                judge_chunk(judge, store, name, tkey, cs.ids[k], cs.texts[k], cs.candidates[k], ca, part,
-                            progress=None if bar is None else bar.update, fingerprint=fp, hashes=hashes[cs.ids[k]])
+        _judge_todo(judge, store, todo, cs, chunk, name, tkey, fp, hashes, bar)
     finally:
         if bar is not None:
             bar.close()
-    cand = {cs.ids[k]: cs.candidate_ids[k] for k in positions}
-    sel = store.comparisons(judge=name, template=tkey, fingerprint=fp, candidates=cand, hashes=hashes)
-    keep_rows = [r for r, c in enumerate(sel.contexts) if c in cand]
-    if len(keep_rows) != len(sel.contexts):       # the store may hold other contexts too
-        comps = jax.tree.map(lambda x: x[np.array(keep_rows)], sel.comparisons)
-        sel = StoredComparisons(comps, [sel.contexts[r] for r in keep_rows], [sel.candidates[r] for r in keep_rows])
-    return sel
+    return _planned_selection(store, planned, cs)
+
+
+def _judge_todo(judge, store, todo, cs, chunk, name, tkey, fp, hashes, bar) -> None:
+    """Judge ``todo`` (per context position, its missing pairs) chunk by chunk. Before every chunk the store
+    is re-read (the lines other processes appended since the last look) and pairs stored meanwhile are
+    skipped; once another writer shows up, the chunks left are taken in a random order, so two processes
+    on one store mostly judge different chunks."""
+    queue = [(k, pairs[start:start + chunk]) for k, pairs in todo for start in range(0, len(pairs), chunk)]
+    others, shuffled = store.read_from_others, False
+    while queue:
+        store.refresh()
+        if store.read_from_others != others and not shuffled:       # another process writes to this store
+            shuffled = True
+            queue = [queue[r] for r in np.random.default_rng().permutation(len(queue))]
+        k, part = queue.pop(0)
+        ctx, ca = cs.ids[k], cs.candidate_ids[k]
+        left = [r for r, (a, b) in enumerate(part.tolist())
+                if judgement_key(name, tkey, fp, ctx, hashes[ctx], ca[a], ca[b]) not in store]
+        if len(left) < len(part) and bar is not None:
+            bar.update(len(part) - len(left))
+        if left:
+            judge_chunk(judge, store, name, tkey, ctx, cs.texts[k], cs.candidates[k], ca, part[np.array(left)],
+                        progress=None if bar is None else bar.update, fingerprint=fp, hashes=hashes[ctx])
+
+
+def _planned_selection(store: JudgementStore, planned, cs: ContextSet) -> StoredComparisons:
+    """The planned comparisons of each context, read from the store: exactly the pairs planned, whatever
+    else the store holds of these texts (other budgets, seeds or selections)."""
+    store.refresh()
+    sets, ctxs, cands = [], [], []
+    for k, i, j, keys in planned:
+        recs = [store.get(key) for key in keys]
+        gone = sum(r is None for r in recs)
+        if gone:
+            raise RuntimeError(f"{store.path}: {gone} planned judgement(s) of context {cs.ids[k]} are not in the "
+                               "store after judging (was it rewritten meanwhile?); rerun to judge them")
+        p = np.array([float(r["p"]) for r in recs], np.float32)
+        sets.append(Comparisons.from_pairs(i, j, p, num_items=len(cs.candidate_ids[k])))
+        ctxs.append(cs.ids[k])
+        cands.append([str(x) for x in cs.candidate_ids[k]])
+    if not sets:
+        raise ValueError(f"{store.path}: no comparisons planned (every context has fewer than 2 candidates)")
+    return StoredComparisons(stack_contexts(sets), ctxs, cands)
