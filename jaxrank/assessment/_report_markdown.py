@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxrank import metrics
+from jaxrank.assessment._report_stats import RANK_SCORE_PRIOR
 
 
 class ReportMarkdown:
@@ -149,7 +150,9 @@ class ReportMarkdown:
                  "**No human scores**, so no agreement figures (Spearman, pairwise accuracy, verdict): the "
                  f"candidates are ranked with {pct} intervals.", "",
                  f"**Set-up.** {self._setup_words()} Ranking by soft Bradley-Terry (the mean of its Laplace "
-                 f"posterior); {pct} intervals of each score and of each rank (posterior draws; rank 1 = best). "
+                 f"posterior, under a weak prior N(0, {1 / RANK_SCORE_PRIOR:g}) on each score, so that a "
+                 "consistent order of hard 0/1 answers gets finite scores); "
+                 f"{pct} intervals of each score and of each rank (posterior draws; rank 1 = best). "
                  "Candidates whose intervals overlap are not clearly ordered.", ""]
         cols = list(extra)
         lines += ["| context | items | comparisons | P(A) | " + "".join(f"{c} | " for c in cols),

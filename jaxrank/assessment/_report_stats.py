@@ -14,6 +14,26 @@ from jaxrank.data.raters import MEANS_ONLY, NO_SYSTEMS, human_ceiling, system_id
 from jaxrank.uncertainty import laplace_bradley_terry, rank_intervals, score_intervals
 
 
+def tie_equal_texts(scores: np.ndarray, texts) -> np.ndarray:
+    """``scores [C, N]`` with the items of one context that have equal ``texts`` (per context, one key per
+    item: its text or a hash of it; ``None`` for none) given the mean of their scores, so that two copies of
+    one text are tied, not ordered by float noise. Rows without ``texts`` are left as they are."""
+    if texts is None:
+        return scores
+    out = np.array(scores, copy=True)
+    for r, row in enumerate(texts):
+        if row is None:
+            continue
+        groups: dict = {}
+        for n, t in enumerate(list(row)[: out.shape[-1]]):
+            if t is not None:
+                groups.setdefault(t, []).append(n)
+        for items in groups.values():
+            if len(items) > 1:
+                out[r, items] = out[r, items].mean()
+    return out
+
+
 def _constant(values: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``[C]`` True where the valid entries of a row are all equal (or fewer than 2 are valid)."""
     big = np.where(where, values, -np.inf).max(-1)
@@ -146,11 +166,18 @@ def _system_level(rep, gold, where, systems) -> None:
 RANK_DRAWS = 2000
 """Posterior draws behind the rank intervals of a report without human scores."""
 
+RANK_SCORE_PRIOR = 0.1
+"""Precision ``lambda`` of the weak proper prior ``N(0, 1/lambda)`` on each score (standard deviation about 3.2
+on the logit scale) behind the ranking of a report without human scores: without it a judge answering hard
+0/1 on a consistent order has no finite maximum (scores run off to +-inf, intervals span hundreds); with it
+the scores stay finite and ordered, and with soft or plentiful judgements it hardly moves them."""
+
 
 def _ranking(c, *, level: float, seed: int) -> dict[str, np.ndarray]:
-    """Soft Bradley-Terry scores of ``c`` with the intervals of their Laplace posterior, for every score and
-    every rank (:func:`jaxrank.uncertainty.score_intervals`, :func:`jaxrank.uncertainty.rank_intervals`)."""
-    post = laplace_bradley_terry(c)
+    """Soft Bradley-Terry scores of ``c`` under the prior :data:`RANK_SCORE_PRIOR`, with the intervals of
+    their Laplace posterior for every score and every rank (:func:`jaxrank.uncertainty.score_intervals`,
+    :func:`jaxrank.uncertainty.rank_intervals`)."""
+    post = laplace_bradley_terry(c, score_prior=RANK_SCORE_PRIOR)
     lower, upper = score_intervals(post, level=level)
     ranks = rank_intervals(post, key=jax.random.key(seed), num_samples=RANK_DRAWS, level=level, where=c.item_mask)
     return {"score": np.asarray(post.mean), "lower": np.asarray(lower), "upper": np.asarray(upper),
@@ -175,10 +202,11 @@ def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:
     return num, den
 
 
-def _check_labels_and_ids(labels: np.ndarray, mask: np.ndarray, *, contexts, candidates, systems) -> None:
-    """``labels`` finite or NaN (missing); ``contexts``, ``candidates`` and ``systems`` one entry per context
-    (``C``), ``candidates`` and ``systems`` at least one id per real item and at most ``N``. ValueError naming
-    the argument otherwise."""
+def _check_labels_and_ids(labels: np.ndarray, mask: np.ndarray, *, contexts, candidates, systems,
+                          texts=None) -> None:
+    """``labels`` finite or NaN (missing); ``contexts``, ``candidates``, ``systems`` and ``texts`` one entry per
+    context (``C``), ``candidates``, ``systems`` and ``texts`` at least one id per real item and at most ``N``.
+    ValueError naming the argument otherwise."""
     bad = np.isinf(labels)
     if bad.any():
         k = tuple(int(x) for x in np.argwhere(bad)[0])
@@ -187,7 +215,7 @@ def _check_labels_and_ids(labels: np.ndarray, mask: np.ndarray, *, contexts, can
     num_c = mask.shape[0] if mask.ndim > 1 else 1
     real = mask.reshape(num_c, -1).sum(-1)
     n = mask.shape[-1]
-    for name, value in (("contexts", contexts), ("candidates", candidates), ("systems", systems)):
+    for name, value in (("contexts", contexts), ("candidates", candidates), ("systems", systems), ("texts", texts)):
         if value is None:
             continue
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):

@@ -41,8 +41,12 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   of the top are reported as tied, never ranked.
 * **Without human scores** (every label NaN: one's own texts, ``jaxrank assess
   --data FILE``), no agreement figure exists: the report says so in one line and
-  ranks the candidates of each context by the soft Bradley-Terry fit, with the
-  intervals of its Laplace posterior for every score and every rank.
+  ranks the candidates of each context by the soft Bradley-Terry fit under a
+  weak proper prior ``N(0, 1/0.1)`` on each score (:data:`RANK_SCORE_PRIOR`:
+  finite, ordered scores even for a hard 0/1 judge on a consistent order), with
+  the intervals of its Laplace posterior for every score and every rank.
+* **Copies of one text** (``texts``): items of a context with equal texts get
+  the mean of their scores, so they are tied in every correlation.
 """
 
 from __future__ import annotations
@@ -56,8 +60,8 @@ from jaxrank.data.raters import HumanCeiling
 from jaxrank.debias import positional_bias
 from jaxrank.assessment._report_markdown import ReportMarkdown
 from jaxrank.assessment._report_stats import (  # noqa: F401  (label_mass_lines, MIN_CONTEXTS: public here)
-    MIN_CONTEXTS, _bootstrap_mean, _check_labels_and_ids, _constant, _field_agreement, _order_consistency, _ranking,
-    _ratio_interval, label_mass_lines)
+    MIN_CONTEXTS, RANK_SCORE_PRIOR, _bootstrap_mean, _check_labels_and_ids, _constant, _field_agreement,
+    _order_consistency, _ranking, _ratio_interval, label_mass_lines, tie_equal_texts)
 
 __all__ = ["label_mass_lines", "Assessment", "assess_comparisons", "DEFAULT_METHODS", "MIN_CONTEXTS"]
 
@@ -247,7 +251,7 @@ class Assessment(ReportMarkdown):
 def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_METHODS, debias="none",
                        level: float = 0.95, num_bootstrap: int = 2000, seed: int = 0,
                        candidates=None, systems=None, dataset: str | None = None, aspect: str | None = None,
-                       data_path=None) -> Assessment:
+                       data_path=None, texts=None) -> Assessment:
     """Score ``comparisons`` ``[C, R]`` with each method and compare with ``labels`` ``[C, N]``.
 
     Args:
@@ -273,6 +277,10 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
             ``candidates``), or the report's words on why there is none. Any other name (one's own
             texts) adds neither.
         data_path: the data folder of ``dataset`` (default :func:`jaxrank.data.data_dir`).
+        texts: per context, the text of each item (or any key of it, e.g. a hash): items of one context
+            with equal texts get the mean of their scores under every scorer before any correlation,
+            so copies of one text are tied, never ordered by float noise (SummEval repeats some
+            summaries). Default: no ties made.
 
     Without any human score (``labels`` all NaN), the agreement figures are NaN,
     ``has_humans`` is False and ``ranking`` holds each context's ranking with
@@ -294,7 +302,7 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     if labels.shape != c.item_mask.shape:
         raise ValueError(f"labels must have shape {c.item_mask.shape} (contexts x items), got {labels.shape}")
     _check_labels_and_ids(labels, np.asarray(c.item_mask), contexts=contexts, candidates=candidates,
-                          systems=systems)
+                          systems=systems, texts=texts)
     if debias not in ("none",) + scorer_table.TRANSFORMS:
         raise ValueError(f"debias must be 'none', 'permutation' or 'threshold', got {debias!r}")
     c = scorer_table.transform(c, debias)
@@ -304,7 +312,7 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     spear, mean, interval, scores, const = {}, {}, {}, {}, {}
     for m in methods:
         entry = scorer_table.SCORERS[m]
-        s = np.asarray(entry.load()(c, **entry.keywords()))
+        s = tie_equal_texts(np.asarray(entry.load()(c, **entry.keywords())), texts)
         rho = np.asarray(metrics.spearman(s, gold, where=where), np.float64)
         const[m] = _constant(s, where)
         rho = np.where(const[m] | human_const, np.nan, rho)
