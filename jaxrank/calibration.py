@@ -148,18 +148,24 @@ def _segments(x, knots):
     return jnp.clip(x[..., None], lo, hi) - jnp.clip(jnp.zeros((), x.dtype), lo, hi)
 
 
+def _float(x) -> jax.Array:
+    """``x`` as a floating array (integer or boolean margins become the default float type)."""
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+
+
 def calibrate_logits(params: Calibration, x, judge=None) -> jax.Array:
     """``f_{judge}(x)``: the calibrated logit margin (eq. 2 or 3), elementwise.
 
     Args:
         params: a :class:`TemperatureBias` or :class:`MonotoneSpline`.
-        x: logit margins, any shape.
+        x: logit margins, any shape (integer margins are cast to float).
         judge: integer judge ids broadcastable to ``x`` (default: judge 0 everywhere).
 
     Raises:
         ValueError: a concrete ``judge`` id outside ``[0, J)``.
     """
-    x = jnp.asarray(x)
+    x = _float(x)
     ids = _judge_ids(params, x, judge)
     if isinstance(params, TemperatureBias):
         return params.scale[ids] * x + params.bias[ids]
@@ -170,7 +176,7 @@ def calibrate_logits(params: Calibration, x, judge=None) -> jax.Array:
 
 def log_derivative(params: Calibration, x, judge=None) -> jax.Array:
     """``log f'_{judge}(x)``, elementwise: the log-Jacobian of eq. (2) or (3) (the slope of ``x``'s segment)."""
-    x = jnp.asarray(x)
+    x = _float(x)
     ids = _judge_ids(params, x, judge)
     if isinstance(params, TemperatureBias):
         return jnp.log(params.scale[ids])
