@@ -15,6 +15,8 @@ the pairwise probability that story ``a`` beats ``b`` is derived in one of three
   when the variants agree.
 
 All are exactly antisymmetric: ``p(a, b) = 1 - p(b, a)`` and ``p(a, a)`` is never used.
+Ratings must be finite where they are compared (a NaN rating raises ``ValueError``
+naming it; :func:`replay_comparisons` ignores the ratings of padded items).
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def replay_probabilities(ratings, i, j, *, method: str = "variant_share", temper
         ``float32 [..., R]`` probabilities in ``[0, 1]``.
 
     Raises:
-        ValueError: unknown ``method``, ``temperature <= 0`` or bad shapes.
+        ValueError: unknown ``method``, ``temperature <= 0``, bad shapes, or a
+            non-finite rating of a compared item (named by its index).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
@@ -76,8 +79,19 @@ def replay_probabilities(ratings, i, j, *, method: str = "variant_share", temper
     j = np.asarray(j, np.int64)
     if r.ndim < 2 or i.shape != j.shape or i.shape[:-1] != r.shape[:-2]:
         raise ValueError(f"ratings [..., N, V] and i, j [..., R] disagree: {r.shape}, {i.shape}, {j.shape}")
+    if i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= r.shape[-2]):
+        raise ValueError(f"i and j must index the {r.shape[-2]} items, got values in [{min(i.min(), j.min())}, "
+                         f"{max(i.max(), j.max())}]")
     ra = np.take_along_axis(r, i[..., None], axis=-2)     # [..., R, V]
     rb = np.take_along_axis(r, j[..., None], axis=-2)
+    for side, g, idx in (("i", ra, i), ("j", rb, j)):
+        bad = np.argwhere(~np.isfinite(g))
+        if bad.size:
+            *lead, pair, v = bad[0].tolist()
+            item = int(idx[tuple(lead) + (pair,)])
+            where = ", ".join(map(str, lead + [item, v]))
+            raise ValueError(f"ratings[{where}] is {g[tuple(bad[0])]} (item {item}, variant {v}, compared as "
+                             f"{side} in pair {pair}); replay judges need finite ratings: drop or fill it")
     if method == "variant_share":
         p = ((ra > rb) + 0.5 * (ra == rb)).mean(-1)
     elif method == "logistic":
@@ -118,8 +132,15 @@ def replay_comparisons(ratings, mask, *, method: str = "variant_share", temperat
     Returns:
         :class:`~jaxrank.comparisons.Comparisons` with batch shape ``[K]`` and
         ``R = N(N-1)/2`` comparisons per context, usable by every scorer.
+
+    Raises:
+        ValueError: a non-finite rating of a real item (as :func:`replay_probabilities`).
     """
     i, j, weight = all_pairs(mask)
-    p = replay_probabilities(ratings, i, j, method=method, temperature=temperature)
+    r = np.asarray(ratings, np.float64)
+    m = np.asarray(mask, bool)
+    if r.ndim == 3 and m.shape == r.shape[:2]:
+        r = np.where(m[..., None], r, 0.0)                 # padded items' ratings are never read
+    p = replay_probabilities(r, i, j, method=method, temperature=temperature)
     return Comparisons.from_pairs(i, j, p, num_items=np.asarray(mask).shape[-1], weight=weight,
                                   item_mask=np.asarray(mask, bool))
