@@ -7,6 +7,11 @@ static shapes and masks, never ragged arrays). Two classes ``Y = {A, B}``,
 ``J = |Y| = 2``; the decision for a comparison is ``y = A`` when ``p > 0.5``
 (a tie, ``p == 0.5``, counts half).
 
+Invalid input is never read as fair: a weighted ``p`` that is NaN or outside
+``[0, 1]`` (e.g. logits passed by mistake) makes the objectives of its row NaN,
+and so does a row with no weight at all (no comparisons). Padding (weight 0) is
+never read, whatever it holds.
+
 * :func:`decision_rate` -- ``p_{I,A} = (1/N) sum_i 1[p(A|x_i, I) > p(B|x_i, I)]`` (zepo §3).
 * :func:`fairness` -- ``fair(I) = -(1/J) sum_j |p_S - p_{I,y_j}|`` with the uniform prior
   ``p_S = 1/J`` (zepo eq. 1); ``0`` is perfectly fair, ``-0.5`` all one label.
@@ -39,14 +44,17 @@ _EPS = 1e-7
 
 
 def _weights(p, weight):
+    """``(p, w)`` as float arrays of one shape; a ``p`` that is NaN or outside ``[0, 1]`` becomes NaN."""
     p = jnp.asarray(p, jnp.result_type(p, jnp.float32))
     w = jnp.ones_like(p) if weight is None else jnp.broadcast_to(jnp.asarray(weight, p.dtype), p.shape)
-    return p, w
+    return jnp.where((p >= 0) & (p <= 1), p, jnp.nan), w
 
 
 def _mean(x, w):
+    """Weighted mean over the last axis; padding (``w == 0``) is never read, NaN where no weight is left."""
     total = jnp.sum(w, axis=-1)
-    return jnp.sum(w * x, axis=-1) / jnp.where(total > 0, total, 1)
+    s = jnp.sum(jnp.where(w > 0, w * x, 0), axis=-1)
+    return jnp.where(total > 0, s / jnp.where(total > 0, total, 1), jnp.nan)
 
 
 @jax.jit
@@ -58,12 +66,12 @@ def decision_rate(p, weight=None) -> jax.Array:
         weight: ``[..., R]`` (or broadcastable) weights, ``0`` for padding; default all 1.
 
     Returns:
-        ``[...]``; a tie ``p == 0.5`` counts half; ``0.5`` where every weight is 0.
+        ``[...]``; a tie ``p == 0.5`` counts half; NaN where every weight is 0 or a
+        weighted ``p`` is NaN or outside ``[0, 1]``.
     """
     p, w = _weights(p, weight)
-    d = jnp.where(p > 0.5, 1.0, jnp.where(p < 0.5, 0.0, 0.5)).astype(p.dtype)
-    total = jnp.sum(w, axis=-1)
-    return jnp.where(total > 0, _mean(d, w), 0.5)
+    d = jnp.where(jnp.isnan(p), jnp.nan, jnp.where(p > 0.5, 1.0, jnp.where(p < 0.5, 0.0, 0.5))).astype(p.dtype)
+    return _mean(d, w)
 
 
 @jax.jit
@@ -77,11 +85,12 @@ def fairness(p, weight=None) -> jax.Array:
         weight: ``[..., R]`` weights, ``0`` for padding.
 
     Returns:
-        ``[...]`` in ``[-0.5, 0]``; ``0`` when half the decisions go to each position.
+        ``[...]`` in ``[-0.5, 0]``; ``0`` when half the decisions go to each position;
+        NaN for invalid input (see the module docstring).
     """
     ra = decision_rate(p, weight)
     prior = 0.5
-    return -0.5 * (jnp.abs(prior - ra) + jnp.abs(prior - (1.0 - ra)))
+    return 0.0 - 0.5 * (jnp.abs(prior - ra) + jnp.abs(prior - (1.0 - ra)))      # 0.0 -: no -0.0
 
 
 @jax.jit

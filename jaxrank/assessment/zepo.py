@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Callable, Sequence
@@ -38,9 +39,10 @@ from jaxrank import fairness as fair
 from jaxrank.assessment.run import judge_fingerprint, judgement_key, text_hashes
 from jaxrank.assessment.store import JudgementStore
 from jaxrank.judges.prompts import PairwiseTemplate
-from jaxrank.judges.textgen import as_loaded, generate_texts
+from jaxrank.judges.textgen import as_loaded, check_sampling, generate_texts
 
 __all__ = ["PARAPHRASE_INSTRUCTION", "CONTENT_FREE", "instruction_of", "with_instruction", "check_candidate",
+           "aspect_forms", "aspect_keyword",
            "Paraphraser", "SearchSample", "sample_pairs", "score_templates", "zepo_search", "ZepoResult",
            "save_template", "load_template"]
 
@@ -66,13 +68,45 @@ def with_instruction(template: PairwiseTemplate, instruction: str) -> PairwiseTe
     return dataclasses.replace(template, text=template.text[:cut] + sep + instruction.strip())
 
 
+_ADJECTIVE_SUFFIXES = (("ibility", "ible"), ("ability", "able"), ("ency", "ent"), ("ence", "ent"),
+                       ("ancy", "ant"), ("ance", "ant"), ("ity", ""), ("ness", ""))
+
+
+def aspect_forms(aspect: str) -> tuple[str, ...]:
+    """The words that name ``aspect`` in an instruction (lower case): the aspect itself and its adjective.
+
+    ``"coherence"`` -> ``("coherence", "coherent")``, ``"consistency"`` -> ``+ "consistent"``,
+    ``"fluency"`` -> ``+ "fluent"``, ``"relevance"`` -> ``+ "relevant"``, ``"complexity"`` ->
+    ``+ "complex"``, ``"naturalness"`` -> ``+ "natural"`` (PoE templates ask which text "is more
+    coherent"; ZEPO's seed asks for "better coherence").
+    """
+    base = str(aspect).lower().replace("_", " ").strip()
+    forms = [base]
+    for suffix, adjective in _ADJECTIVE_SUFFIXES:
+        if base.endswith(suffix) and len(base) > len(suffix) + 2:
+            forms.append(base[:-len(suffix)] + adjective)
+            break
+    return tuple(forms)
+
+
+def aspect_keyword(instruction: str, aspect: str) -> str:
+    """The form of ``aspect`` (:func:`aspect_forms`) that ``instruction`` uses, as written there
+    (the word a paraphraser must keep); ``aspect`` itself when none occurs."""
+    low = instruction.lower()
+    for form in aspect_forms(aspect):
+        at = low.find(form)
+        if at >= 0:
+            return instruction[at:at + len(form)]
+    return aspect
+
+
 def check_candidate(instruction: str, aspect: str, *, labels=("A", "B"), max_tokens: int | None = None,
                     count_tokens: Callable[[str], int] | None = None, seed: PairwiseTemplate | None = None,
                     template: PairwiseTemplate | None = None) -> str | None:
     """Why a candidate instruction breaks the template, or ``None`` when it is usable.
 
     Reasons: empty; a ``{...}`` placeholder; the aspect keyword missing
-    (case-insensitive); a label word missing (whole word, case-sensitive);
+    (case-insensitive; the aspect or its adjective, :func:`aspect_forms`); a label word missing (whole word, case-sensitive);
     more than ``max_tokens`` tokens (``count_tokens``); a ``template`` whose
     text before ``{a}`` differs from ``seed``'s (a changed prefix).
     """
@@ -81,8 +115,9 @@ def check_candidate(instruction: str, aspect: str, *, labels=("A", "B"), max_tok
         return "empty instruction"
     if re.search(r"\{[a-z_]*\}", text):
         return "contains a template placeholder"
-    if aspect.lower() not in text.lower():
-        return f"missing the aspect keyword {aspect!r}"
+    forms = aspect_forms(aspect)
+    if not any(f in text.lower() for f in forms):
+        return f"missing the aspect keyword {' or '.join(map(repr, forms))}"
     for w in labels:
         if not re.search(r"(?<!\w)" + re.escape(w) + r"(?!\w)", text):
             return f"missing the label {w!r}"
@@ -110,10 +145,7 @@ class Paraphraser:
 
     def __init__(self, model, aspect: str, *, temperature: float = 0.9, top_p: float = 1.0,
                  max_new_tokens: int = 96, seed: int = 0):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
         self.lm = as_loaded(model)
         self.aspect, self.temperature, self.top_p = aspect, float(temperature), float(top_p)
         self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
@@ -171,15 +203,23 @@ def sample_pairs(cs, *, num_contexts: int, pairs_per_context: int | None, seed: 
 
     ``pairs_per_context=None`` takes every pair. Deterministic given ``seed``.
 
+    Contexts with fewer than 2 candidates hold no pair and are never drawn.
+
     Raises:
-        ValueError: ``num_contexts`` outside ``[1, len(cs.ids)]`` or ``pairs_per_context < 1``.
+        ValueError: no context with 2 candidates or more, ``num_contexts`` outside ``[1, number of such
+            contexts]``, or ``pairs_per_context < 1``.
     """
-    if not 1 <= num_contexts <= len(cs.ids):
-        raise ValueError(f"num_contexts must lie in [1, {len(cs.ids)}], got {num_contexts}")
+    usable = [k for k in range(len(cs.ids)) if len(cs.candidates[k]) >= 2]
+    if not usable:
+        raise ValueError(f"no context has 2 candidates or more ({len(cs.ids)} contexts): there is no pair to "
+                         "judge, so no sample to score a prompt on")
+    if not 1 <= num_contexts <= len(usable):
+        raise ValueError(f"num_contexts must lie in [1, {len(usable)}] (the contexts with 2 candidates or more), "
+                         f"got {num_contexts}")
     if pairs_per_context is not None and pairs_per_context < 1:
         raise ValueError(f"pairs_per_context must be >= 1, got {pairs_per_context}")
     rng = np.random.default_rng(seed)
-    pick = sorted(rng.choice(len(cs.ids), num_contexts, replace=False).tolist())
+    pick = sorted(usable[x] for x in rng.choice(len(usable), num_contexts, replace=False).tolist())
     pairs = []
     for k in pick:
         n = len(cs.candidates[k])
@@ -361,11 +401,16 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
         on_epoch: called with each epoch's summary as it is decided.
         progress: callable told of judged comparisons (a progress bar's ``update``).
 
+    A candidate whose objective is NaN (a judge that gave NaN ``p``) is logged but never chosen.
+
     Raises:
-        ValueError: bad sizes, an unknown objective, a seed without the aspect or
-            labels, or a log of another search.
+        ValueError: bad sizes, an empty sample (no comparisons), an unknown objective, a seed without
+            the aspect (or its adjective, :func:`aspect_forms`) or labels, or a log of another search.
     """
     fair.objective(objective)
+    if sample.size == 0:
+        raise ValueError("the sample holds no comparisons (contexts of fewer than 2 candidates?): no objective "
+                         "can be computed; draw it with sample_pairs from contexts with 2 candidates or more")
     if epochs < 0 or population < 1:
         raise ValueError(f"epochs must be >= 0 and population >= 1, got {epochs} and {population}")
     if not isinstance(store, JudgementStore):
@@ -430,8 +475,9 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
                 temps.append(t)
                 instrs.append(ins.strip())
         rows = scored(temps, instrs, e) if temps else []
-        winner = max(rows, key=lambda r: r[objective], default=None)
-        if winner is not None and winner[objective] > best_row[objective]:
+        # a NaN objective (a judge's NaN p) is never chosen, and a NaN best is replaced by any number
+        winner = max((r for r in rows if math.isfinite(r[objective])), key=lambda r: r[objective], default=None)
+        if winner is not None and (not math.isfinite(best_row[objective]) or winner[objective] > best_row[objective]):
             best_row, best_instr = winner, winner["instruction"]
         summary = {"event": "epoch", "epoch": e, "best": best_instr, "objective": best_row[objective],
                    "fairness": best_row["fairness"], "decision_rate": best_row["decision_rate"],

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from jaxrank.cli import _common as common
-from jaxrank.cli.assess import data_contexts, data_option
+from jaxrank.cli.assess import data_contexts, data_option, resolve_data
 from jaxrank.cli._errors import UsageError
 
 
@@ -61,6 +61,16 @@ def run(args):
         value = getattr(args, name)
         if value and Path(value).is_dir():
             raise UsageError(f"jaxrank: --{name} {value} is a folder; give a file name")
+    resolve_data(args)                          # --data FILE: its name, and 'poe' becomes the generic seed
+    try:                                        # the seed must be searchable: checked before any model loads
+        seed_template = common.template_option(args)
+    except ValueError as e:
+        raise UsageError(f"jaxrank: {e}") from None
+    seed_instruction = zepo.instruction_of(seed_template)
+    why = zepo.check_candidate(seed_instruction, args.aspect, labels=seed_template.labels)
+    if why:
+        raise UsageError(f"jaxrank: --template {args.template}: the seed instruction cannot be searched: {why}")
+    keyword = zepo.aspect_keyword(seed_instruction, args.aspect)   # the word the paraphrases keep ('coherent')
     cs = data_contexts(args, labels=False)      # a file of one's own texts needs no human scores here
     served = str(args.paraphraser or "").startswith("server:")
     if served and not args.base_url:
@@ -72,11 +82,11 @@ def run(args):
     try:
         if served:
             from jaxrank.judges.server import ServerParaphraser     # httpx: only for a server
-            para = ServerParaphraser(args.base_url, args.paraphraser.split(":", 1)[1], args.aspect,
+            para = ServerParaphraser(args.base_url, args.paraphraser.split(":", 1)[1], keyword,
                                      request=zepo.PARAPHRASE_INSTRUCTION, temperature=args.temperature,
                                      seed=args.seed, **common.server_settings(args))
         else:
-            para = zepo.Paraphraser(args.paraphraser or judge.lm, args.aspect, temperature=args.temperature,
+            para = zepo.Paraphraser(args.paraphraser or judge.lm, keyword, temperature=args.temperature,
                                     seed=args.seed)
         sample = zepo.sample_pairs(cs, num_contexts=args.sample_contexts, pairs_per_context=args.budget,
                                    seed=args.seed)
