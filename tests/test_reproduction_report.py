@@ -246,16 +246,19 @@ def test_greedy_minus_random_at_every_budget_from_the_csv():
     if not path.is_file():
         pytest.skip("no stored simulated study")
     rows = list(csv.DictReader(open(path, newline="")))
-    pick = lambda study, sel, b: float(next(r["mean"] for r in rows if r["aspect"] == "coherence" and r["study"] == study
-                                            and r["selection"] == sel and r["symmetric"] == "False"
-                                            and r["scorer"] == "poe_gaussian" and int(r["budget"]) == b))
-    lines = _tables().greedy_table(rows)
-    budgets = [int(x) for x in re.findall(r"R = (\d+)", lines[0])]
-    greedy_budgets = {int(r["budget"]) for r in rows if r["study"] == "greedy" and r["aspect"] == "coherence"}
-    assert set(budgets) == greedy_budgets                     # every budget greedy was run at, not a chosen one
-    row = next(x for x in lines if x.startswith("| poe_gaussian |")).strip("|").split("|")[1:]
-    for b, cell in zip(budgets, row):
-        assert cell.strip() == f"{100 * (pick('greedy', 'greedy', b) - pick('main', 'random', b)):+.1f}"
+    for sym, greedy, random in ((True, "greedy_symmetric", "symmetric"), (False, "greedy", "main")):
+        pick = lambda study, sel, b: float(next(
+            r["mean"] for r in rows if r["aspect"] == "coherence" and r["study"] == study and r["selection"] == sel
+            and r["symmetric"] == str(sym) and r["scorer"] == "poe_gaussian" and int(r["budget"]) == b))
+        lines = _tables().greedy_table(rows, symmetric=sym)
+        budgets = [int(x) for x in re.findall(r"R = (\d+)", lines[0])]
+        greedy_budgets = {int(r["budget"]) for r in rows if r["study"] == greedy and r["aspect"] == "coherence"}
+        assert set(budgets) == greedy_budgets                 # every budget greedy was run at, not a chosen one
+        row = next(x for x in lines if x.startswith("| poe_gaussian |")).strip("|").split("|")[1:]
+        for b, cell in zip(budgets, row):
+            assert cell.strip() == f"{100 * (pick(greedy, 'greedy', b) - pick(random, 'random', b)):+.1f}"
+    section = "\n".join(_tables().greedy_section(rows))     # PoE's protocol first, each table labelled
+    assert section.index("Symmetric (PoE's protocol):") < section.index("Non-symmetric (not the paper's protocol):")
 
 
 def test_real_judge_agreement_table_reads_kendall_and_pearson(tmp_path):
