@@ -175,7 +175,7 @@ def write(rows, stem: Path, args):
              "position. Accuracy: pairwise, against the human scores, per comparison (each order alone) and with "
              "both orders averaged (p = (p_ab + 1 - p_ba) / 2), 95% bootstrap intervals over contexts. "
              "Spearman: average probability after permutation debiasing (both orders), mean over contexts [95% "
-             "interval]. Above chance: the accuracy interval lies above 0.5.", "",
+             "interval]. Above chance: the both-orders accuracy interval (p_ab and p_ba averaged) lies above 0.5.", "",
              "| data | judge | reading | comparisons | label mass median (min) | P(A) | order consistency | "
              "accuracy, per comparison | accuracy, both orders | Spearman | above chance |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

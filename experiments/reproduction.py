@@ -50,9 +50,11 @@ def hanna_row(rows, judge: str, aspect: str, scorer: str, pairwise_p: str = "var
 
 def efficiency_point(rows, scorer: str, *, budget: int | None = None, selection: str = "random",
                      symmetric: str = "False") -> str:
-    """Mean +- std over subsets at ``budget`` (default: the largest) of a stored efficiency CSV."""
+    """Mean +- std over subsets at ``budget`` (default: the largest) of a stored efficiency CSV (studies
+    ``main`` / ``greedy``, or with ``symmetric="True"`` ``symmetric`` / ``greedy_symmetric``)."""
+    studies = ("symmetric", "greedy_symmetric") if symmetric == "True" else ("main", "greedy")
     got = [r for r in rows or () if r["scorer"] == scorer and r["selection"] == selection
-           and r["symmetric"] == symmetric and r.get("study", "main") in ("main", "greedy")]
+           and r["symmetric"] == symmetric and r.get("study", "main") in studies]
     if not got:
         return "left to fill"
     b = max(int(r["budget"]) for r in got) if budget is None else budget
@@ -114,6 +116,19 @@ def zepo_rows(results: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def zepo_label_mass(results: Path) -> dict[tuple[str, str], str]:
+    """``{(file, "seed" | "ZEPO"): "0.379 (min 0.301)"}``: the held-out label mass (median, min) of the seed and of
+    ZEPO's chosen prompt, from the table of a study's notes (``zepo*.notes.md`` beside its ``.md``), where given."""
+    out = {}
+    for notes in sorted(results.glob("**/zepo*.notes.md")):
+        name = str(notes.relative_to(results)).removesuffix(".notes.md") + ".md"
+        for line in notes.read_text().splitlines():
+            m = re.match(r"\| \w+ \| (seed|ZEPO's pick) \| [^|]+ \| ([\d.]+) \(([\d.]+)\) \|", line)
+            if m:
+                out[(name, "seed" if m[1] == "seed" else "ZEPO")] = f"{m[2]} (min {m[3]})"
+    return out
+
+
 GEVAL_PAPER = {"coherence": 0.582, "consistency": 0.507, "fluency": 0.455, "relevance": 0.547}
 """g-eval Table 1, G-Eval-4 (GPT-4) Spearman per SummEval aspect."""
 
@@ -155,7 +170,8 @@ def geval_rows(results: Path) -> list[list[str]]:
                 paper = (f"{GEVAL_PAPER[aspect]:.3f} (GPT-4, G-Eval Table 1); {GEVAL_SMALL[aspect]:.3f} "
                          "(FlanT5-770M, LCA Table 1)")
             else:
-                paper = f"{GEVAL_TOPICALCHAT[aspect]:.3f} (GPT-4, G-Eval Table 2)" if aspect in GEVAL_TOPICALCHAT else "-"
+                paper = (f"{GEVAL_TOPICALCHAT[aspect]:.3f} (GPT-4, G-Eval Table 2, turn-level; ours: Spearman per "
+                         "dialogue over its responses)" if aspect in GEVAL_TOPICALCHAT else "-")
             ref = next(c for c in recs if c["aspect"] == aspect)
             note = (f"{OLD}. {SHAPE}: small local judge, the first articles only" if old else
                     f"{SHAPE}: a small local judge on {ref['contexts']} {unit}; score-token mass median "
@@ -222,7 +238,7 @@ COMPARATIVE_VS_SCORING = (
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "geval/geval-topicalchat-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
      "comparative > prompt scoring (LCA Table 3, COH x100: FlanT5-3B 49.4 vs 31.9; Llama2-chat-7B 28.9 vs 16.4; "
-     "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2)", False, None),
+     "G-Eval-4 (GPT-4) 0.605, G-Eval Table 2, turn-level: per response, not per dialogue as ours)", False, None),
     ("TopicalChat COH", "qwen2.5-coder-1.5b", "topicalchat-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "prompt_scoring/scoring-topicalchat-qwen2.5-coder-1.5b.jsonl", "score",
      "prompt scoring: one sampled 1-10 score, temperature 1, 5 tokens (LCA §4.3.2)",
@@ -375,6 +391,9 @@ def build(results: Path, *, boot: int = 1000) -> str:
     reading = results / "label_reading.md"
     if reading.is_file():                  # the real judges measured again with the fixed reading
         body = reading.read_text().split("\n", 2)[2].strip()
+        # label_reading.py's caption before it named which accuracy its 'above chance' tests (the both-orders one)
+        body = body.replace("Above chance: the accuracy interval lies above 0.5.",
+                            "Above chance: the both-orders accuracy interval (p_ab and p_ba averaged) lies above 0.5.")
         L += ["## Real judges, read as the model answers", "", body, ""]
     else:
         L += ["## Real judges, read as the model answers", "", "left to fill (`experiments/label_reading.py`)", ""]
@@ -382,7 +401,8 @@ def build(results: Path, *, boot: int = 1000) -> str:
     L += ["## LLM Comparative Assessment (LCA)", ""]
     L += table(["setting", "judge", "paper", "ours", "note"], [
         ["SummEval COH, full matrix, win ratio", "FlanT5-3B (paper) / simulated at acc 0.686, P(A) 0.37",
-         "51.2 (Table 1; acc 68.6 Table 7; P(A) 0.37 Table 5)", sim.get("win_ratio", "left to fill"),
+         "51.2 (Table 1, mean over the two prompts; acc 68.6 Table 7; P(A) 0.37 Table 5, prompt 1 (0.43 prompt 2))",
+         sim.get("win_ratio", "left to fill"),
          f"{SHAPE}: simulated judge calibrated to the paper's accuracy and bias"],
         ["SummEval COH, full matrix, average probability", "simulated (as above)", "-",
          sim.get("average_probability", "left to fill"), SHAPE],
@@ -408,11 +428,12 @@ def build(results: Path, *, boot: int = 1000) -> str:
         ["HANNA SUR", "Mistral-7B (as above)", "24.2 / 25.5 (Table 3)",
          f"{hanna_row(hanna, 'Mistral-7B', 'surprise', 'average_probability')} / "
          f"{hanna_row(hanna, 'Mistral-7B', 'surprise', 'poe_bradley_terry')}", SHAPE],
-        ["SummEval COH, greedy vs random selection (PoE-g)", "simulated acc 0.686, P(A) 0.37 (stored study)",
-         "selection helps at few comparisons (Table 2)",
-         f"random {efficiency_point(eff_sim, 'poe_gaussian', budget=30)}; greedy "
-         f"{efficiency_point(eff_sim, 'poe_gaussian', budget=30, selection='greedy')}; every budget: below",
-         SHAPE],
+        ["SummEval COH, greedy vs random selection (PoE-g), symmetric (PoE §4's set-up)",
+         "simulated acc 0.686, P(A) 0.37 (stored study)",
+         "selection helps at few comparisons (Table 2, R = 48: +0.5 PoE-g)",
+         f"random {efficiency_point(eff_sim, 'poe_gaussian', budget=48, symmetric='True')}; greedy "
+         f"{efficiency_point(eff_sim, 'poe_gaussian', budget=48, selection='greedy', symmetric='True')}; "
+         "every budget, and the non-symmetric protocol: below", SHAPE],
     ])
     L += extra.greedy_section(eff_sim)
     L += ["", "## G-Eval", ""]
@@ -431,10 +452,19 @@ def build(results: Path, *, boot: int = 1000) -> str:
           "pairwise seed). The text extraction keeps neither the column headers nor the model; its average gain "
           "(+10 %) is the one the paper gives for Llama-3 8B (Mistral 7B: +17 %, zepo §4 'Main Results'), so "
           "it is read as Llama-3 8B's row.", ""]
-    z = zepo_rows(results)
+    z, mass = zepo_rows(results), zepo_label_mass(results)
+
+    def reading(r):
+        cell = "current (the model's answer read)" if r[3] == "current" else "old"
+        got = mass.get((r[0], r[1].split(" / ")[0]))
+        if got is None:
+            return cell
+        low = float(got.split()[0]) < 0.5
+        return cell + (f"; held-out label mass of this prompt {got}" + (
+            ": most answers are not a label, p is renormalised over the rest (LabelMassWarning below 0.5)"
+            if low else ""))
     L += table(["file", "prompt / scorer / debias", "ours: Spearman [95 % CI] (contexts)", "reading"],
-               [[*r[:3], "current (the model's answer read)" if r[3] == "current" else "old"] for r in z]
-               or [["left to fill", "-", "-", "-"]])
+               [[*r[:3], reading(r)] for r in z] or [["left to fill", "-", "-", "-"]])
     L += ["", f"ZEPO rows of the old reading: {OLD}. All ZEPO rows: {SHAPE} (small local judges, a few held-out "
           "contexts; paper: Mistral 7B / Llama-3 8B). "
           "The label mass of each prompt a study scored is in its notes (`*.notes.md` beside it): a fairer prompt "
