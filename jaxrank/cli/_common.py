@@ -211,10 +211,25 @@ def batch_size_arg(text: str):
         raise argparse.ArgumentTypeError(f"expected 'auto' or an integer, got {text!r}") from None
 
 
+class DefaultName(str):
+    """A built-in template name as an option's default (``default=DefaultName("poe")``): the user did not
+    write it, so a file of that name in the current folder does not make it ambiguous."""
+
+
 def template_option(args):
-    """The template of ``--template``: a built-in style, or a file (``jaxrank zepo`` writes one)."""
+    """The template of ``--template``: a built-in style, or a file (``jaxrank zepo`` writes one).
+
+    A bare built-in name (``poe``, ``zepo``) written on the command line that is also a file or folder
+    in the current folder is ambiguous: a usage error asks for ``./NAME`` (a path with a folder
+    separator or a suffix is always a file). An option's default (:class:`DefaultName`) is the built-in.
+    """
     from jaxrank.judges.prompts import pairwise_template
 
+    if args.template in ("poe", "zepo") and Path(args.template).exists() and \
+            not isinstance(args.template, DefaultName) and not getattr(args, "template_builtin", False):
+        raise UsageError(f"jaxrank: --template {args.template} is ambiguous: the built-in {args.template!r} prompt "
+                         f"or the file {args.template} in this folder; write --template ./{args.template} for the "
+                         f"file (or rename it)")
     if args.template in ("poe", "zepo"):
         return pairwise_template(args.data, args.aspect, style=args.template)
     from jaxrank.assessment.zepo import load_template

@@ -39,7 +39,7 @@ def add_parsers(sub):
         j.add_argument("--selection", choices=("random", "no_repeat", "symmetric"), default=None,
                        help="how a --budget subset is drawn (default random)")
         j.add_argument("--seed", type=int, default=0)
-        j.add_argument("--template", default="poe",
+        j.add_argument("--template", default=common.DefaultName("poe"),
                        help="prompt: 'poe' (PoE Table 4 style, default), 'zepo' (ZEPO's seed) or a template FILE "
                             "(.json from 'jaxrank zepo', or a text file with {context}, {a} and {b})")
         j.add_argument("--soft-prompt", default=None, metavar="FILE",
@@ -128,8 +128,10 @@ def resolve_data(args):
     except (ValueError, OSError) as e:
         _fail(str(e))
     args.data_file, args.data_set, args.data = path, ds, dataset_name(path)
-    if getattr(args, "template", None) == "poe":
-        args.template = "zepo"
+    template = getattr(args, "template", None)
+    if template == "poe" and (isinstance(template, common.DefaultName) or not Path("poe").exists()):
+        args.template = "zepo"      # (an explicit 'poe' beside a file named poe: template_option calls it ambiguous)
+        args.template_builtin = True        # the built-in prompt, never a file named zepo
         if args.judge != DEFAULT_JUDGE:
             print(f"jaxrank: --data {spec}: the 'poe' prompts are written for the built-in data sets; the judge "
                   f"asks ZEPO's generic seed prompt for {args.aspect!r} (--template FILE gives your own: a text "
@@ -211,6 +213,7 @@ def _active_options(args):
 
 def _judge_active(args):
     from jaxrank.assessment.active import active_judge_contexts, check_active
+    from jaxrank.assessment.run import prepare_judge
 
     cs = data_contexts(args)
     settings = dict(budget=args.budget, batch_size=args.active_batch, rank_confidence=args.rank_confidence,
@@ -220,6 +223,7 @@ def _judge_active(args):
     except ValueError as e:
         raise SystemExit(f"jaxrank: --active: {e}")
     judge = common.make_judge(args)
+    prepare_judge(judge, cs)         # an 'auto' answer prefix: chosen on the data set's first context, as judge does
     store = common.store_path(args, judge)
     t0 = time.perf_counter()
     run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
@@ -256,11 +260,28 @@ def run_diagnose(args):
         print(f"\n# {args.data} {args.aspect}, {title}\n\n{d.markdown()}", flush=True)
 
 
-def run_judge(args, judge=None):
+def check_budget_option(args, cs) -> None:
+    """``--budget`` (with ``--selection``) against every context's candidates, before any model loads:
+    a one-line usage error naming the option when a context's comparisons cannot be planned
+    (:func:`jaxrank.assessment.run.check_budget`)."""
+    from jaxrank.assessment.run import check_budget
+
+    if args.budget is None:
+        return
+    selection = args.selection or "random"
+    for ctx, cands in zip(cs.ids, cs.candidates):
+        why = check_budget(len(cands), args.budget, selection)
+        if why:
+            why = why.replace(f"budget {args.budget}", f"--budget {args.budget}", 1)
+            raise UsageError(f"jaxrank: context {ctx} (--selection {selection}): {why}")
+
+
+def run_judge(args, judge=None, cs=None):
     """Run ``jaxrank judge``: the whole data set, or this process's share of it into its own store shard.
 
     With a coordinator, every process (one with an empty share too) ends at a barrier, so on return
-    every share is judged. ``judge``: an already built judge (default: from the options).
+    every share is judged. ``judge``: an already built judge (default: from the options); ``cs``: the
+    contexts, already read and checked (default: from ``--data``).
     """
     import numpy as np
 
@@ -268,7 +289,9 @@ def run_judge(args, judge=None):
     from jaxrank.distributed import process_share, shard_store_path
 
     num_processes, process_id, coordinator = common.processes(args)
-    cs = data_contexts(args)
+    if cs is None:
+        cs = data_contexts(args)
+        check_budget_option(args, cs)
     judge = common.make_judge(args) if judge is None else judge
     store = common.store_path(args, judge)
     positions = None
@@ -309,8 +332,10 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     from jaxrank.distributed import shard_store_path
 
     common.processes(args)                  # join JAX's runtime before any JAX work: the model loads after
+    cs = data_contexts(args)
+    check_budget_option(args, cs)           # before the model loads
     judge = common.make_judge(args)
-    cs, _, _ = run_judge(args, judge)          # ends at a barrier: every share is judged when it returns
+    cs, _, _ = run_judge(args, judge, cs)      # ends at a barrier: every share is judged when it returns
     if process_id != 0:
         print(f"process {process_id} of {num_processes}: share judged; process 0 merges the shards and reports")
         return cs, None, judge
@@ -434,10 +459,15 @@ def run_assess(args):
     else:
         cs, sel, judge = run_judge(args)
     labels = stored_labels(cs, sel)
+    pos = {c: k for k, c in enumerate(cs.ids)}
+    texts = []                       # copies of one summary get one score (tied, not ordered by float noise)
+    for ctx, ids in zip(sel.contexts, sel.candidates):
+        text_of = dict(zip(cs.candidate_ids[pos[ctx]], cs.candidates[pos[ctx]]))
+        texts.append([text_of.get(cid) for cid in ids])
     try:
         rep = assess_comparisons(sel.comparisons, labels, contexts=sel.contexts, methods=methods,
                                  debias=args.debias, candidates=sel.candidates, dataset=args.data,
-                                 aspect=args.aspect)
+                                 aspect=args.aspect, texts=texts)
     except ValueError as e:
         raise SystemExit(f"jaxrank: {e}")
     extra = {}
