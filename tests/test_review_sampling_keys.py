@@ -241,3 +241,31 @@ def test_a_parser_whose_key_misses_its_state_warns_and_a_key_attribute_silences_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert parser_key(keyed) == "reader-B"
+
+
+def test_callable_text_judge_keys_its_number_of_samples(tmp_path):
+    """``p`` of a text judge is the share of ``num_samples`` answers naming A: another count, another key; a
+    store of one-call (hard 0/1) judgements is not read back as nine-call shares."""
+    import random
+
+    from jaxrank.assessment.run import ContextSet, judge_contexts
+
+    rng = random.Random(0)
+    calls = []
+
+    def answers(prompts):
+        calls.append(len(prompts))
+        return ["A" if rng.random() < 0.7 else "B" for _ in prompts]
+
+    cs = ContextSet(["c0"], ["ctx"], [["x", "y", "z"]], [["one", "two", "three"]])
+    one = CallableJudge(answers, kind="text", name="api", num_samples=1)
+    nine = CallableJudge(answers, kind="text", name="api", num_samples=9)
+    assert one.template_key == one.template.key          # the default keeps the key stored results have
+    assert nine.template_key != one.template_key
+    path = tmp_path / "s.jsonl"
+    judge_contexts(one, cs, path, progress=False)
+    before = sum(calls)
+    sel = judge_contexts(nine, cs, path, progress=False)
+    assert sum(calls) - before == 9 * 6                  # judged again, nine calls over the 6 ordered pairs
+    p = np.asarray(sel.comparisons.p)[0][np.asarray(sel.comparisons.weight)[0] > 0]
+    assert not np.all(np.isin(p, [0.0, 1.0]))            # shares of nine answers, not the stored 0/1

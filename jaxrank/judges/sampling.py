@@ -379,11 +379,16 @@ class CallableJudge:
     def template_key(self) -> str:
         """The store's template key: the template's key, plus a hash of the parser's identity
         (:func:`parser_key`) for ``kind="text"`` with a parser other than the default :func:`label_parser`
-        of the template's labels (answers read another way are other judgements)."""
-        pk = parser_key(self.parser)
-        if self.kind != "text" or pk == parser_key(label_parser(self.template.labels)):
+        of the template's labels (answers read another way are other judgements), and ``-k{num_samples}`` for
+        ``kind="text"`` with more than one call per comparison set (``p`` is then a share of that many answers;
+        the default of one call keeps the bare key, so results stored before are found)."""
+        if self.kind != "text":
             return self.template.key
-        return f"{self.template.key}-{hashlib.sha1(repr([('parser', pk)]).encode()).hexdigest()[:6]}"
+        key = self.template.key
+        pk = parser_key(self.parser)
+        if pk != parser_key(label_parser(self.template.labels)):
+            key = f"{key}-{hashlib.sha1(repr([('parser', pk)]).encode()).hexdigest()[:6]}"
+        return key if self.num_samples == 1 else f"{key}-k{self.num_samples}"
 
     def prompts(self, context: str, candidates: Sequence[str], i, j) -> list[str]:
         """The prompt text of every comparison."""
