@@ -142,3 +142,15 @@ def test_template_name_that_is_also_a_file_is_ambiguous(tmp_path, monkeypatch, n
         main(base + ["--template", f"./{name}"])
     with pytest.raises(Loaded):                          # the option's default is the built-in prompt
         main(base)
+
+
+def test_active_assessment_prepares_on_the_same_sample(tmp_path):
+    """The library's active loop chooses the prefix where judge_contexts does, not on the slice's first context."""
+    from jaxrank.assessment.active import active_judge_contexts
+
+    rows = _rows()
+    want, sample = _expected_key(rows)
+    judge = AutoPrefix()
+    cs = contexts_of(jr.data.from_records(rows), aspect="score", contexts="3:5")
+    active_judge_contexts(judge, cs, tmp_path / "a.jsonl", budget=2 * N, progress=False)
+    assert judge.prepared == [sample] and judge.template_key == want

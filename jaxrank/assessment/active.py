@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from jaxrank.assessment.progress import progress_bar
-from jaxrank.assessment.run import (ContextSet, judge_chunk, judge_fingerprint, judgement_key, template_key,
-                                    text_hashes)
+from jaxrank.assessment.run import (ContextSet, judge_chunk, judge_fingerprint, judgement_key, prepare_judge,
+                                    template_key, text_hashes)
 from jaxrank.assessment.store import JudgementStore, StoredComparisons
 from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.selection import active_assess
@@ -201,6 +201,7 @@ def active_judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *,
                  symmetric=bool(active_kwargs.get("symmetric", False)))
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
+    prepare_judge(judge, cs)   # an "auto" answer prefix chosen on the data set's first context, as judge_contexts
     budgets_all = [len(c) * (len(c) - 1) if budget is None else min(int(budget), len(c) * (len(c) - 1))
                    for c in cs.candidates]
     bar = None

@@ -94,7 +94,7 @@ def _adopt(args):
         raise SystemExit(f"jaxrank: {args.path}: no such file")
     from jaxrank.assessment.run import contexts_of, judge_fingerprint, text_hashes
     from jaxrank.assessment.store import adopt_store
-    from jaxrank.cli._common import make_judge
+    from jaxrank.cli._common import DefaultName, make_judge
     from jaxrank.cli.assess import resolve_data
     from jaxrank.data import load_dataset
 
@@ -112,7 +112,7 @@ def _adopt(args):
     texts = ("context_id", "context", "candidate_id", "candidate", "reference")
     args.aspect = next((c for c in ds.column_names if c not in texts), None)   # any: only the model matters
     if own is not None:                        # the 'poe' prompts are the built-in data sets' only
-        args.template, args.aspect = "zepo", args.aspect or "quality"
+        args.template, args.aspect = DefaultName("zepo"), args.aspect or "quality"
     judge = make_judge(args)
     hashes = {c: text_hashes(t, cands, ids) for c, t, cands, ids in zip(cs.ids, cs.texts, cs.candidates,
                                                                           cs.candidate_ids)}

@@ -38,7 +38,8 @@ def add_parser(sub):
                    choices=("fairness", "confidence", "calibration", "context_free"))
     z.add_argument("--temperature", type=float, default=0.9, help="paraphraser temperature (default 0.9)")
     z.add_argument("--seed", type=int, default=0, help="seed of the sample and the paraphraser")
-    z.add_argument("--template", default="zepo", help="seed template: 'zepo' (default), 'poe' or a FILE")
+    z.add_argument("--template", default=common.DefaultName("zepo"),
+                   help="seed template: 'zepo' (default), 'poe' or a FILE")
     z.add_argument("--batch-size", type=int, default=8)
     z.add_argument("--store", help="judgement store (default results/zepo/DATA-ASPECT-JUDGE.jsonl)")
     z.add_argument("--log", help="search log (default results/zepo/DATA-ASPECT-JUDGE-log.jsonl)")
@@ -123,5 +124,11 @@ def run(args):
     out = zepo.save_template(res.best, args.output or f"{stem}.json")
     print(f"\n{res.judged} comparisons judged now ({sample.size} per candidate), {len(res.rejected)} candidates "
           f"rejected, {time.perf_counter() - t0:.1f} s; optimised template: {out}\n"
-          f"use it with: jaxrank assess --judge {args.judge} --aspect {args.aspect} --template {out}")
+          f"use it with: jaxrank assess --judge {args.judge} --aspect {args.aspect} --template {_as_path(out)}")
+
+
+def _as_path(path) -> str:
+    """``path`` as ``--template`` reads it as a file: a bare name gets ``./`` (a bare ``zepo`` is the built-in style)."""
+    text = str(path)
+    return text if ("/" in text or "\\" in text or Path(text).suffix) else f"./{text}"
 
