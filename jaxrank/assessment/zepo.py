@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from jaxrank import fairness as fair
+from jaxrank.assessment._zepo_log import SearchLog
 from jaxrank.assessment.run import judge_fingerprint, judgement_key, text_hashes
 from jaxrank.assessment.store import JudgementStore
 from jaxrank.judges.prompts import PairwiseTemplate
@@ -323,60 +324,6 @@ class ZepoResult:
     judged: int
 
 
-class _Log:
-    """The JSONL search log: appended and flushed per event, read back on resume."""
-
-    def __init__(self, path, config: dict):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.events: list[dict] = []
-        if self.path.exists():
-            raw = self.path.read_bytes()
-            lines = raw.split(b"\n")
-            good = 0
-            for n, line in enumerate(lines, start=1):
-                if not line.strip():
-                    good += len(line) + 1
-                    continue
-                try:
-                    ev = json.loads(line)
-                except ValueError as e:
-                    if n >= len(lines) - 1:          # a torn last line: cut it
-                        break
-                    raise ValueError(f"{self.path}, line {n}: not a search-log event ({e})") from e
-                self.events.append(ev)
-                good += len(line) + 1
-            if good < len(raw):
-                with open(self.path, "r+b") as f:
-                    f.truncate(min(good, len(raw)))
-        old = next((e for e in self.events if e.get("event") == "config"), None)
-        if old is None and self.events:
-            raise ValueError(f"{self.path} holds events but no search config; not a log of this search")
-        if old is None:
-            self.write({"event": "config", **config})
-        elif {k: v for k, v in old.items() if k != "event"} != config:
-            diff = [f"{k}: {old.get(k, '(not recorded)')!r} in the log, {config.get(k)!r} now"
-                    for k in sorted(set(config) | set(old) - {"event"}, key=str) if old.get(k) != config.get(k)]
-            raise ValueError(f"{self.path} is the log of another search ({'; '.join(diff[:4])}"
-                             f"{f'; {len(diff) - 4} more' if len(diff) > 4 else ''}); its proposals and scores "
-                             "are not this search's: give another log path (--log)")
-
-    def find(self, event: str, epoch: int) -> dict | None:
-        return next((e for e in self.events if e.get("event") == event and e.get("epoch") == epoch), None)
-
-    def once(self, ev: dict) -> None:
-        """Write ``ev`` unless an event of the same kind, epoch and instruction is already logged (resume)."""
-        same = lambda e: all(e.get(k) == ev.get(k) for k in ("event", "epoch", "instruction"))
-        if not any(same(e) for e in self.events):
-            self.write(ev)
-
-    def write(self, ev: dict) -> None:
-        self.events.append(ev)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(ev, ensure_ascii=False) + "\n")
-            f.flush()
-
-
 def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample, aspect: str, *,
                 store: JudgementStore | str, log: str | Path, epochs: int = 5, population: int = 5,
                 objective: str = "fairness", max_instruction_tokens: int = 160,
@@ -432,7 +379,7 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
               "temperature": getattr(paraphraser, "temperature", None), "top_p": getattr(paraphraser, "top_p", None),
               "max_new_tokens": getattr(paraphraser, "max_new_tokens", None),
               "paraphrase_seed": getattr(paraphraser, "seed", None)}
-    lg = _Log(log, config)
+    lg = SearchLog(log, config)
     before = len(store)
 
     def scored(templates, instructions, epoch):
