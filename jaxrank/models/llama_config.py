@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "SUPPORTED_ACTIVATIONS"]
+__all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "SUPPORTED_ACTIVATIONS", "HF_DEFAULTS",
+           "WindowWarning", "judge_max_length"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
@@ -25,6 +27,42 @@ SUPPORTED_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "
 _GEMMA = ("gemma2", "gemma3_text")
 _REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 """The ``config.json`` keys :meth:`LlamaConfig.from_hf` has no default for."""
+
+_COMMON_DEFAULTS: dict[str, Any] = {
+    "rms_norm_eps": 1e-6, "max_position_embeddings": 2048, "tie_word_embeddings": False, "head_dim": None,
+    "num_key_value_heads": None, "sliding_window": None, "max_window_layers": None,
+    "attn_logit_softcapping": None, "final_logit_softcapping": None, "query_pre_attn_scalar": 256,
+    "original_max_position_embeddings": None}
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {"max_position_embeddings": 4096 * 32, "sliding_window": 4096, "num_key_value_heads": 8},
+    "qwen2": {"max_position_embeddings": 32768, "sliding_window": 4096, "max_window_layers": 28,
+              "num_key_value_heads": 32},
+    "qwen3": {"max_position_embeddings": 32768, "sliding_window": 4096, "max_window_layers": 28,
+              "num_key_value_heads": 32, "head_dim": 128},
+    "phi3": {"rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "original_max_position_embeddings": 4096},
+    "gemma2": {"max_position_embeddings": 8192, "sliding_window": 4096, "num_key_value_heads": 4, "head_dim": 256,
+               "tie_word_embeddings": True, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+    "gemma3_text": {"max_position_embeddings": 131072, "sliding_window": 4096, "num_key_value_heads": 4,
+                    "head_dim": 256, "tie_word_embeddings": True},
+}
+"""Per ``model_type``, the value :meth:`LlamaConfig.from_hf` takes for a key *absent* from ``config.json``
+(over :data:`_COMMON_DEFAULTS`): the defaults of transformers' own config classes (``LlamaConfig``,
+``MistralConfig``, ``Qwen2Config``, ``Qwen3Config``, ``Phi3Config``, ``Gemma2Config``,
+``Gemma3TextConfig``; transformers 5.24), so a hand-written config that omits a key reads as transformers
+reads it (``tests/test_review_config_defaults.py`` checks each against the installed classes). A key
+present as ``null`` keeps its null meaning (no window, no soft-cap; ``head_dim`` / ``num_key_value_heads``:
+derived from the heads), as transformers' own ``null`` does."""
+
+
+def _default(mt: str, key: str) -> Any:
+    """The family's value for ``key`` when ``config.json`` lacks it (:data:`HF_DEFAULTS`)."""
+    return HF_DEFAULTS.get(mt, {}).get(key, _COMMON_DEFAULTS.get(key))
+
+
+def _get(cfg: Mapping[str, Any], mt: str, key: str) -> Any:
+    """``cfg[key]`` when the key is there (even ``null``), else the family's default."""
+    return cfg[key] if key in cfg else _default(mt, key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +103,12 @@ class LlamaConfig:
             (Gemma 3; ``None``: every layer uses ``rope_theta`` and the scaling).
         rotary_dim: RoPE turns the first ``rotary_dim`` channels of a head
             (``None``: all; Phi's ``partial_rotary_factor``).
+        hard_window: positions past ``max_position_embeddings`` need maths this
+            config does not carry, so a longer input would be wrong, not merely
+            extrapolated: set for LongRoPE (Phi-3), whose window is capped at the
+            original one because transformers turns every position by the *long*
+            factors once a sequence passes it. The judges refuse a ``max_length``
+            above the window when it is set (and only warn otherwise).
         attention_kernel: how attention is computed, not what: ``"einsum"``
             (the scores materialised, float32 softmax), ``"fused"``
             (:func:`jax.nn.dot_product_attention` in bfloat16: cuDNN's fused
@@ -101,6 +145,7 @@ class LlamaConfig:
     sandwich_norms: bool = False
     local_rope_theta: float | None = None
     rotary_dim: int | None = None
+    hard_window: bool = False
     attention_kernel: str = "auto"
 
     def __post_init__(self):
@@ -120,7 +165,10 @@ class LlamaConfig:
         (partial rotary, sliding window; fused projections in the loader),
         ``gemma2`` and ``gemma3_text`` (norm offset, embedding scale, query
         scalar, soft-capping, sandwich norms, alternating sliding-window
-        layers; Gemma 3 with q/k norms and a local RoPE base).
+        layers; Gemma 3 with q/k norms and a local RoPE base). A key absent from
+        ``cfg`` takes the family's transformers default (:data:`HF_DEFAULTS`:
+        e.g. Gemma 2's soft-caps 50 / 30, Phi-3's ``rms_norm_eps`` 1e-5, a 4096
+        window for Mistral and Gemma, the family's ``max_position_embeddings``).
 
         Raises:
             ValueError: unknown ``model_type``, activation or rope scaling type; a
@@ -139,7 +187,7 @@ class LlamaConfig:
             raise ValueError(f"hidden_act {act!r} is not supported; supported: {', '.join(SUPPORTED_ACTIVATIONS)}")
         n_heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        head_dim = int(cfg.get("head_dim") or hidden // n_heads)
+        head_dim = int(_get(cfg, mt, "head_dim") or hidden // n_heads)
         rp = dict(cfg.get("rope_parameters") or {})
         local_rp = None
         if "full_attention" in rp:                  # transformers 5, per layer type (Gemma 3)
@@ -151,7 +199,7 @@ class LlamaConfig:
         if rtype not in SUPPORTED_ROPE_TYPES:
             raise ValueError(f"rope scaling type {rtype!r} is not supported; "
                              f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
-        longrope = _longrope(cfg, scaling, head_dim, rp) if rtype == "longrope" else None
+        longrope = _longrope(cfg, scaling, head_dim, rp, mt) if rtype == "longrope" else None
         if longrope is not None:
             rtype = "default"
         scaling = None if rtype == "default" else tuple(sorted(
@@ -167,12 +215,12 @@ class LlamaConfig:
             vocab_size=int(cfg["vocab_size"]), hidden_size=hidden,
             intermediate_size=int(cfg["intermediate_size"]), num_hidden_layers=n_layers,
             num_attention_heads=n_heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or n_heads),
-            head_dim=head_dim, rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+            num_key_value_heads=int(_get(cfg, mt, "num_key_value_heads") or n_heads),
+            head_dim=head_dim, rms_norm_eps=float(_get(cfg, mt, "rms_norm_eps")), rope_theta=float(theta),
             rope_scaling=scaling,
             rope_freq_factors=tuple(float(f) for f in factors) if factors is not None else None,
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", gemma)),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(_get(cfg, mt, "tie_word_embeddings")),
+            max_position_embeddings=int(_get(cfg, mt, "max_position_embeddings")),
             attention_bias=qkv_bias, o_bias=o_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
             sliding_windows=_windows(mt, cfg, n_layers), model_type=mt, hidden_act=SUPPORTED_ACTIVATIONS[act],
             qk_norm=mt in ("qwen3", "gemma3_text"))
@@ -182,9 +230,9 @@ class LlamaConfig:
             prf = float(rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
             kw["rotary_dim"] = None if prf == 1.0 else int(head_dim * prf)
         if gemma:
-            caps = [cfg.get(k) for k in ("attn_logit_softcapping", "final_logit_softcapping")]
+            caps = [_get(cfg, mt, k) for k in ("attn_logit_softcapping", "final_logit_softcapping")]
             kw.update(norm_offset=1.0, embed_scale=float(hidden ** 0.5), sandwich_norms=True,
-                      query_scale=float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5,
+                      query_scale=float(_get(cfg, mt, "query_pre_attn_scalar")) ** -0.5,
                       attn_softcap=None if caps[0] is None else float(caps[0]),
                       final_softcap=None if caps[1] is None else float(caps[1]))
         if mt == "gemma3_text":
@@ -222,7 +270,7 @@ class LlamaConfig:
 
 
 def _longrope(cfg: Mapping[str, Any], scaling: Mapping[str, Any], head_dim: int,
-              rp: Mapping[str, Any]) -> dict[str, Any]:
+              rp: Mapping[str, Any], mt: str = "phi3") -> dict[str, Any]:
     """LongRoPE (Phi-3) within its original window, as switches of the config.
 
     transformers' ``_compute_longrope_parameters``: the inverse frequencies are
@@ -235,7 +283,10 @@ def _longrope(cfg: Mapping[str, Any], scaling: Mapping[str, Any], head_dim: int,
     ``query_scale = a^2 / sqrt(d)``. The judge's window is kept to
     ``L_orig`` (``max_position_embeddings``), so the long factors (which
     transformers switches to for a whole forward pass past ``L_orig``, keeping
-    earlier cache entries turned by the short ones) are never needed.
+    earlier cache entries turned by the short ones) are never needed; the
+    config is marked ``hard_window`` so that the judges refuse a ``max_length``
+    past it (the model itself would silently give other logits than
+    transformers there).
 
     Raises:
         ValueError: no short factors, or their count is not ``d / 2``; partial
@@ -249,19 +300,19 @@ def _longrope(cfg: Mapping[str, Any], scaling: Mapping[str, Any], head_dim: int,
     if not isinstance(short, (list, tuple)) or len(short) != head_dim // 2:
         raise ValueError(f"rope scaling 'longrope' needs short_factor: {head_dim // 2} numbers "
                          f"(head_dim / 2), got {short!r}")
-    max_pos = int(cfg.get("max_position_embeddings", 2048))
-    orig = int(scaling.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings")
+    max_pos = int(_get(cfg, mt, "max_position_embeddings"))
+    orig = int(scaling.get("original_max_position_embeddings") or _get(cfg, mt, "original_max_position_embeddings")
                or max_pos)
     factor = float(scaling.get("factor") or max_pos / orig)
     a = scaling.get("attention_factor")
     a = float(a) if a is not None else (1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig)))
     return {"rope_freq_factors": tuple(float(f) for f in short), "query_scale": a * a / math.sqrt(head_dim),
-            "max_position_embeddings": min(max_pos, orig)}
+            "max_position_embeddings": min(max_pos, orig), "hard_window": True}
 
 
 def _windows(mt: str, cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None, ...] | None:
     """Per-layer sliding windows of a family (``None``: every layer attends to all its past)."""
-    sw = cfg.get("sliding_window")
+    sw = _get(cfg, mt, "sliding_window")
     if cfg.get("use_bidirectional_attention"):
         raise ValueError("bidirectional attention (embedding models) is not supported")
     layer_types = cfg.get("layer_types")
@@ -273,7 +324,8 @@ def _windows(mt: str, cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None
         if not cfg.get("use_sliding_window"):
             return None
         if not layer_types:
-            mwl = int(cfg.get("max_window_layers", n_layers))
+            mwl = _get(cfg, mt, "max_window_layers")
+            mwl = n_layers if mwl is None else int(mwl)
             layer_types = ["sliding_attention" if i >= mwl else "full_attention" for i in range(n_layers)]
     if mt in _GEMMA and not layer_types:    # as transformers: Gemma 2 alternates, Gemma 3 has 5 local : 1 global
         every = 2 if mt == "gemma2" else int(cfg.get("sliding_window_pattern", 6))
@@ -283,6 +335,42 @@ def _windows(mt: str, cfg: Mapping[str, Any], n_layers: int) -> tuple[int | None
             raise ValueError(f"layer_types has {len(layer_types)} entries for {n_layers} layers")
         return tuple(int(sw) if t == "sliding_attention" else None for t in layer_types)
     return None
+
+
+class WindowWarning(UserWarning):
+    """A judge's ``max_length`` is above its model's trained window (``max_position_embeddings``)."""
+
+
+def judge_max_length(config, max_length: int | None) -> int:
+    """The context window a prompt judge cuts its prompts to: ``max_length``, or the model's.
+
+    The default is the model's ``max_position_embeddings`` (512 for a T5, whose relative positions have no
+    window). A ``max_length`` above it is refused where going past the window changes the maths: a config
+    marked ``hard_window`` (Phi-3's LongRoPE, kept to its original window, beyond which transformers turns
+    every position by the long factors); elsewhere (plain, linear or Llama 3 RoPE) the positions past the
+    window are computed exactly as transformers computes them, but the model was not trained there, so it
+    warns (:class:`WindowWarning`).
+
+    Args:
+        config: the model's config.
+        max_length: the window asked for, or ``None`` for the model's.
+
+    Raises:
+        ValueError: ``max_length`` not a positive int, or above a ``hard_window`` config's window.
+    """
+    window = getattr(config, "max_position_embeddings", None)
+    if max_length is None:
+        return int(window or 512)
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1 or None, got {max_length!r}")
+    if window and max_length > window:
+        if getattr(config, "hard_window", False):
+            raise ValueError(f"max_length {max_length} is above the model's window of {window} tokens: past it "
+                             f"its LongRoPE would switch to the long factors, which jaxrank does not run (the "
+                             f"logits would differ from the model's); use max_length <= {window}")
+        warnings.warn(f"max_length {max_length} is above the model's window of {window} tokens "
+                      "(max_position_embeddings): positions past it are extrapolation", WindowWarning, stacklevel=3)
+    return int(max_length)
 
 
 def attention_kernel(config: LlamaConfig, weight_dtype, backend: str | None = None) -> str:
