@@ -51,6 +51,7 @@ from jaxrank.judges.judgement import AnswerPrefixChoice, Judgement, _empty, chec
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, LabelContinuations, check_label_mass, cut_text,
                                     format_top_tokens, label_continuations, shared_split, whole_text_ids)
+from jaxrank.models.llama_config import judge_max_length
 from jaxrank.models.loading import GENERATIVE, load_model
 from jaxrank.models.partition import shard_model
 
@@ -90,7 +91,9 @@ class PromptJudge:
             accelerator (bfloat16 halves the cache there), else float32 (on a CPU
             bfloat16 elementwise work is emulated).
         max_length: context window to respect (default: the model's
-            ``max_position_embeddings``; 512 for T5).
+            ``max_position_embeddings``; 512 for T5); above the model's window
+            it is refused for LongRoPE and warned about otherwise
+            (:func:`~jaxrank.models.llama_config.judge_max_length`).
         soft_prompt: optional learnt input vectors
             (:class:`~jaxrank.judges.soft_prompt.SoftPrompt`, decoders only),
             inserted into every comparison; the judge's name then carries their key.
@@ -117,8 +120,8 @@ class PromptJudge:
         ValueError: a model without a tokenizer, an architecture that is not a
             generative judge (BERT), label words whose tokenisations do not differ,
             ``min_label_mass`` outside ``[0, 1]``, a ``mesh`` on an encoder-decoder
-            (T5), or a mesh whose ``"model"`` axis does not divide the attention
-            heads or the MLP width.
+            (T5), a mesh whose ``"model"`` axis does not divide the attention
+            heads or the MLP width, or a ``max_length`` past a LongRoPE model's window.
     """
 
     def __init__(self, model, template: PairwiseTemplate, *, chat: bool | None = None, system: str | None = None,
@@ -171,8 +174,7 @@ class PromptJudge:
             raise ValueError(f"model {model.name} has no chat template; use chat=False")
         self.system = system
         self.batch_size = int(batch_size)
-        default_len = getattr(model.config, "max_position_embeddings", None) or 512
-        self.max_length = int(max_length or default_len)
+        self.max_length = judge_max_length(model.config, max_length)
         self.min_label_mass = float(min_label_mass)
         self.strict = bool(strict)
         self.answer_prefix_choice: AnswerPrefixChoice | None = None

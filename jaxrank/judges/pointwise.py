@@ -39,6 +39,7 @@ from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, _common_prefix, check_label_mass, cut_text, format_top_tokens,
                                     label_lead, read_tokens, whole_text_ids)
 from jaxrank.judges.textgen import as_loaded, generate_texts, pad_rows
+from jaxrank.models.llama_config import judge_max_length
 from jaxrank.models.loading import GENERATIVE
 
 __all__ = ["GEvalJudge", "PointwiseResult", "pointwise_comparisons", "scores_judgement"]
@@ -138,8 +139,7 @@ class _PointwiseBase:
             raise ValueError(f"model {lm.name} has no chat template; use chat=False")
         self.system = system
         self.batch_size = int(batch_size)
-        default_len = getattr(lm.config, "max_position_embeddings", None) or 512
-        self.max_length = int(max_length or default_len)
+        self.max_length = judge_max_length(lm.config, max_length)
         self._warned = False
         self._cache_key = None
         self._cache_val = None
@@ -285,7 +285,9 @@ class GEvalJudge(_PointwiseBase):
         batch_size: candidates per forward pass.
         steps: evaluation steps to use instead of generating them.
         max_step_tokens: length limit of the generated steps.
-        max_length: context window (default: the model's ``max_position_embeddings``; 512 for T5).
+        max_length: context window (default: the model's ``max_position_embeddings``; 512 for T5); above
+            the model's window it is refused for LongRoPE and warned about otherwise
+            (:func:`~jaxrank.models.llama_config.judge_max_length`).
         min_label_mass: the score tokens' share of the model's answer (full
             vocabulary, :attr:`PointwiseResult.label_mass`) below which the judge
             warns once, naming the model's top next tokens
@@ -295,7 +297,7 @@ class GEvalJudge(_PointwiseBase):
     Raises:
         ValueError: no tokenizer, an encoder-only model, score tokens that are
             not single distinct tokens, ``min_label_mass`` outside ``[0, 1]``,
-            ``max_step_tokens < 1`` or ``batch_size < 1``.
+            ``max_step_tokens < 1``, ``batch_size < 1``, or a ``max_length`` past a LongRoPE model's window.
     """
 
     def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
