@@ -163,11 +163,22 @@ def _last_index(mask):
     return jnp.where(mask.any(1), t - 1 - jnp.argmax(mask[:, ::-1], axis=1), t - 1)
 
 
-def _embed(w, ids, vectors=None, vector_index=None):
+def _embed(w, ids, vectors=None, vector_index=None, mask=None):
     """Input embeddings ``[B, T, D]``: the embedding rows of ``ids``, and where
     ``vector_index [B, T] >= 0`` the row ``vectors[vector_index]`` instead (learnt
-    input vectors, differentiable; the ids there are ignored)."""
+    input vectors, differentiable; the ids there are ignored).
+
+    The ids of masked slots (``mask [B, T]`` false) and of learnt-vector slots are
+    read as id 0: whatever a padding slot holds (a pad id past the table, -1), its
+    row is finite, so it cannot reach real positions as ``0 * NaN`` through the
+    attention's zero weights. Real slots' ids are read as they are (an id past the
+    table there still gives a NaN row: that input is wrong)."""
     table = w["embed"]
+    if mask is not None or vectors is not None:
+        keep = jnp.ones(ids.shape, bool) if mask is None else mask.astype(bool)
+        if vectors is not None:
+            keep = keep & (vector_index < 0)
+        ids = jnp.where(keep, ids, 0)
     x = _quant_rows(table, ids) if isinstance(table, QuantisedWeight) else jnp.take(table, ids, axis=0)
     if vectors is None:
         return x
@@ -312,7 +323,7 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     # the residual stream in float32 whatever the weights' dtype: low-precision weights enter only the
     # matrix products (``_lin``), the norms, rotary embedding and softmax stay float32 (on XLA:CPU
     # elementwise bfloat16 is emulated, and a bf16 stream made the judge 0.74x float32's speed)
-    x = _embed(w, ids, vectors, vector_index).astype(jnp.float32)
+    x = _embed(w, ids, vectors, vector_index, mask=mask).astype(jnp.float32)
     if cfg.embed_scale != 1.0:       # Gemma: sqrt(hidden), on token rows and learnt vectors alike
         x = x * jnp.float32(cfg.embed_scale)
     last = _last_index(mask)

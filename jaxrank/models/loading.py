@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import struct
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,8 @@ class LoadedModel:
         architecture: ``model_type`` (a key of :data:`ARCHITECTURES`).
         path: where the weights were read.
         eos_token_ids: every id that ends generation.
-        pad_token_id: padding id (any id works with a mask).
+        pad_token_id: padding id, always a row of the embedding table (:func:`load_model` replaces one
+            past it); the Llama-family decoders read masked slots as id 0 whatever they hold.
     """
 
     model: Any
@@ -237,6 +239,23 @@ def _check_vocabulary(tok, rows: int, where) -> None:
                          "weights")
 
 
+def _pad_id(candidates, eos: tuple[int, ...], rows: int | None, where) -> int:
+    """The padding id: the first int of ``candidates`` (the tokenizer's, then ``config.json``'s), else the
+    first end-of-sequence id, else 0. One outside the embedding table (``config.json``'s ``pad_token_id``
+    ``>= vocab_size``, or -1, as some hub configs carry) is replaced, with a warning, by the first
+    end-of-sequence id inside the table (else 0): a pad id indexes the table wherever padding is built
+    (prefix caches, batch rows), and a row past it is NaN."""
+    pad = next((p for p in candidates if isinstance(p, int) and not isinstance(p, bool)), None)
+    fallback = next((e for e in eos if rows is None or 0 <= e < rows), 0)
+    if pad is None:
+        return fallback
+    if rows is not None and not 0 <= pad < rows:
+        warnings.warn(f"{where}: pad_token_id {pad} is outside the embedding table's {rows} rows; "
+                      f"padding with id {fallback} instead", stacklevel=3)
+        return fallback
+    return pad
+
+
 def _eos_ids(*values) -> tuple[int, ...]:
     ids: set[int] = set()
     for v in values:
@@ -312,8 +331,8 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
         gen = json.loads((d / "generation_config.json").read_text())
     eos = _eos_ids(gen.get("eos_token_id"), cfg.get("eos_token_id"),
                    getattr(tok, "eos_token_id", None))
-    pad = next((p for p in (getattr(tok, "pad_token_id", None), cfg.get("pad_token_id"))
-                if isinstance(p, int)), eos[0] if eos else 0)
+    pad = _pad_id((getattr(tok, "pad_token_id", None), cfg.get("pad_token_id")), eos,
+                  getattr(config, "vocab_size", None), d)
     return LoadedModel(model, config, tok, getattr(tok, "chat_template", None), name, mt, d, eos, pad)
 
 
@@ -334,10 +353,9 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from e
     sp = gguf.special_tokens(meta)
-    pad = getattr(tok, "pad_token_id", None)
+    pad = _pad_id((getattr(tok, "pad_token_id", None),), tuple(sp["eos_ids"]), cfg["vocab_size"], p)
     return LoadedModel(model, config, tok, meta.get("tokenizer.chat_template"), name,
-                       cfg["model_type"], p, sp["eos_ids"],
-                       pad if isinstance(pad, int) else (sp["eos_ids"] or (0,))[0])
+                       cfg["model_type"], p, sp["eos_ids"], pad)
 
 
 def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer: bool = True,
