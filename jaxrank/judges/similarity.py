@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 import warnings
 from typing import Callable, Sequence
@@ -52,7 +53,7 @@ from flax import nnx
 
 from jaxrank.judges._buckets import bucket
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.models.bert import embed_packed
+from jaxrank.models.bert import embed_packed, sentence_transformer_settings
 from jaxrank.models.loading import load_model
 
 __all__ = ["SimilarityJudge", "EncoderStats"]
@@ -94,6 +95,35 @@ class EncoderStats:
     cache_hits: int = 0
 
 
+def _folder_pooling(model, pooling: str | None) -> str:
+    """The pooling a judge runs: ``pooling``, or (``None``) the model folder's sentence-transformers pooling
+    (``"mean"`` without one); warns when a given ``pooling`` differs from the folder's."""
+    path = getattr(model, "path", None)
+    is_dir = False
+    try:
+        is_dir = path is not None and os.path.isdir(path)
+    except TypeError:
+        pass
+    own, why = "mean", None
+    is_st = is_dir and any(os.path.exists(os.path.join(path, f)) for f in ("modules.json", "1_Pooling"))
+    if is_st:
+        try:
+            own = sentence_transformer_settings(path)["pooling"]
+        except ValueError as e:
+            if pooling is None:
+                raise ValueError(f"{path}: {e}; pass pooling= to choose one") from e
+            why = str(e)
+    if pooling is None:
+        return own
+    if why is not None:
+        warnings.warn(f"pooling={pooling!r}: the sentence-transformers pooling of {path} cannot be read ({why}); "
+                      "the embeddings may not be the model's own", stacklevel=3)
+    elif pooling != own and is_st:
+        warnings.warn(f"pooling={pooling!r} differs from {path}'s sentence-transformers pooling {own!r}: "
+                      "the embeddings are not the model's own (pooling=None uses the folder's)", stacklevel=3)
+    return pooling
+
+
 class SimilarityJudge:
     """``p = sigmoid(k (cos(A, context) - cos(B, context)))`` with sentence embeddings.
 
@@ -110,7 +140,11 @@ class SimilarityJudge:
         batch_size: rows per encoder pass; a row holds ``row_length`` tokens (``max_length`` rounded up
             to a bucket of :data:`~jaxrank.judges._buckets.BUCKETS`), as many texts as fit (at most
             ``texts_per_row``), so a pass reads ``batch_size * row_length`` tokens of any mix of texts.
-        pooling: ``"mean"`` (default), ``"cls"``, ``"max"`` or ``"mean_sqrt_len"``.
+        pooling: ``"mean"``, ``"cls"``, ``"max"`` or ``"mean_sqrt_len"``; ``None`` (the default): the
+            model folder's sentence-transformers pooling (``1_Pooling/config.json``, through
+            :func:`~jaxrank.models.bert.sentence_transformer_settings`; ``"mean"`` where the folder has
+            none, as for a bare BERT checkpoint or a GGUF file). A pooling given that differs from the
+            folder's warns (the embeddings are then not the model's own).
         cache_size: embeddings kept (the oldest are dropped beyond it; 384 floats each for MiniLM).
 
     Attributes:
@@ -124,13 +158,15 @@ class SimilarityJudge:
 
     Raises:
         ValueError: a model that is not a BERT encoder or has no tokenizer; ``k <= 0``; a
-            ``batch_size``, ``max_length`` or ``cache_size`` out of range; an unknown ``pooling``.
+            ``batch_size``, ``max_length`` or ``cache_size`` out of range; an unknown ``pooling``;
+            ``pooling=None`` on a folder whose sentence-transformers pooling jaxrank does not run
+            (several modes at once).
     """
 
     chunk = 4096
 
     def __init__(self, model="minilm-l6", *, k: float = 20.0, max_length: int = 256, batch_size: int = 8,
-                 pooling: str = "mean", cache_size: int = 65536):
+                 pooling: str | None = None, cache_size: int = 65536):
         if not hasattr(model, "model"):
             model = load_model(model)
         if model.architecture != "bert":
@@ -143,8 +179,9 @@ class SimilarityJudge:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
-        if pooling not in ("mean", "cls", "max", "mean_sqrt_len"):
-            raise ValueError(f"pooling must be 'mean', 'cls', 'max' or 'mean_sqrt_len', got {pooling!r}")
+        if pooling not in (None, "mean", "cls", "max", "mean_sqrt_len"):
+            raise ValueError(f"pooling must be None, 'mean', 'cls', 'max' or 'mean_sqrt_len', got {pooling!r}")
+        pooling = _folder_pooling(model, pooling)
         limit = int(getattr(model.config, "max_position_embeddings", 512))
         if not 2 < max_length <= limit:
             raise ValueError(f"max_length must be in (2, {limit}], got {max_length}")
