@@ -67,8 +67,9 @@ def test_our_own_format_probabilities_outcomes_weights_contexts(tmp_path):
     t = read_comparisons(_write_csv(tmp_path / "ours.csv", rows, ["context", "item_a", "item_b", "p", "weight"]))
     assert t.contexts == ["c1", "c2"] and t.items == [["x", "y", "z"], ["z", "x"]]
     c = t.comparisons
-    np.testing.assert_array_equal(np.asarray(c.i), [[0, 1], [0, 0]])
-    np.testing.assert_array_equal(np.asarray(c.j), [[1, 2], [1, 0]])
+    # the second context's padding slot is a self-pair of weight 0 (slot 1 mod its own items)
+    np.testing.assert_array_equal(np.asarray(c.i), [[0, 1], [0, 1]])
+    np.testing.assert_array_equal(np.asarray(c.j), [[1, 2], [1, 1]])
     np.testing.assert_allclose(np.asarray(c.p), [[0.8, 0.25], [0.0, 0.5]])
     np.testing.assert_allclose(np.asarray(c.weight), [[2.0, 1.0], [0.5, 0.0]])  # padding has weight 0
     rows = [("x", "y", "win"), ("y", "z", "loss"), ("x", "z", "draw"), ("z", "y", "a"), ("y", "x", "0.5")]

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 import reference
 from jaxrank import cli
+from jaxrank.assessment._report_stats import RANK_SCORE_PRIOR
 from jaxrank.data import from_records, label_matrix, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,12 +225,21 @@ def test_assess_without_human_scores_ranks_with_intervals(tmp_path, monkeypatch,
         i = np.array([ids.index(r["a"]) for r in mine])
         j = np.array([ids.index(r["b"]) for r in mine])
         p = np.array([r["p"] for r in mine])
-        s, _ = reference.soft_bt(i, j, p, np.ones(len(p)), 4)
+        # the report's ranking: the MAP under its weak prior N(0, 1/lam) on each score, and the Laplace
+        # covariance of the centred scores (SciPy and NumPy, independently of jaxrank)
+        lam = RANK_SCORE_PRIOR
+
+        def neg_log_post(z):
+            d = z[i] - z[j]
+            return (p * np.logaddexp(0, -d) + (1 - p) * np.logaddexp(0, d)).sum() + lam / 2 * z @ z
+
+        s = optimize.minimize(neg_log_post, np.zeros(4), method="BFGS", options={"gtol": 1e-10}).x
         q = 1 / (1 + np.exp(-(s[i] - s[j])))
         h = np.zeros((4, 4))
         for a, b, v in zip(i, j, q * (1 - q)):
             h[a, a] += v; h[b, b] += v; h[a, b] -= v; h[b, a] -= v
-        se = np.sqrt(np.diag(np.linalg.pinv(h)))
+        centre = np.eye(4) - 1.0 / 4
+        se = np.sqrt(np.diag(centre @ np.linalg.inv(h + lam * np.eye(4)) @ centre))
         rows = _table(report.split(f"## Context {cid}")[1], "| rank |")[1:]
         assert [r[1] for r in rows] == [ids[k] for k in np.argsort(-s, kind="stable")]
         for r in rows:
