@@ -9,6 +9,7 @@ prefix cache extended (transformers' full forward on the same ids), the window, 
 
 import numpy as np
 import pytest
+from tiny_lm import torch_random_checkpoint
 
 from jaxrank.models.llama import LlamaConfig
 from jaxrank.models.loading import load_model
@@ -32,14 +33,8 @@ def _rope(seed=0, **kw):
 @pytest.fixture(scope="module")
 def phi(tmp_path_factory):
     cfg = transformers.Phi3Config(**BASE, rope_parameters=_rope())
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            p.copy_((1.0 if n.endswith("norm.weight") else 0.0) + 0.2 * torch.randn_like(p))
     d = tmp_path_factory.mktemp("phi3") / "longrope"
-    m.save_pretrained(d)
+    m = torch_random_checkpoint(cfg, d)
     return m, load_model(d)
 
 

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st_h
 
 from jaxrank import metrics as M
+from test_metrics import _brute_pairwise_accuracy
 
 INF = np.inf
 
@@ -59,29 +60,14 @@ def test_spearman_with_infinite_ties_matches_scipy(x, y):
                                rtol=1e-5)
 
 
-def _hand_pairwise(x, y):
-    """Pairs with different gold: 1 if pred orders them the same way, 1/2 if pred ties them."""
-    right = total = 0.0
-    for a in range(len(x)):
-        for b in range(a + 1, len(x)):
-            if y[a] == y[b]:
-                continue
-            total += 1
-            if x[a] == x[b]:
-                right += 0.5
-            elif (x[a] > x[b]) == (y[a] > y[b]):
-                right += 1
-    return right / total
-
-
 @pytest.mark.parametrize("x, y", INF_CASES)
 @pytest.mark.parametrize("path", ["host", "jit"])
 def test_pairwise_accuracy_counts_an_infinite_tie_as_half(x, y, path):
     x, y = np.array(x), np.array(y)
     f = M.pairwise_accuracy if path == "host" else _jit("pairwise_accuracy")
-    np.testing.assert_allclose(float(f(x, y)), _hand_pairwise(x, y), rtol=1e-6)
+    np.testing.assert_allclose(float(f(x, y)), _brute_pairwise_accuracy(x, y), rtol=1e-6)
     if path == "host" and x[0] == x[1] == INF:
-        assert _hand_pairwise(x, y) == pytest.approx(5.5 / 6)         # the reviewer's case: 5 right + a half
+        assert _brute_pairwise_accuracy(x, y) == pytest.approx(5.5 / 6)         # the reviewer's case: 5 right + a half
 
 
 def test_context_mean_keeps_a_context_with_infinite_ties():

@@ -12,6 +12,7 @@ import types
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tiny_lm import torch_random_checkpoint
 
 from jaxrank.judges._forward import padded
 from jaxrank.models._llama_core import _embed
@@ -28,14 +29,8 @@ def qwen3(tmp_path_factory):
     cfg = transformers.Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                    max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=EOS)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            p.copy_((1.0 if n.endswith("norm.weight") else 0.0) + 0.2 * torch.randn_like(p))
     d = tmp_path_factory.mktemp("qwen3") / "m"
-    m.save_pretrained(d)
+    m = torch_random_checkpoint(cfg, d)
     return m, d
 
 

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from tiny_lm import OFFSET, ByteTokenizer, tiny_lm
+from tiny_lm import OFFSET, ByteTokenizer, tiny_lm, torch_random_checkpoint
 
 from jaxrank.judges.pairwise import PromptJudge
 from jaxrank.judges.pointwise import GEvalJudge
@@ -33,14 +33,8 @@ def longrope(tmp_path_factory):
                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                                   original_max_position_embeddings=ORIG, rope_parameters=rope,
                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            p.copy_((1.0 if n.endswith("norm.weight") else 0.0) + 0.2 * torch.randn_like(p))
     d = tmp_path_factory.mktemp("phi3") / "longrope"
-    m.save_pretrained(d)
+    m = torch_random_checkpoint(cfg, d)
     lm = load_model(d, tokenizer=False)
     return m, dataclasses.replace(lm, tokenizer=ByteTokenizer())
 

@@ -59,3 +59,19 @@ def tiny_llama_like(lm: LoadedModel, *, seed: int) -> LoadedModel:
                                    max_position_embeddings=4096, rope_theta=1e4, tie_word_embeddings=True,
                                    model_type="llama"))
     return dataclasses.replace(lm, model=LlamaModel(cfg, rngs=nnx.Rngs(seed)), config=cfg, name="tiny")
+
+
+def torch_random_checkpoint(cfg, folder):
+    """A ``transformers`` causal LM of ``cfg`` (eager attention) with seeded random weights (norm gains near 1,
+    the rest ``N(0, 0.2^2)``), saved to ``folder``: the independent reference of a parity test. Returns the model."""
+    import torch            # deferred: the test extra's, and only the parity tests need it
+    import transformers
+
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    m = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_((1.0 if n.endswith("norm.weight") else 0.0) + 0.2 * torch.randn_like(p))
+    m.save_pretrained(folder)
+    return m
