@@ -108,16 +108,22 @@ def _run(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
-def _alternatives(choice: dict, endpoint: str) -> list[tuple[str, float]] | None:
+def _alternatives(choice: dict, endpoint: str | None = None) -> list[tuple[str, float]] | None:
     """The ``(token, logprob)`` alternatives of the first answer token, best first; ``None`` when the server
     returns no log-probabilities, ``[]`` when it returns them for no token (the answer ended at once: a
-    server such as llama.cpp's gives none for an end-of-text token)."""
+    server such as llama.cpp's gives none for an end-of-text token).
+
+    Both shapes are read on either endpoint (``endpoint`` is not needed to tell them apart): the chat shape
+    ``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}, ...]}]}``, which OpenAI's chat
+    API and llama.cpp's ``llama-server`` on ``/v1/completions`` too return, and the legacy completions shape
+    ``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob, ...}]}`` (OpenAI, vLLM, llama-cpp-python).
+    """
     lp = choice.get("logprobs")
     if lp is None:
         return None
     if not lp:
         return []
-    if endpoint == "chat":                      # {"content": [{"token", "logprob", "top_logprobs": [...]}]}
+    if "content" in lp:                         # {"content": [{"token", "logprob", "top_logprobs": [...]}]}
         content = lp.get("content") or []
         if not content:
             return []

@@ -1,0 +1,150 @@
+"""How the server judges read replies, and their request plumbing, against a fake OpenAI-compatible server.
+
+The server here (:class:`Fake`, ``http.server`` in a thread) answers with hand-written replies in both shapes the
+judges meet: the chat shape ``logprobs.content[0].top_logprobs`` (OpenAI's chat API; llama.cpp's ``llama-server``
+on ``/v1/completions`` as well) and the legacy completions shape (``top_logprobs`` as a list of dicts). It verifies
+the reply parsing and the retry, timeout and validation plumbing, not a real llama.cpp server: the real-server
+tests are tests/test_server_judge.py and tests/test_server_keys.py, which CI runs with llama-cpp-python. It needs
+no llama_cpp, so it runs everywhere. Every expected value is computed by hand from the probabilities served.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from jaxrank.judges.prompts import pairwise_template, pointwise_template
+from jaxrank.judges.server import ServerGEvalJudge, ServerJudge
+
+TEMPLATE = pairwise_template("summeval", "coherence")        # labels "A", "B"; no answer prefix
+POINTWISE = pointwise_template("coherence")                    # scores "1" .. "5"
+
+
+class Fake:
+    """An OpenAI-compatible server on 127.0.0.1 answering what its attributes say.
+
+    Attributes:
+        alts: the ``(token, probability)`` alternatives of the one answer token, most likely first.
+        shape: ``"chat"`` (``logprobs.content``) or ``"legacy"`` (``top_logprobs`` list of dicts) for the replies.
+        models: the ``/models`` entries.
+        statuses: statuses answered (in order, one per request) before a normal answer.
+        body: a raw 200 body answered instead of a normal answer (``None``: normal answers).
+        delay: seconds slept before each normal answer; ``trickle``: seconds between the bytes of a body.
+        posts: the POST requests' JSON bodies, in arrival order.
+    """
+
+    def __init__(self):
+        self.alts = [("A", 0.6), ("B", 0.3), ("The", 0.1)]
+        self.shape = "chat"
+        self.models = [{"id": "m", "object": "model"}]
+        self.statuses: list[int] = []
+        self.body: str | None = None
+        self.delay = self.trickle = 0.0
+        self.posts: list[dict] = []
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: str):
+                data = body.encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    if fake.trickle:
+                        for k in range(len(data)):
+                            self.wfile.write(data[k:k + 1])
+                            self.wfile.flush()
+                            time.sleep(fake.trickle)
+                    else:
+                        self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):     # the client gave up (a timeout test)
+                    pass
+
+            def do_GET(self):
+                if self.path.endswith("/models"):
+                    return self._send(200, json.dumps({"object": "list", "data": fake.models}))
+                self._send(404, "{}")
+
+            def do_POST(self):
+                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                with fake.lock:
+                    fake.posts.append(req)
+                    status = fake.statuses.pop(0) if fake.statuses else None
+                if status is not None:
+                    return self._send(status, json.dumps({"error": {"message": f"status {status}"}}))
+                if fake.body is not None:
+                    return self._send(200, fake.body)
+                if fake.delay:
+                    time.sleep(fake.delay)
+                self._send(200, json.dumps(fake.reply(self.path.endswith("/chat/completions"))))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def reply(self, chat: bool) -> dict:
+        alts = [(t, math.log(p)) for t, p in self.alts]
+        first = alts[0][0] if alts else ""
+        if self.shape == "chat":
+            lp = {"content": [{"token": first, "logprob": alts[0][1] if alts else 0.0,
+                               "top_logprobs": [{"token": t, "logprob": v} for t, v in alts]}]}
+        else:
+            lp = {"tokens": [first], "token_logprobs": [alts[0][1] if alts else 0.0],
+                  "top_logprobs": [dict(alts)], "text_offset": [0]}
+        choice = {"index": 0, "logprobs": lp, "finish_reason": "length"}
+        choice.update({"message": {"role": "assistant", "content": first}} if chat else {"text": first})
+        return {"model": "m", "choices": [choice], "usage": {"prompt_tokens": 10, "completion_tokens": 1}}
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake():
+    f = Fake()
+    yield f
+    f.close()
+
+
+def _judge(url, **kw):
+    kw.setdefault("logprobs", True)
+    kw.setdefault("min_label_mass", 0.0)
+    return ServerJudge(url, "m", TEMPLATE, **kw)
+
+
+# ----------------------------------------------------------------------------------------------- reply shapes
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+@pytest.mark.parametrize("shape", ["chat", "legacy"])
+def test_both_logprob_shapes_are_read_on_both_endpoints(fake, endpoint, shape):
+    """A 0.6, B 0.3, "The" 0.1: p = 0.6 / 0.9 = 2/3 and the label mass 0.9, whichever shape the reply has
+    (llama-server answers /v1/completions in the chat shape)."""
+    fake.shape = shape
+    res = _judge(fake.url, endpoint=endpoint).compare("ctx", ["x", "y"], [0, 1], [1, 0])
+    np.testing.assert_allclose(res.p, [2 / 3, 2 / 3], rtol=1e-6)
+    np.testing.assert_allclose(res.label_mass, [0.9, 0.9], rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", ["chat", "legacy"])
+def test_geval_reads_both_shapes_on_completions(fake, shape):
+    """Scores 4 (0.6), 3 (0.3), 5 (0.05), "x" (0.05): score = (4 .6 + 3 .3 + 5 .05) / .95 (g-eval eq. 1)."""
+    fake.shape = shape
+    fake.alts = [("4", 0.6), ("3", 0.3), ("5", 0.05), ("x", 0.05)]
+    res = ServerGEvalJudge(fake.url, "m", POINTWISE, endpoint="completions", steps="s",
+                           min_label_mass=0.0).score("ctx", ["a"])
+    np.testing.assert_allclose(res.scores, [(4 * .6 + 3 * .3 + 5 * .05) / .95], rtol=1e-6)
