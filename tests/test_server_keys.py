@@ -92,7 +92,7 @@ def test_a_model_changing_mid_run_is_refused(server, tmp_path):
 
 
 def test_top_logprobs_and_chat_template_tokens_are_in_the_key(server):
-    """Both change p (one alternative: an absent label is bounded by the one returned), so both change the key;
+    """Both change p (one alternative: an absent label is bounded by it and by 1 - its probability), so both change the key;
     their defaults leave the key as it was."""
     ctx, cands = TEXTS.texts[0], TEXTS.candidates[0]
     default, one = _judge(server.url), _judge(server.url, top_logprobs=1)

@@ -148,3 +148,49 @@ def test_geval_reads_both_shapes_on_completions(fake, shape):
     res = ServerGEvalJudge(fake.url, "m", POINTWISE, endpoint="completions", steps="s",
                            min_label_mass=0.0).score("ctx", ["a"])
     np.testing.assert_allclose(res.scores, [(4 * .6 + 3 * .3 + 5 * .05) / .95], rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ absent labels
+def test_an_absent_label_is_bounded_by_what_the_returned_leave(fake):
+    """A 0.6 and "The" 0.3 returned: P(B) <= min(0.3, 1 - 0.9) = 0.1, so p = 0.6 / 0.7; the label mass 0.6.
+    (The smallest returned probability alone, 0.3, gave p = 2/3.)"""
+    fake.alts = [("A", 0.6), ("The", 0.3)]
+    with pytest.warns(Warning) as record:
+        res = _judge(fake.url, endpoint="chat").compare("ctx", ["x", "y"], [0], [1])
+    np.testing.assert_allclose(res.p, [0.6 / 0.7], rtol=1e-6)
+    np.testing.assert_allclose(res.label_mass, [0.6], rtol=1e-6)
+    np.testing.assert_allclose(res.logits[0], np.log([0.6, 0.1]), rtol=1e-5)
+    from jaxrank.judges.server import TopLogprobsWarning
+    assert not any(issubclass(w.category, TopLogprobsWarning) for w in record)   # two alternatives: no warning
+
+
+@pytest.mark.parametrize("shape", ["chat", "legacy"])
+def test_a_single_returned_alternative_is_bounded_and_warned(fake, shape):
+    """Only the chosen token comes back (the server ignores top_logprobs): A 0.9 gives P(B) <= 0.1 and p = 0.9
+    (was 1/2: the absent label took the smallest returned probability, A's own); B 0.8 alone gives p = 0.2 / 1.
+    A TopLogprobsWarning says so, once."""
+    from jaxrank.judges.server import TopLogprobsWarning
+    fake.shape = shape
+    judge = _judge(fake.url, endpoint="chat")
+    fake.alts = [("A", 0.9)]
+    with pytest.warns(TopLogprobsWarning, match="single alternative"):
+        res = judge.compare("ctx", ["x", "y"], [0], [1])
+    np.testing.assert_allclose(res.p, [0.9], rtol=1e-6)
+    fake.alts = [("B", 0.8)]
+    import warnings
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        res = judge.compare("ctx2", ["x", "y"], [0], [1])
+    np.testing.assert_allclose(res.p, [0.2 / (0.2 + 0.8)], rtol=1e-6)
+    assert not any(issubclass(w.category, TopLogprobsWarning) for w in record)   # warned once per judge
+
+
+def test_a_certain_label_leaves_nothing_for_the_other(fake):
+    """A returned with probability 1: the other label's bound is 0, floored at 1e-12 so its log stays finite;
+    p = 1 / (1 + 1e-12)."""
+    fake.alts = [("A", 1.0)]
+    with pytest.warns(Warning):
+        res = _judge(fake.url, endpoint="chat").compare("ctx", ["x", "y"], [0], [1])
+    assert np.isfinite(res.logits).all()
+    np.testing.assert_allclose(res.logits[0], [0.0, math.log(1e-12)], rtol=1e-5)
+    np.testing.assert_allclose(res.p, [1.0], atol=1e-7)

@@ -12,13 +12,19 @@ import json
 import math
 import os
 import random
+import warnings
 from typing import Sequence
 
 import httpx
 import numpy as np
 
-SERVER_READING_VERSION = "server-top-logprobs-1"
-"""How a server judge reads the answer; part of its ``template_key``."""
+SERVER_READING_VERSION = "server-top-logprobs-2"
+"""How a server judge reads the answer; part of its ``template_key``. Version 2 (11-27): both log-probability
+shapes on both endpoints, and an absent label bounded by ``1 -`` the returned mass (version 1 read llama-server's
+completions as ``p = 1/2`` and gave an absent label the smallest returned probability)."""
+
+ABSENT_FLOOR = 1e-12
+"""The least probability an absent label is given, so that its log-probability stays finite."""
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 """HTTP statuses retried with backoff (others are errors at once)."""
@@ -38,6 +44,11 @@ class ServerReading:
     kind: str
     texts: tuple[str, str]
     note: str
+
+
+class TopLogprobsWarning(UserWarning):
+    """A server returned a single alternative for an answer token (it ignores ``top_logprobs``, or
+    ``top_logprobs=1``): a label absent from it is only bounded by ``1 -`` that alternative's probability."""
 
 
 class ServerError(OSError):
@@ -221,6 +232,7 @@ class _ServerBase:
         self.answering_model: str | None = None      # the model the answers name ("" when they name none)
         self._answers: dict[str, dict] = {}
         self._mass_warned = False
+        self._few_warned = False
 
     # ----------------------------------------------------------------- naming
     @property
@@ -424,14 +436,34 @@ class _ServerBase:
         return {**prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": self.top_logprobs}
 
     def _read_words(self, alternatives, words: Sequence[str]) -> tuple[np.ndarray, float | None]:
-        """``(P(word) for each word, smallest returned probability)`` from one answer's alternatives."""
+        """``(P(word) for each word, bound)`` from one answer's alternatives, where ``bound`` is the most an
+        absent word can hold: ``min(smallest returned probability, max(0, 1 - sum of the returned ones))``
+        (it is not returned, so it is at most the smallest one returned, and at most what they leave);
+        ``None`` without alternatives."""
         probs = np.zeros(len(words))
         for tok, lp in alternatives:
             w = tok.strip()
             for k, word in enumerate(words):
                 if w == word:
                     probs[k] += math.exp(lp)
-        return probs, (math.exp(alternatives[-1][1]) if alternatives else None)
+        if not alternatives:
+            return probs, None
+        returned = [math.exp(v) for _, v in alternatives]
+        return probs, min(returned[-1], max(0.0, 1.0 - math.fsum(returned)))
+
+    def _warn_few_alternatives(self, alternatives: Sequence[list]) -> None:
+        """Warn once when an answer came with a single alternative (:class:`TopLogprobsWarning`)."""
+        few = sum(1 for a in alternatives if len(a) == 1)
+        if not few or self._few_warned:
+            return
+        self._few_warned = True
+        warnings.warn(
+            f"judge {self.name} at {self.base_url}: {few} of {len(alternatives)} answer(s) came with a single "
+            f"alternative for the first answer token (top_logprobs={self.top_logprobs} asked for): the server "
+            "ignores top_logprobs or gives fewer. A label (or score) not returned is then only bounded by 1 - the "
+            "returned probability, so the reading rests on that bound; use a server that returns the top "
+            "alternatives (llama.cpp's, vLLM) for the labels' own probabilities.",
+            TopLogprobsWarning, stacklevel=3)
 
     @staticmethod
     def _format_alternatives(alternatives) -> str:

@@ -15,9 +15,16 @@ whitespace, is the label word (``"A"`` and ``" A"`` alike), so
 their share of the answer *among the returned alternatives*: a lower bound
 of the mass over the whole vocabulary when ``top_logprobs`` is truncated (a
 spelling of a label outside the top alternatives is not seen). A label that is
-not among the alternatives at all is given the smallest returned probability,
-an upper bound of its own, so ``p`` leans towards 1/2 rather than to 0 or 1;
-with neither label returned ``p = 1/2``. Below ``min_label_mass`` the judge
+not among the alternatives at all is given an upper bound of its probability,
+``min(smallest returned probability, max(0, 1 - sum of the returned ones))``
+(at least ``1e-12``), so ``p`` leans towards 1/2 rather than to 0 or 1 (A 0.6
+and "The" 0.3 returned: ``P(B) <= 0.1``, ``p >= 0.6 / 0.7``); with neither
+label returned ``p = 1/2``. A server that returns a single alternative (one
+that ignores ``top_logprobs``) leaves only that bound: the judge warns once
+(:class:`TopLogprobsWarning`). Both shapes of returned log-probabilities are
+read on both endpoints (the chat shape ``logprobs.content``, which
+llama.cpp's ``llama-server`` gives on ``/v1/completions`` too, and the legacy
+completions shape). Below ``min_label_mass`` the judge
 warns once with the alternatives it saw
 (:class:`~jaxrank.judges.reading.LabelMassWarning`; ``strict=True`` raises
 :class:`~jaxrank.judges.reading.LabelMassError`), as the local judges do.
@@ -79,12 +86,12 @@ from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, LabelMassWarning, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
 from jaxrank.judges._server_client import (  # noqa: F401  (re-exported)
-    RETRY_STATUSES, SERVER_READING_VERSION, ServerError, ServerReading, ServerUsage, _ServerBase,
-    _alternatives, _text, render_chat_template)
+    ABSENT_FLOOR, RETRY_STATUSES, SERVER_READING_VERSION, ServerError, ServerReading, ServerUsage,
+    TopLogprobsWarning, _ServerBase, _alternatives, _text, render_chat_template)
 from jaxrank.judges._server_paraphraser import ServerParaphraser  # noqa: F401  (re-exported)
 
-__all__ = ["ServerJudge", "ServerGEvalJudge", "ServerParaphraser", "ServerError", "ServerUsage", "ServerReading", "render_chat_template",
-           "RETRY_STATUSES", "SERVER_READING_VERSION"]
+__all__ = ["ServerJudge", "ServerGEvalJudge", "ServerParaphraser", "ServerError", "ServerUsage", "ServerReading",
+           "TopLogprobsWarning", "render_chat_template", "RETRY_STATUSES", "SERVER_READING_VERSION"]
 
 DEFAULT_TOP_LOGPROBS = 20
 """The alternatives a server judge asks for by default (``top_logprobs``)."""
@@ -278,17 +285,18 @@ class ServerJudge(_ServerBase):
                 raise ServerError(f"server {self.base_url} returned no log-probabilities for model {self.model!r}; "
                                   "use logprobs='auto' or False to read sampled answers (LCA eq. 4-5)")
             alts.append(alt)
-            probs, floor = self._read_words(alt, self.template.labels)
+            probs, bound = self._read_words(alt, self.template.labels)
             mass[r] = probs.sum()
             seen = probs > 0
             ever |= seen
-            if seen.any() and not seen.all():           # an absent label: at most the smallest returned alternative
-                probs[~seen] = min(floor, probs[seen].min())
+            if seen.any() and not seen.all():           # an absent label: at most its upper bound (module docstring)
+                probs[~seen] = max(bound, ABSENT_FLOOR)
             logp[r] = np.log(probs) if seen.any() else (0.0, 0.0)
             pr = [math.exp(v) for _, v in alt[:5]]
             top[r, :len(pr)] = pr
         p = (1.0 / (1.0 + np.exp(logp[:, 1] - logp[:, 0]))).astype(np.float32)
         self._warn_absent_labels(ever, len(datas))
+        self._warn_few_alternatives(alts)
         if mass.size and (mass < self.min_label_mass).any():
             worst = int(np.argmin(mass))
             given = check_label_mass(
@@ -313,8 +321,8 @@ class ServerJudge(_ServerBase):
             f"judge {self.name} at {self.base_url}: label(s) {missing} never among the top-{self.top_logprobs} "
             f"alternatives of the first answer token in {answers} answer(s). A label the served model writes as "
             "several tokens (' Nope' = ' N' + 'ope') is never matched there, and an absent label's probability is "
-            "bounded by the smallest returned alternative, so p sits near 0 or 1. Use labels that are one token "
-            "each, with shared words in the answer prefix.", LabelMassWarning, stacklevel=3)
+            "bounded by the smallest returned alternative (and 1 - their sum), so p sits near 0 or 1. Use labels "
+            "that are one token each, with shared words in the answer prefix.", LabelMassWarning, stacklevel=3)
 
     def _sampled(self, prompts: list[dict], progress) -> Judgement:
         """Eq. 4-5: ``p`` = the share of ``num_samples`` answers naming A (neither counts 1/2)."""
@@ -447,6 +455,7 @@ class ServerGEvalJudge(_ServerBase):
             q, _ = self._read_words(alt, [str(x) for x in self.template.scores])
             mass[r] = q.sum()
             probs[r] = q / q.sum() if q.sum() > 0 else np.full(s, 1.0 / s)
+        self._warn_few_alternatives(alts)
         if mass.size and (mass < self.min_label_mass).any():
             worst = int(np.argmin(mass))
             given = check_label_mass(
