@@ -194,3 +194,25 @@ def test_a_certain_label_leaves_nothing_for_the_other(fake):
     assert np.isfinite(res.logits).all()
     np.testing.assert_allclose(res.logits[0], [0.0, math.log(1e-12)], rtol=1e-5)
     np.testing.assert_allclose(res.p, [1.0], atol=1e-7)
+
+
+# ------------------------------------------------------------------------------------------------- store keys
+def _meta_hash(entry: dict) -> str:
+    import hashlib
+    what = json.dumps({"meta": entry["meta"], "owned_by": entry.get("owned_by")}, sort_keys=True)
+    return hashlib.sha1(what.encode()).hexdigest()[:8]
+
+
+def test_two_models_behind_one_alias_get_two_keys(fake):
+    """llama-server lists each GGUF's ``meta`` under ``/models``: two models served as "m" at one URL differ in
+    the fingerprint by a hash of it; an entry without ``meta`` keeps the plain ``url|m|m`` key."""
+    small = {"id": "m", "object": "model", "owned_by": "llamacpp",
+             "meta": {"n_params": 134515008, "size": 100000000, "n_vocab": 49152}}
+    large = {**small, "meta": {"n_params": 1543714304, "size": 986046464, "n_vocab": 151936}}
+    fake.models = [small]
+    a = _judge(fake.url, endpoint="chat").fingerprint
+    fake.models = [large]
+    b = _judge(fake.url, endpoint="chat").fingerprint
+    assert a == f"{fake.url}|m|m#{_meta_hash(small)}" and b == f"{fake.url}|m|m#{_meta_hash(large)}" and a != b
+    fake.models = [{"id": "m", "object": "model", "owned_by": "me"}]           # llama-cpp-python, hosted APIs
+    assert _judge(fake.url, endpoint="chat").fingerprint == f"{fake.url}|m|m"

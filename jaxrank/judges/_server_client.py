@@ -251,7 +251,10 @@ class _ServerBase:
         the answers name another model.
 
         The served id is what ``GET /models`` lists for :attr:`model` (with vLLM's ``root``, the weights behind a
-        served name: ``id@root``). The answering model is the ``model`` field of the server's answers: a hosted
+        served name: ``id@root``), then, where the entry has a ``meta`` (llama.cpp's ``llama-server``: the GGUF's
+        parameter count, size, vocabulary), ``#`` and 8 hex digits of a SHA-1 of that ``meta`` and the entry's
+        ``owned_by``, so two models served under one alias at one URL never share a key; an entry without
+        ``meta`` (vLLM, llama-cpp-python, hosted APIs) keeps the key it had before. The answering model is the ``model`` field of the server's answers: a hosted
         alias (``gpt-4o``) answers as a dated snapshot (``gpt-4o-2024-08-06``), so judgements of two snapshots
         never share a key. It is learnt from the first answer, or, when the key is taken before any request,
         from one request of one token (counted in :attr:`usage`); an answer naming another model later in the
@@ -372,8 +375,9 @@ class _ServerBase:
                           f"{self.model!r}); last: {last}")
 
     async def _served_model(self) -> str:
-        """The id the server lists for :attr:`model` (``GET /models``), or the name itself when it lists no match;
-        a server without ``/models`` gives ``"?"``."""
+        """The id the server lists for :attr:`model` (``GET /models``; ``@root`` and ``#meta hash`` as
+        :attr:`fingerprint` says), or the name itself when it lists no match; a server without ``/models``
+        gives ``"?"``."""
         async with self._client() as client:
             try:
                 data = await self._request(client, None, "GET", "/models")
@@ -391,7 +395,11 @@ class _ServerBase:
             return self.model
         root = entry.get("root")                # vLLM: the weights behind a served name
         sid = str(entry.get("id"))
-        return f"{sid}@{root}" if isinstance(root, str) and root and root != sid else sid
+        sid = f"{sid}@{root}" if isinstance(root, str) and root and root != sid else sid
+        if entry.get("meta") is not None:       # llama-server: which GGUF answers under the alias
+            what = json.dumps({"meta": entry["meta"], "owned_by": entry.get("owned_by")}, sort_keys=True, default=str)
+            sid += "#" + hashlib.sha1(what.encode()).hexdigest()[:8]
+        return sid
 
     def _count(self, data: dict) -> None:
         self.usage.requests += 1
