@@ -36,7 +36,9 @@ class Fake:
         statuses: statuses answered (in order, one per request) before a normal answer.
         body: a raw 200 body answered instead of a normal answer (``None``: normal answers).
         delay: seconds slept before each normal answer; ``trickle``: seconds between the bytes of a body.
+        serial: answer one request at a time, as llama.cpp's server does (the rest wait, ``delay`` each).
         posts: the POST requests' JSON bodies, in arrival order.
+        active, peak: requests being answered now, and the most at once since ``peak`` was set to 0.
     """
 
     def __init__(self):
@@ -46,6 +48,9 @@ class Fake:
         self.statuses: list[int] = []
         self.body: str | None = None
         self.delay = self.trickle = 0.0
+        self.serial = False
+        self.active = self.peak = 0
+        self.one_at_a_time = threading.Lock()
         self.posts: list[dict] = []
         self.lock = threading.Lock()
         fake = self
@@ -87,9 +92,19 @@ class Fake:
                     return self._send(status, json.dumps({"error": {"message": f"status {status}"}}))
                 if fake.body is not None:
                     return self._send(200, fake.body)
-                if fake.delay:
-                    time.sleep(fake.delay)
-                self._send(200, json.dumps(fake.reply(self.path.endswith("/chat/completions"))))
+                with fake.lock:
+                    fake.active += 1
+                    fake.peak = max(fake.peak, fake.active)
+                try:
+                    if fake.serial:
+                        with fake.one_at_a_time:
+                            time.sleep(fake.delay)
+                    elif fake.delay:
+                        time.sleep(fake.delay)
+                    self._send(200, json.dumps(fake.reply(self.path.endswith("/chat/completions"))))
+                finally:
+                    with fake.lock:
+                        fake.active -= 1
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -216,3 +231,23 @@ def test_two_models_behind_one_alias_get_two_keys(fake):
     assert a == f"{fake.url}|m|m#{_meta_hash(small)}" and b == f"{fake.url}|m|m#{_meta_hash(large)}" and a != b
     fake.models = [{"id": "m", "object": "model", "owned_by": "me"}]           # llama-cpp-python, hosted APIs
     assert _judge(fake.url, endpoint="chat").fingerprint == f"{fake.url}|m|m"
+
+
+# ------------------------------------------------------------------------------------------- requests in flight
+def test_the_halved_in_flight_limit_holds_across_calls(fake):
+    """A server answering one request at a time (0.3 s each) makes eight requests in flight time out at 1 s (the
+    eighth waits at least 7 x 0.3 s): the judge halves its limit, and its next call starts from that limit,
+    never sending more at once (it used to start again from max_concurrency and time out again)."""
+    fake.serial, fake.delay = True, 0.3
+    judge = _judge(fake.url, endpoint="chat", max_concurrency=8, timeout=1.0, backoff=0.05, max_backoff=0.1,
+                   max_retries=8)
+    i, j = [0, 1, 2, 3, 4, 0, 1, 2], [1, 2, 3, 4, 0, 2, 3, 4]
+    judge.compare("ctx0", ["a", "b", "c", "d", "e"], i, j)
+    assert judge.usage.retries > 0                      # timeouts: the limit was halved at least once (<= 4)
+    time.sleep(1.5)                              # the timed-out requests the server still holds are answered
+    fake.peak = 0
+    retries = judge.usage.retries
+    res = judge.compare("ctx1", ["a", "b", "c", "d", "e"], i, j)
+    np.testing.assert_allclose(res.p, np.full(8, 2 / 3), rtol=1e-6)
+    assert fake.peak <= 4 and judge.usage.retries - retries <= 1
+    assert fake.peak <= judge.in_flight_limit < 8

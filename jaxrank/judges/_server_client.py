@@ -160,7 +160,9 @@ def _text(choice: dict, endpoint: str) -> str:
 
 
 class _InFlight:
-    """At most ``limit`` requests in flight; a timed-out request halves the limit (down to 1).
+    """At most ``limit`` requests in flight; a timed-out request halves the limit (down to 1). One gate serves
+    one call (its asyncio condition belongs to that call's event loop); the judge keeps the limit it ends with
+    (``in_flight_limit``) and starts the next call's gate from it.
 
     A server that answers one request at a time (llama.cpp's) queues the rest, and the time queued counts
     against each request's timeout: fewer requests in flight is what lets the later ones answer in time.
@@ -224,6 +226,7 @@ class _ServerBase:
         self.system = system
         self.api_key_env = api_key_env
         self.max_concurrency, self.max_retries = int(max_concurrency), int(max_retries)
+        self.in_flight_limit = self.max_concurrency   # halved by each timeout, for the judge's life (_InFlight)
         self.timeout, self.backoff, self.max_backoff = float(timeout), float(backoff), float(max_backoff)
         self.top_logprobs = int(top_logprobs)
         self.min_label_mass, self.strict = float(min_label_mass), bool(strict)
@@ -429,9 +432,12 @@ class _ServerBase:
         return data
 
     async def _answers_of(self, bodies: Sequence[dict], progress=None) -> list[dict]:
-        sem = _InFlight(self.max_concurrency)
-        async with self._client() as client:
-            return list(await asyncio.gather(*(self._answer(client, sem, b, progress) for b in bodies)))
+        sem = _InFlight(self.in_flight_limit)     # each call starts from the limit the earlier timeouts left
+        try:
+            async with self._client() as client:
+                return list(await asyncio.gather(*(self._answer(client, sem, b, progress) for b in bodies)))
+        finally:
+            self.in_flight_limit = sem.limit
 
     def answers(self, bodies: Sequence[dict], progress=None) -> list[dict]:
         """The server's JSON answers to request bodies (``model`` is added), concurrently, retried, remembered."""

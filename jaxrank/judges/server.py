@@ -60,7 +60,8 @@ most servers, llama.cpp's included), so:
 429 or 5xx answer, a timeout or a dropped or refused connection is retried up
 to ``max_retries`` times with exponential backoff and jitter (``Retry-After``
 honoured); every request has a ``timeout``, time queued at the server included, and each timeout
-halves the requests in flight (down to one). The API key is read from the
+halves the requests in flight (down to one) for the rest of the judge's life (its ``in_flight_limit``: a
+server too slow for ``max_concurrency`` once stays so, and later calls do not time out again to find out). The API key is read from the
 environment variable ``api_key_env`` (default ``OPENAI_API_KEY``) at each
 call and is never kept on the judge, so never in its ``repr``, a store, a log or
 a report. Every answer is kept in memory by its request, so a ``compare``
