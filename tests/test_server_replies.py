@@ -251,3 +251,25 @@ def test_the_halved_in_flight_limit_holds_across_calls(fake):
     np.testing.assert_allclose(res.p, np.full(8, 2 / 3), rtol=1e-6)
     assert fake.peak <= 4 and judge.usage.retries - retries <= 1
     assert fake.peak <= judge.in_flight_limit < 8
+
+
+# ------------------------------------------------------------------------------------------ URLs and bad replies
+@pytest.mark.parametrize("url, match", [("http://127.0.0.1:99999/v1", "port must be in 1..65535"),
+                                        ("http://", "has no host"), ("http:///v1", "has no host"),
+                                        ("http://bad host/v1", "no spaces"), ("ftp://h/v1", "http"),
+                                        ("http://u:secret@h/v1", "user name or password"),
+                                        ("http://h/v1?x=1", "without \\?query")])
+def test_a_bad_base_url_is_refused_at_once(url, match):
+    with pytest.raises(ValueError, match=match) as e:
+        _judge(url)
+    assert "base_url" in str(e.value) and "secret" not in str(e.value)
+
+
+def test_an_unsendable_url_is_not_retried(fake):
+    """An URL httpx cannot send (no host, set after the checks) fails at once: a ServerError, no retries."""
+    from jaxrank.judges.server import ServerError
+    judge = _judge(fake.url, endpoint="chat", backoff=0.05, max_backoff=0.1, max_retries=3)
+    judge.base_url = "http://"
+    with pytest.raises(ServerError, match="cannot send"):
+        judge.compare("ctx", ["x", "y"], [0], [1])
+    assert judge.usage.retries == 0

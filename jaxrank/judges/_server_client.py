@@ -119,6 +119,37 @@ def _run(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
+def _check_base_url(base_url) -> str:
+    """``base_url`` without its trailing ``/``, checked: an http(s) URL with a host, a port in 1..65535 if any,
+    no spaces, no user name or password (the key goes in ``api_key_env``: a URL is kept in the store's keys),
+    no query or fragment (the paths are appended to it).
+
+    Raises:
+        ValueError: naming ``base_url``.
+    """
+    example = "(e.g. http://127.0.0.1:8000/v1)"
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must be an http(s) URL {example}, got {base_url!r}")
+    if any(c.isspace() for c in base_url):
+        raise ValueError(f"base_url must hold no spaces {example}, got {base_url!r}")
+    try:
+        url = httpx.URL(base_url)
+        port = url.port
+    except (httpx.InvalidURL, ValueError) as e:
+        raise ValueError(f"base_url is not a valid URL {example}: {e}") from None
+    if url.userinfo:
+        raise ValueError("base_url holds a user name or password: give the key in the environment variable "
+                         "api_key_env instead (the URL is part of the store's keys)")
+    if not url.host:
+        raise ValueError(f"base_url has no host {example}, got {base_url!r}")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"base_url's port must be in 1..65535 {example}, got {port} in {base_url!r}")
+    if url.query or url.fragment:
+        raise ValueError(f"base_url must end at the API's path, without ?query or #fragment {example} (the request "
+                         f"paths are appended to it), got {base_url!r}")
+    return base_url.rstrip("/")
+
+
 def _alternatives(choice: dict, endpoint: str | None = None) -> list[tuple[str, float]] | None:
     """The ``(token, logprob)`` alternatives of the first answer token, best first; ``None`` when the server
     returns no log-probabilities, ``[]`` when it returns them for no token (the answer ended at once: a
@@ -193,8 +224,7 @@ class _ServerBase:
                  api_key_env: str, max_concurrency: int, max_retries: int, timeout: float, backoff: float,
                  max_backoff: float, top_logprobs: int, price_per_token, min_label_mass: float, strict: bool,
                  chat_template_tokens: dict | None = None):
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL (e.g. http://127.0.0.1:8000/v1), got {base_url!r}")
+        base_url = _check_base_url(base_url)
         if not model or not isinstance(model, str):
             raise ValueError(f"model must be the served model's name, got {model!r}")
         if endpoint not in ("auto", "chat", "completions"):
@@ -218,7 +248,7 @@ class _ServerBase:
             self.price_per_token = (float(price[0]), float(price[1]))
         else:
             self.price_per_token = None
-        self.base_url = base_url.rstrip("/")
+        self.base_url = base_url
         self.model = model
         self._endpoint = endpoint
         self.chat_template = chat_template
@@ -358,6 +388,9 @@ class _ServerBase:
                         "raise the timeout (--timeout) or lower the requests in flight (--max-concurrency))")
                 if sem is not None:
                     sem.shrink()
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as e:     # sending it again cannot help
+                raise ServerError(f"server {self.base_url}: cannot send {method} {url}: {type(e).__name__}: "
+                                  f"{e}") from None
             except httpx.TransportError as e:            # refused, reset or dropped connections
                 last = f"{type(e).__name__}: {e}"
             else:

@@ -148,7 +148,8 @@ class ServerJudge(_ServerBase):
     :func:`~jaxrank.assessment.diagnose_judge` (``jaxrank judge --diagnose``) prints.
 
     Raises:
-        ValueError: a bad URL, option or label, or an answer prefix with ``endpoint="chat"``.
+        ValueError: a bad URL (no host, a port outside 1..65535, spaces, a password, a query), option or
+            label, or an answer prefix with ``endpoint="chat"``.
         ServerError: (on use) the server unreachable after the retries, a refused key (401/403), an unknown
             path or model (404), another error answer; the message names the server.
     """
