@@ -32,7 +32,7 @@ class Fake:
     Attributes:
         alts: the ``(token, probability)`` alternatives of the one answer token, most likely first.
         shape: ``"chat"`` (``logprobs.content``) or ``"legacy"`` (``top_logprobs`` list of dicts) for the replies.
-        models: the ``/models`` entries.
+        models: the ``/models`` entries (a string: the raw ``/models`` body).
         statuses: statuses answered (in order, one per request) before a normal answer.
         body: a raw 200 body answered instead of a normal answer (``None``: normal answers).
         delay: seconds slept before each normal answer; ``trickle``: seconds between the bytes of a body.
@@ -79,6 +79,8 @@ class Fake:
                     pass
 
             def do_GET(self):
+                if self.path.endswith("/models") and isinstance(fake.models, str):
+                    return self._send(200, fake.models)
                 if self.path.endswith("/models"):
                     return self._send(200, json.dumps({"object": "list", "data": fake.models}))
                 self._send(404, "{}")
@@ -273,3 +275,27 @@ def test_an_unsendable_url_is_not_retried(fake):
     with pytest.raises(ServerError, match="cannot send"):
         judge.compare("ctx", ["x", "y"], [0], [1])
     assert judge.usage.retries == 0
+
+
+@pytest.mark.parametrize("body, what", [("[1, 2]", "a JSON list"), ('"hello"', "a JSON str"),
+                                        ('{"choices": {"a": 1}}', "no list of choices"),
+                                        ('{"choices": []}', "no list of choices"),
+                                        ('{"model": "m"}', "no list of choices"),
+                                        ('{"choices": ["A"]}', "choices that are not objects"),
+                                        ('{"choices": [{"logprobs": [1]}]}', "logprobs that are not an object")])
+def test_a_reply_that_is_not_a_completion_is_a_server_error(fake, body, what):
+    """A 200 answer whose JSON is not an object with a non-empty list of choice objects: a ServerError naming the
+    server and the path (it was an AttributeError or KeyError), not retried."""
+    from jaxrank.judges.server import ServerError
+    fake.body = body
+    judge = _judge(fake.url, endpoint="chat", max_retries=2, backoff=0.05)
+    with pytest.raises(ServerError, match=what) as e:
+        judge.compare("ctx", ["x", "y"], [0], [1])
+    assert fake.url in str(e.value) and "/chat/completions" in str(e.value) and len(fake.posts) == 1
+
+
+def test_a_models_list_that_is_not_an_object_is_a_server_error(fake):
+    from jaxrank.judges.server import ServerError
+    fake.models = '[{"id": "m"}]'
+    with pytest.raises(ServerError, match="/models with a JSON list"):
+        _judge(fake.url, endpoint="chat").fingerprint

@@ -421,7 +421,11 @@ class _ServerBase:
                 if "has no /models" in str(e):
                     return "?"
                 raise
-        models = [m for m in (data.get("data") or []) if isinstance(m, dict)]
+        if not isinstance(data, dict):
+            raise ServerError(f"server {self.base_url} answered /models with a JSON {type(data).__name__}, not an "
+                              f"OpenAI-compatible list of models: {json.dumps(data)[:200]}")
+        listed = data.get("data")
+        models = [m for m in (listed if isinstance(listed, list) else []) if isinstance(m, dict)]
         ids = [str(m.get("id")) for m in models]
         if self.model in ids:
             entry = models[ids.index(self.model)]
@@ -446,6 +450,24 @@ class _ServerBase:
         if self.price_per_token is not None:
             self.usage.cost += pt * self.price_per_token[0] + ct * self.price_per_token[1]
 
+    def _check_reply(self, data, path: str) -> None:
+        """Raise :class:`ServerError` (naming the URL and path) unless ``data`` is a JSON object whose ``choices``
+        is a non-empty list of objects, each with ``logprobs`` absent, null or an object."""
+        def bad(what):
+            return ServerError(f"server {self.base_url} answered {path} with {what}, not an OpenAI-compatible "
+                               f"reply: {json.dumps(data)[:200]}")
+        if not isinstance(data, dict):
+            raise bad(f"a JSON {type(data).__name__}")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise bad("no list of choices")
+        if not all(isinstance(c, dict) for c in choices):
+            raise bad("choices that are not objects")
+        if any(not isinstance(c.get("logprobs"), (dict, type(None))) for c in choices):
+            raise bad("logprobs that are not an object")
+        if any(not isinstance(c.get("message"), (dict, type(None))) for c in choices):
+            raise bad("a message that is not an object")
+
     async def _answer(self, client, sem, body: dict, progress=None) -> dict:
         """One request's JSON answer, from memory when this very request was answered before."""
         key = hashlib.sha1(json.dumps([self.endpoint, body], sort_keys=True).encode()).hexdigest()
@@ -455,8 +477,7 @@ class _ServerBase:
         else:
             path = "/chat/completions" if self.endpoint == "chat" else "/completions"
             data = await self._request(client, sem, "POST", path, {"model": self.model, **body})
-            if not data.get("choices"):
-                raise ServerError(f"server {self.base_url} answered {path} with no choices: {str(data)[:200]}")
+            self._check_reply(data, path)
             self._answered_by(data)
             self._count(data)
             self._answers[key] = data
