@@ -80,6 +80,12 @@ def fairness(p, weight=None) -> jax.Array:
 
     With two labels ``p_{I,B} = 1 - p_{I,A}``, so this is ``-|1/2 - p_{I,A}|``.
 
+    The paper's equation survives only garbled in its text (``JJj=1 |pS pI,yj|``), and the
+    project's ``METHODS.md`` section 6 writes it without the ``1/J``: ``-sum_j |1/J - p_{I,y_j}|``,
+    in ``[-1, 0]``. This function keeps the ``1/J`` (the mean over labels), so its values are
+    half of that form; the two differ by a constant factor, so the fairest prompt, hence ZEPO's
+    search, is the same under both.
+
     Args:
         p: ``[..., R]`` ``P(A better)`` per comparison (unlabelled pairs, both orders).
         weight: ``[..., R]`` weights, ``0`` for padding.
