@@ -299,3 +299,17 @@ def test_a_models_list_that_is_not_an_object_is_a_server_error(fake):
     fake.models = '[{"id": "m"}]'
     with pytest.raises(ServerError, match="/models with a JSON list"):
         _judge(fake.url, endpoint="chat").fingerprint
+
+
+# ---------------------------------------------------------------------------------------------------- timeouts
+def test_the_timeout_bounds_the_whole_request(fake):
+    """An answer whose bytes trickle in 0.01 s apart (each read well within the timeout) takes over 3 s in all:
+    with timeout=1 and no retries the request fails after about 1 s (it used to wait for the whole body)."""
+    from jaxrank.judges.server import ServerError
+    fake.trickle = 0.01                          # the reply is > 300 bytes
+    judge = _judge(fake.url, endpoint="chat", timeout=1.0, max_retries=0)
+    t0 = time.perf_counter()
+    with pytest.raises(ServerError, match="no answer within 1 s"):
+        judge.compare("ctx", ["x", "y"], [0], [1])
+    assert time.perf_counter() - t0 < 2.5
+    assert len(json.dumps(fake.reply(True))) > 300

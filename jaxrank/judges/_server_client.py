@@ -377,13 +377,15 @@ class _ServerBase:
         last = ""
         for attempt in range(self.max_retries + 1):
             retry_after = None
-            try:
+            try:                    # the timeout bounds the whole request (httpx's bounds each read)
                 if sem is None:
-                    r = await client.request(method, url, json=payload, headers=self._headers())
+                    r = await asyncio.wait_for(client.request(method, url, json=payload, headers=self._headers()),
+                                               self.timeout)
                 else:
                     async with sem:
-                        r = await client.request(method, url, json=payload, headers=self._headers())
-            except httpx.TimeoutException as e:
+                        r = await asyncio.wait_for(
+                            client.request(method, url, json=payload, headers=self._headers()), self.timeout)
+            except (httpx.TimeoutException, asyncio.TimeoutError) as e:
                 last = (f"no answer within {self.timeout:g} s ({type(e).__name__}; time queued at the server counts: "
                         "raise the timeout (--timeout) or lower the requests in flight (--max-concurrency))")
                 if sem is not None:

@@ -136,7 +136,7 @@ class ServerJudge(_ServerBase):
         api_key_env: the environment variable holding the API key (none sent when it is unset).
         max_concurrency: requests in flight at most.
         max_retries: retries of a request after a 408/409/429/5xx answer, a timeout or a lost connection.
-        timeout: seconds per request.
+        timeout: seconds per request, all of it (connecting, time queued at the server, reading the answer).
         backoff, max_backoff: the first and the largest retry delay (seconds), doubled per retry, with jitter.
         price_per_token: a price per token, or ``(prompt price, completion price)``: :attr:`usage` adds the cost.
         min_label_mass: the labels' share of the answer (among the returned alternatives) below which the judge
