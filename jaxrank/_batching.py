@@ -335,7 +335,7 @@ def pad_last(x, size: int, value):
     return jnp.pad(x, widths, constant_values=value)
 
 
-def _pad_items(x, size: int, num_items: int):
+def pad_items(x, size: int, num_items: int):
     """Item indices ``x [..., R]`` padded to ``size`` slots, slot ``k`` pointing at item ``k mod num_items``."""
     extra = size - x.shape[-1]
     if extra == 0:
@@ -372,7 +372,7 @@ def pad(c, num_items: int, num_comparisons: int):
     if last and last[0]() is c and last[1] == (num_items, num_comparisons):
         return last[2]
     r = num_comparisons
-    out = type(c)(i=_pad_items(c.i, r, c.num_items), j=_pad_items(c.j, r, c.num_items), p=pad_last(c.p, r, 0.5),
+    out = type(c)(i=pad_items(c.i, r, c.num_items), j=pad_items(c.j, r, c.num_items), p=pad_last(c.p, r, 0.5),
                   weight=pad_last(c.weight, r, 0), item_mask=pad_last(c.item_mask, num_items, False),
                   num_items=num_items)
     arrays = (c.i, c.j, c.p, c.weight, c.item_mask)

@@ -341,12 +341,8 @@ def stack_contexts(contexts: Sequence[Comparisons], *, num_items: int | None = N
         x = np.asarray(x)
         return np.concatenate([x, np.full(size - x.shape[-1], value, x.dtype)])
 
-    def pad_items(x, c):
-        x = np.asarray(x)
-        return np.concatenate([x, (np.arange(x.shape[-1], r) % max(c.num_items, 1)).astype(x.dtype)])
-
-    i = np.stack([pad_items(c.i, c) for c in contexts])
-    j = np.stack([pad_items(c.j, c) for c in contexts])
+    i = np.stack([_batching.pad_items(np.asarray(c.i), r, c.num_items) for c in contexts])
+    j = np.stack([_batching.pad_items(np.asarray(c.j), r, c.num_items) for c in contexts])
     p = np.stack([pad(np.asarray(c.p, dtype), r, 0.5) for c in contexts])
     w = np.stack([pad(np.asarray(c.weight, dtype), r, 0.0) for c in contexts])
     m = np.stack([pad(c.item_mask, n, False) for c in contexts])
