@@ -2,8 +2,8 @@
 
 * :func:`positional_bias` -- ``P(A)``, the fraction of decisions for position A (eq. 8).
 * :func:`debias_threshold` -- the threshold ``tau`` for which ``P(A) = P(B) = 0.5`` (eq. 9-10).
-* :func:`threshold_debias` -- reweight ``p^ = alpha p / (alpha p + 1 - p)`` with
-  ``alpha = (1 - tau) / tau``, so that ``p^ > 0.5`` exactly when ``p > tau``:
+* :func:`threshold_debias` -- reweight ``p^ = p (1 - tau) / (p (1 - tau) + tau (1 - p))`` (eq. 9's
+  ``alpha p / (alpha p + 1 - p)``, ``alpha = (1 - tau) / tau``), so that ``p^ > 0.5`` exactly when ``p > tau``:
   every scorer can then consume debiased probabilities.
 * :func:`permutation_average` -- average both orders of a pair:
   ``p~_ij = (p_ij + 1 - p_ji) / 2`` (METHODS.md §1).
@@ -98,7 +98,11 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
     """Reweight probabilities so that ``0.5`` plays the role of ``tau`` (eq. 9).
 
     ``p^ = alpha p / (alpha p + 1 - p)``, ``alpha = (1 - tau) / tau``; ``p^``
-    is monotone in ``p`` and ``p^ > 0.5`` exactly when ``p > tau``.
+    is monotone in ``p`` and ``p^ > 0.5`` exactly when ``p > tau``. Computed as
+    ``p (1 - tau) / (p (1 - tau) + tau (1 - p))``, whose two terms are the same
+    product at ``p == tau``: there ``p^`` is exactly 0.5 (a tie, as
+    :func:`positional_bias` counts ``p == tau``), where ``alpha``'s rounding
+    gave 0.50000006 in float32, a win.
 
     Args:
         c: comparisons.
@@ -119,8 +123,8 @@ def _threshold_debias(c, tau):
     if tau is None:
         tau = _debias_threshold(c)
     tau = jnp.clip(jnp.asarray(tau, c.p.dtype), 1e-6, 1 - 1e-6)[..., None]
-    alpha = (1 - tau) / tau
-    p_hat = alpha * c.p / (alpha * c.p + 1 - c.p)
+    a, b = c.p * (1 - tau), tau * (1 - c.p)      # equal products at p == tau: p_hat exactly 0.5
+    p_hat = a / (a + b)
     return dataclasses.replace(c, p=p_hat)
 
 

@@ -252,3 +252,42 @@ def test_permutation_average_batched_equals_per_context_and_jit():
     np.testing.assert_allclose(got_j, got, atol=1e-7)
     got_v = np.asarray(jax.vmap(permutation_average)(batch).p)
     np.testing.assert_allclose(got_v, got, atol=1e-7)
+
+
+# ------------------------------------------- threshold_debias at p == tau (review: float32 alpha rounding)
+@pytest.mark.parametrize("pv", [[0.3, 0.7, 0.9], [0.2, 0.6, 0.95], [0.1, 0.35, 0.8], [0.05, 0.45, 0.55, 0.61, 0.99]])
+def test_threshold_debias_p_at_tau_is_exactly_half(pv):
+    """The median p (== tau) maps to exactly 0.5, a tie, as positional_bias counts p == tau; the others match
+    eq. 9 in float64 (alpha p / (alpha p + 1 - p)) and fall on tau's side of 0.5 (alpha's rounding gave 0.50000006)."""
+    p = np.asarray(pv, np.float32)
+    n = len(p)
+    c = Comparisons.from_pairs(np.arange(n), (np.arange(n) + 1) % n, p, num_items=n)
+    tau = float(np.float32(np.median(p)))                       # odd count: the weighted median is an observed p
+    assert float(debias_threshold(c)) == tau
+    ph = np.asarray(threshold_debias(c).p)
+    at = p == np.float32(tau)
+    assert at.sum() == 1 and ph[at][0] == 0.5
+    t, p64 = np.float64(tau), p.astype(np.float64)
+    alpha = (1 - t) / t
+    np.testing.assert_allclose(ph, alpha * p64 / (alpha * p64 + 1 - p64), rtol=1e-6)
+    assert np.all((ph > 0.5) == (p > np.float32(tau))) and np.all((ph < 0.5) == (p < np.float32(tau)))
+    np.testing.assert_equal(float(positional_bias(threshold_debias(c))), _np_positional_bias(p64, np.ones(n), t))
+    assert float(positional_bias(threshold_debias(c))) == float(positional_bias(c, threshold=debias_threshold(c)))
+
+
+def test_threshold_debias_ties_in_win_ratio_cli_case():
+    """Comparisons at p == tau count half a win each way after threshold debiasing (win_ratio, the CLI's case)."""
+    from jaxrank import win_ratio
+    p = np.float32([0.3, 0.7, 0.7, 0.9])
+    c = Comparisons.from_pairs([0, 1, 2, 0], [1, 2, 1, 2], p, num_items=3)
+    tau = float(debias_threshold(c))
+    assert tau == np.float32(0.7)
+    ph = np.asarray(threshold_debias(c).p)
+    np.testing.assert_array_equal(ph[1:3], [0.5, 0.5])
+    wr = np.asarray(win_ratio(threshold_debias(c)))
+    # NumPy: decisions 1[p^ > .5] + .5 1[p^ == .5] per comparison, wins / games per item
+    dec = np.where(ph > 0.5, 1.0, np.where(ph == 0.5, 0.5, 0.0))
+    wins, games = np.zeros(3), np.zeros(3)
+    for a, b, d in zip([0, 1, 2, 0], [1, 2, 1, 2], dec):
+        wins[a] += d; wins[b] += 1 - d; games[a] += 1; games[b] += 1
+    np.testing.assert_allclose(wr, wins / games, rtol=1e-6)
