@@ -313,3 +313,19 @@ def test_the_timeout_bounds_the_whole_request(fake):
         judge.compare("ctx", ["x", "y"], [0], [1])
     assert time.perf_counter() - t0 < 2.5
     assert len(json.dumps(fake.reply(True))) > 300
+
+
+# ----------------------------------------------------------------------------------------------------- endpoints
+def test_geval_auto_endpoint_takes_completions_for_an_answer_prefix(fake):
+    """endpoint="auto" with an answer prefix is the completions endpoint, as for ServerJudge (it raised): the prompt
+    sent ends with the prefix; scores 2 (0.5), 3 (0.25), "x" (0.25): score = (2 .5 + 3 .25) / .75."""
+    fake.alts = [("2", 0.5), ("3", 0.25), ("x", 0.25)]
+    judge = ServerGEvalJudge(fake.url, "m", POINTWISE, answer_prefix=" ", steps="s", min_label_mass=0.0)
+    assert judge.endpoint == "completions"
+    res = judge.score("ctx", ["a"])
+    np.testing.assert_allclose(res.scores, [(2 * .5 + 3 * .25) / .75], rtol=1e-6)
+    plain = ServerGEvalJudge(fake.url, "m", POINTWISE, endpoint="completions", steps="s")
+    assert fake.posts[-1]["prompt"] == plain.request_prompt("ctx", "a")["prompt"] + " "
+    assert ServerGEvalJudge(fake.url, "m", POINTWISE, steps="s").endpoint == "chat"
+    with pytest.raises(ValueError, match="endpoint='chat'"):
+        ServerGEvalJudge(fake.url, "m", POINTWISE, endpoint="chat", answer_prefix=" ", steps="s")

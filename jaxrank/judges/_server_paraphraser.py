@@ -26,7 +26,10 @@ class ServerParaphraser(_ServerBase):
         seed: the base of the requests' seeds.
         endpoint: ``"chat"`` (default) or ``"completions"``.
         chat_template: the model's Jinja chat template for the completions endpoint (``None``: a raw prompt).
-        api_key_env, max_concurrency, max_retries, timeout, backoff, max_backoff, price_per_token: as for
+        timeout: seconds per request, all of it; 120 by default (a paraphrase is up to ``max_new_tokens``
+            long, where a judge's answer is one token: :class:`ServerJudge` waits 60). ``jaxrank zepo`` passes
+            its ``--timeout`` (default 60) instead.
+        api_key_env, max_concurrency, max_retries, backoff, max_backoff, price_per_token: as for
             :class:`ServerJudge`.
 
     Raises:

@@ -373,9 +373,9 @@ class ServerGEvalJudge(_ServerBase):
         template: a :class:`~jaxrank.judges.prompts.PointwiseTemplate` (``pointwise_template(aspect)``).
         steps: evaluation steps to use instead of asking the model.
         max_step_tokens: length limit of the generated steps.
-        answer_prefix: text appended to the prompt as it is (completions endpoint), e.g. ``" "`` where the
-            tokenizer writes the space before a score as a token of its own (SmolLM2), so that the first
-            answer token is the score.
+        answer_prefix: text appended to the prompt as it is (completions endpoint, which ``endpoint="auto"``
+            then picks), e.g. ``" "`` where the tokenizer writes the space before a score as a token of its own
+            (SmolLM2), so that the first answer token is the score.
         endpoint, chat_template, chat_template_tokens, system, top_logprobs, api_key_env, max_concurrency,
             max_retries, timeout, backoff, max_backoff, price_per_token, min_label_mass, strict: as
             :class:`ServerJudge`.
@@ -393,10 +393,12 @@ class ServerGEvalJudge(_ServerBase):
                          timeout=timeout, backoff=backoff, max_backoff=max_backoff, top_logprobs=top_logprobs,
                          price_per_token=price_per_token, min_label_mass=min_label_mass, strict=strict,
                          chat_template_tokens=chat_template_tokens)
+        if not isinstance(answer_prefix, str):
+            raise ValueError(f"answer_prefix must be a string, got {answer_prefix!r}")
+        self.answer_prefix = answer_prefix
         if answer_prefix and self.endpoint == "chat":
-            raise ValueError(f"answer prefix {answer_prefix!r} with the chat endpoint: the chat API cannot prefill "
-                             "the answer; use endpoint='completions'")
-        self.answer_prefix = str(answer_prefix)
+            raise ValueError(f"answer prefix {answer_prefix!r} with endpoint='chat': the chat API cannot prefill "
+                             "the answer; use endpoint='completions' or 'auto'")
         self.template = template
         self._steps = self._given_steps = steps
         self.max_step_tokens = int(max_step_tokens)
@@ -405,8 +407,11 @@ class ServerGEvalJudge(_ServerBase):
 
     @property
     def endpoint(self) -> str:
-        """``"chat"`` unless ``endpoint="completions"`` was asked for."""
-        return "chat" if self._endpoint == "auto" else self._endpoint
+        """The endpoint used: ``"chat"`` or ``"completions"`` (``"auto"``: completions when there is an answer
+        prefix, as :class:`ServerJudge`)."""
+        if self._endpoint == "auto":
+            return "completions" if self.answer_prefix else "chat"
+        return self._endpoint
 
     @property
     def template_key(self) -> str:
