@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from jaxrank.judges._server_client import _ServerBase, _text
+from jaxrank.judges._server_client import _ServerBase
+from jaxrank.judges._server_reply import _text
 
 
 class ServerParaphraser(_ServerBase):

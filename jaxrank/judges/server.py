@@ -87,8 +87,10 @@ from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, LabelMassWarning, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
 from jaxrank.judges._server_client import (  # noqa: F401  (re-exported)
-    ABSENT_FLOOR, RETRY_STATUSES, SERVER_READING_VERSION, ServerError, ServerReading, ServerUsage,
-    TopLogprobsWarning, _ServerBase, _alternatives, _text, render_chat_template)
+    RETRY_STATUSES, ServerError, ServerUsage, _ServerBase)
+from jaxrank.judges._server_reply import (  # noqa: F401  (re-exported)
+    ABSENT_FLOOR, SERVER_READING_VERSION, ServerReading, TopLogprobsWarning, _alternatives, _text,
+    render_chat_template)
 from jaxrank.judges._server_paraphraser import ServerParaphraser  # noqa: F401  (re-exported)
 
 __all__ = ["ServerJudge", "ServerGEvalJudge", "ServerParaphraser", "ServerError", "ServerUsage", "ServerReading",
