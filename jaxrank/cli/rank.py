@@ -32,7 +32,10 @@ def add_parser(sub):
                                    "(home team in position A).")
     r.add_argument("input", nargs="?", help="comparison file (.csv/.tsv, .jsonl, .json); default: the football results")
     common.cache_option(r)
-    r.add_argument("--method", choices=METHODS, default="poe_bradley_terry")
+    r.add_argument("--method", choices=METHODS, default="poe_bradley_terry",
+                   help="poe_bradley_terry: s.e. by the Laplace approximation; poe_gaussian(_hard): s.e. from the "
+                        "posterior (W^T D W)^+ scaled by the residual variance sigma^2 = sum w r^2 / "
+                        "(R - N + components) (n/a without residual degrees of freedom); others: no s.e.")
     r.add_argument("--debias", choices=DEBIAS, default="none",
                    help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
                         "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
@@ -115,6 +118,42 @@ SEPARATED_STDERR = 10.0
 maximum-likelihood score runs off: it never lost or never won."""
 
 
+def gaussian_residual_variance(c, scores, judged, labels, *, debias, hard):
+    """``sigma^2-hat = sum_k w_k r_k^2 / (R - N + C)``: PoE-g's expert variance estimated from its residuals.
+
+    :func:`jaxrank.poe_gaussian_posterior` returns the covariance ``(W^T D W)^+`` in units of the experts'
+    variance ``sigma^2`` (taken as 1); ``jaxrank rank`` multiplies it by this estimate, the weighted
+    least-squares residual variance, so that the printed s.e. is in the units of the scores (on p-scale
+    targets sigma is near 0.1-0.3, and sigma = 1 made the s.e. several times too large).
+
+    ``r_k = y_k - (s_i - s_j)`` with ``y_k`` PoE-g's target (``p - 0.5``, ``p - mean p`` when debiased, the
+    decisions for ``hard``), ``R`` the comparisons of weight > 0, ``N`` the judged items, ``C`` their connected
+    components (``N - C`` free scores) and one more degree of freedom taken by a fitted ``beta = mean p``.
+
+    Args:
+        c: the comparisons PoE-g was fitted on (``[..., R]``).
+        scores: ``[..., N]`` its posterior mean.
+        judged: bool ``[..., N]``, the real items in some comparison of weight > 0.
+        labels: ``[..., N]`` component labels (:meth:`jaxrank.Comparisons.components`: the smallest index).
+        debias: whether ``beta = mean p`` was fitted; hard: whether the targets are the decisions.
+
+    Returns:
+        ``[...]`` the estimate, NaN where the degrees of freedom ``R - N + C (- 1)`` are not positive
+        (as many free parameters as comparisons: no residual to estimate sigma from).
+    """
+    import jax.numpy as jnp
+
+    from jaxrank.scoring.gaussian import _targets
+
+    y = _targets(c, debias, hard)
+    d = jnp.take_along_axis(scores, c.i, axis=-1) - jnp.take_along_axis(scores, c.j, axis=-1)
+    live = c.weight > 0
+    rss = jnp.sum(jnp.where(live, c.weight * (y - d) ** 2, 0), axis=-1)
+    roots = judged & (labels == jnp.arange(labels.shape[-1]))
+    dof = jnp.sum(live, axis=-1) - jnp.sum(judged, axis=-1) + jnp.sum(roots, axis=-1) - int(debias)
+    return jnp.where(dof > 0, rss / jnp.maximum(dof, 1), jnp.nan)
+
+
 def _rank_scores(c, method, debias, score_prior):
     """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
     import jax.numpy as jnp
@@ -137,8 +176,10 @@ def _rank_scores(c, method, debias, score_prior):
         out.update(scores=sol.scores, stderr=post.stderr, gamma=sol.gamma, converged=sol.converged,
                    iterations=sol.iterations)
     elif method in ("poe_gaussian", "poe_gaussian_hard"):
-        post = jr.poe_gaussian_posterior(c, debias=debias == "mean", hard=method.endswith("hard"), covariance="auto")
-        out.update(scores=post.mean, stderr=post.stderr)
+        mean_beta, hard = debias == "mean", method.endswith("hard")
+        post = jr.poe_gaussian_posterior(c, debias=mean_beta, hard=hard, covariance="auto")
+        sigma2 = gaussian_residual_variance(c, post.mean, judged, labels, debias=mean_beta, hard=hard)
+        out.update(scores=post.mean, stderr=post.stderr * jnp.sqrt(sigma2)[..., None])
     else:
         entry = scorer_table.SCORERS[method]      # c is transformed already: only the model term is left
         out["scores"] = entry.load()(c, **entry.keywords(debias))
@@ -271,12 +312,16 @@ def run(args):
             print("  warning: the comparison graph is disconnected; scores are centred per connected "
                   "component and only comparable within one")
         print(f"  {'rank':>4}  {'item':<32} {'score':>9} {'± s.e.' if stderr is not None else '':>8} {'games':>7}")
+        no_se = stderr is not None and len(order) and bool(np.all(np.isnan(stderr[k, order])))
+        if no_se:
+            print("  s.e. n/a: as many free scores as judged comparisons, so no residual to estimate the judge's "
+                  "noise sigma from")
         for rank, n in enumerate(order, 1):
-            se = "" if stderr is None else f"{stderr[k, n]:8.3f}"
+            se = "" if stderr is None else "n/a" if np.isnan(stderr[k, n]) else f"{stderr[k, n]:8.3f}"
             if rank <= args.top:
                 print(f"  {rank:>4}  {names[n][:32]:<32} {scores[k, n]:9.3f} {se:>8} {games[k, n]:7.0f}")
             rows.append({"context": ctx, "rank": rank, "item": names[n], "score": float(scores[k, n]),
-                         "stderr": None if stderr is None else float(stderr[k, n]),
+                         "stderr": None if stderr is None or np.isnan(stderr[k, n]) else float(stderr[k, n]),
                          "games": float(games[k, n]) if games[k, n] % 1 else int(games[k, n])})
         for shown, n in enumerate(unjudged):
             if shown < args.top:
@@ -287,7 +332,9 @@ def run(args):
             print(f"  {len(unjudged)} item(s) in no judged comparison (only weight-0 rows){more}: no evidence, so "
                   f"not ranked among the judged items; score{'' if stderr is None else ' and s.e.'} n/a")
     if args.top and stderr is not None:
-        print("\n  s.e. = standard error of the score (Laplace approximation); an item with few games has a "
+        how = ("PoE-g posterior (W^T D W)^+ times the residual\n  variance sigma^2 = sum w r^2 / "
+               "(R - N + components)" if args.method.startswith("poe_gaussian") else "Laplace approximation")
+        print(f"\n  s.e. = standard error of the score ({how}); an item with few games has a "
               "large one,\n  so its rank is uncertain: scores within about 2 s.e. of each other are not "
               "clearly ordered.")
     if args.output:
