@@ -301,6 +301,20 @@ def test_a_models_list_that_is_not_an_object_is_a_server_error(fake):
         _judge(fake.url, endpoint="chat").fingerprint
 
 
+# ----------------------------------------------------------------------------------------------------- retries
+def test_retriable_statuses_are_retried_and_others_are_not(fake):
+    """Two 503s then an answer: three requests, two retries, p = 0.6 / 0.9; a 400 fails at once (one request)."""
+    from jaxrank.judges.server import ServerError
+    fake.statuses = [503, 503]
+    judge = _judge(fake.url, endpoint="chat", backoff=0.01, max_backoff=0.02)
+    np.testing.assert_allclose(judge.compare("ctx", ["x", "y"], [0], [1]).p, [2 / 3], rtol=1e-6)
+    assert len(fake.posts) == 3 and judge.usage.retries == 2 and judge.usage.requests == 1
+    fake.statuses = [400]
+    with pytest.raises(ServerError, match="answered 400"):
+        _judge(fake.url, endpoint="chat", backoff=0.01).compare("ctx2", ["x", "y"], [0], [1])
+    assert len(fake.posts) == 4
+
+
 # ---------------------------------------------------------------------------------------------------- timeouts
 def test_the_timeout_bounds_the_whole_request(fake):
     """An answer whose bytes trickle in 0.01 s apart (each read well within the timeout) takes over 3 s in all:

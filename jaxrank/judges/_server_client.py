@@ -197,11 +197,11 @@ class _ServerBase:
         served name: ``id@root``), then, where the entry has a ``meta`` (llama.cpp's ``llama-server``: the GGUF's
         parameter count, size, vocabulary), ``#`` and 8 hex digits of a SHA-1 of that ``meta`` and the entry's
         ``owned_by``, so two models served under one alias at one URL never share a key; an entry without
-        ``meta`` (vLLM, llama-cpp-python, hosted APIs) keeps the key it had before. The answering model is the ``model`` field of the server's answers: a hosted
-        alias (``gpt-4o``) answers as a dated snapshot (``gpt-4o-2024-08-06``), so judgements of two snapshots
-        never share a key. It is learnt from the first answer, or, when the key is taken before any request,
-        from one request of one token (counted in :attr:`usage`); an answer naming another model later in the
-        run raises :class:`ServerError`. A server whose answers repeat the name (llama.cpp, vLLM) keeps the
+        ``meta`` (vLLM, llama-cpp-python, hosted APIs) keeps the key it had before. The answering model is the
+        ``model`` field of the server's answers: a hosted alias (``gpt-4o``) answers as a dated snapshot
+        (``gpt-4o-2024-08-06``), so judgements of two snapshots never share a key. It is learnt from the first
+        answer, or, when the key is taken before any request, from one request of one token (counted in
+        :attr:`usage`); an answer naming another model later in the run raises :class:`ServerError`. A server whose answers repeat the name (llama.cpp, vLLM) keeps the
         three-part key. OpenAI's ``system_fingerprint`` (the backend's configuration) is not part of it.
         """
         if self.served_model is None:
