@@ -202,7 +202,8 @@ class _ServerBase:
         (``gpt-4o-2024-08-06``), so judgements of two snapshots never share a key. It is learnt from the first
         answer, or, when the key is taken before any request, from one request of one token (counted in
         :attr:`usage`); an answer naming another model later in the run raises :class:`ServerError`. A
-        server whose answers repeat the name (llama.cpp, vLLM) keeps the three-part key. OpenAI's ``system_fingerprint`` (the backend's configuration) is not part of it.
+        server whose answers repeat the name (llama.cpp, vLLM) keeps the three-part key. OpenAI's
+        ``system_fingerprint`` (the backend's configuration) is not part of it.
         """
         if self.served_model is None:
             self.served_model = _run(self._served_model())
