@@ -14,6 +14,7 @@ import json
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from tiny_lm import sharpen, tiny_lm
@@ -25,6 +26,7 @@ from jaxrank.judges.pointwise import GEvalJudge
 from jaxrank.judges.prompt_scoring import PromptScoringJudge, parse_score
 from jaxrank.judges.prompts import PairwiseTemplate, pairwise_template, pointwise_template
 from jaxrank.judges.sampling import CallableJudge, ParserKeyWarning, SamplingJudge, parser_key
+from jaxrank.models import llama as llama_mod
 
 CTX = "The council voted to close the old bridge. Repairs start in May."
 CANDS = ["The bridge closes.", "Council votes; bridge shut.", "Bridge shut in May.", "A vote on a bridge."]
@@ -51,15 +53,22 @@ def test_row_keys_are_the_seed_folded_with_a_hash_of_the_row():
     assert textgen.text_hash32(("ab", "c")) != textgen.text_hash32(("a", "bc"))      # length-prefixed
 
 
+def _pick_per_row(logits, keys, top_p):
+    """The decoding loop's next-token pick with one key per row (step 0: ``fold_in(key, 0)``)."""
+    step = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+    return jax.jit(llama_mod._pick, static_argnums=2)(jnp.asarray(logits), step, False, jnp.float32(1.0),
+                                                      jnp.float32(top_p))
+
+
 def test_per_row_sampling_follows_the_softmax_and_the_nucleus():
     logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], np.float32))
     n = 4000
     keys = textgen.row_keys(0, [(k,) for k in range(n)])
-    draw = np.asarray(textgen._pick_rows(np.tile(logits, (n, 1)), keys, 0, 1.0, 1.0))
+    draw = np.asarray(_pick_per_row(np.tile(logits, (n, 1)), keys, 1.0))
     freq = np.bincount(draw, minlength=4) / n
     np.testing.assert_allclose(freq, [0.5, 0.3, 0.15, 0.05], atol=0.03)       # 4 sigma at n = 4000
     # top_p = 0.6 keeps the tokens whose preceding mass is < 0.6: the first two, renormalised to 5/8, 3/8
-    draw = np.asarray(textgen._pick_rows(np.tile(logits, (n, 1)), keys, 0, 1.0, 0.6))
+    draw = np.asarray(_pick_per_row(np.tile(logits, (n, 1)), keys, 0.6))
     freq = np.bincount(draw, minlength=4) / n
     np.testing.assert_allclose(freq, [0.625, 0.375, 0, 0], atol=0.03)
 

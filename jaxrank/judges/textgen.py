@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges._buckets import bucket
-from jaxrank.models.llama import GenerateOutput, generate as _llama_generate
+from jaxrank.models.llama import generate as _llama_generate
 from jaxrank.models.loading import load_model
 
 __all__ = ["generate_texts", "pad_rows", "sample_key", "row_keys", "text_hash32", "as_loaded", "generate",
@@ -71,69 +71,20 @@ def pad_rows(rows: Sequence[Sequence[int]], batch: int, pad_id: int, *, left: bo
     return ids, mask
 
 
-def _pick_row(logits, key, temperature, top_p):
-    """One row's nucleus / temperature sample (``_llama_core._pick`` for a single row and its own key)."""
-    logits = logits / temperature
-    srt = jnp.sort(logits)[::-1]
-    probs = jax.nn.softmax(srt)
-    keep = (jnp.cumsum(probs) - probs) < top_p               # always keeps the top token
-    thr = jnp.min(jnp.where(keep, srt, jnp.inf))
-    return jax.random.categorical(key, jnp.where(logits >= thr, logits, -jnp.inf)).astype(jnp.int32)
-
-
-@jax.jit
-def _pick_rows(logits, keys, step, temperature, top_p):
-    """Row ``r`` samples from ``logits[r]`` with ``fold_in(keys[r], step)`` (nothing shared between rows)."""
-    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(keys)
-    return jax.vmap(_pick_row, in_axes=(0, 0, None, None))(logits, step_keys, temperature, top_p)
-
-
-def _generate_rows(model, ids, mask, keys, temperature, top_p, eos, pad_id, max_new):
-    """Sampled decoding with one key per row, through the model's public cache API (``prefill``,
-    ``extend``, ``logits_at``): step ``s`` of row ``r`` samples with ``fold_in(keys[r], s)``, so a row's
-    tokens do not depend on the other rows. Stops once every row has produced an end token."""
-    b = ids.shape[0]
-    cache = model.prefill(ids, mask, capacity=ids.shape[1] + max_new)
-    temperature, top_p = jnp.float32(temperature), jnp.float32(top_p)
-    tok = _pick_rows(model.logits_at(cache.last_hidden), keys, 0, temperature, top_p)
-    out = np.full((b, max_new), pad_id, np.int32)
-    lengths = np.ones(b, np.int32)
-    tok_np = np.asarray(tok)
-    out[:, 0] = tok_np
-    done = np.isin(tok_np, eos)
-    ones = jnp.ones((b, 1), bool)
-    for step in range(1, max_new):
-        if done.all():
-            break
-        ext = model.extend(cache, tok[:, None], ones, update=True)
-        cache = ext.cache
-        tok_np = np.where(done, pad_id, np.asarray(_pick_rows(model.logits_at(ext.last_hidden), keys, step,
-                                                              temperature, top_p)))
-        out[:, step] = tok_np
-        lengths += ~done
-        done = done | np.isin(tok_np, eos)
-        tok = jnp.asarray(tok_np)
-    return GenerateOutput(jnp.asarray(out), jnp.asarray(lengths))
-
-
 def generate(model, ids, mask=None, *, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
              rng=None, eos_id=None, pad_id: int = 0):
-    """:func:`jaxrank.models.llama.generate`, where ``rng`` may also be one key per row ``[B, 2]``.
+    """:func:`jaxrank.models.llama.generate` (``rng``: one key, or one key per row ``[B, 2]``).
 
-    With per-row keys (and ``temperature > 0``) row ``r`` samples with its own
-    key only, so its answer does not depend on the batch it is in.
+    With per-row keys (and ``temperature > 0``) row ``r`` samples step ``s`` with
+    ``fold_in(rng[r], s)`` alone, inside the model's one compiled decoding loop, so
+    its answer does not depend on the batch it is in.
     """
-    if rng is None or temperature <= 0 or np.ndim(rng) == 1:     # greedy decoding reads no key
-        return _llama_generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
-                               top_p=top_p, rng=rng if rng is None or np.ndim(rng) == 1 else None,
-                               eos_id=eos_id, pad_id=pad_id)
-    ids = jnp.asarray(ids, jnp.int32)
-    mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
-    keys = jnp.asarray(rng)
-    if keys.shape[0] != ids.shape[0]:
-        raise ValueError(f"rng holds {keys.shape[0]} keys for {ids.shape[0]} rows")
-    eos = np.atleast_1d(np.asarray([] if eos_id is None else eos_id, np.int32))
-    return _generate_rows(model, ids, mask, keys, temperature, top_p, eos, int(pad_id), int(max_new_tokens))
+    rows = rng is not None and np.ndim(rng) == 2
+    if rows and np.shape(rng)[0] != np.shape(ids)[0]:
+        raise ValueError(f"rng holds {np.shape(rng)[0]} keys for {np.shape(ids)[0]} rows")
+    # greedy decoding reads no key
+    return _llama_generate(model, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                           rng=None if rows and temperature <= 0 else rng, eos_id=eos_id, pad_id=pad_id)
 
 
 def generate_texts(lm, rows: Sequence[Sequence[int]], *, batch_rows: int, max_new_tokens: int,

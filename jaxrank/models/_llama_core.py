@@ -404,9 +404,23 @@ _project_jit = jax.jit(_project, static_argnames=("softcap",))
 
 
 # --------------------------------------------------------------------- generation
+def _pick_one(logits, key, temperature, top_p):
+    """One row's nucleus / temperature sample ``[V] -> []`` with its own ``key``."""
+    logits = logits / temperature
+    srt = jnp.sort(logits)[::-1]
+    probs = jax.nn.softmax(srt)
+    keep = (jnp.cumsum(probs) - probs) < top_p               # always keeps the top token
+    thr = jnp.min(jnp.where(keep, srt, jnp.inf))
+    return jax.random.categorical(key, jnp.where(logits >= thr, logits, -jnp.inf)).astype(jnp.int32)
+
+
 def _pick(logits, key, greedy, temperature, top_p):
+    """The next token per row of ``logits [B, V]``: greedy, or sampled with one ``key`` for the batch, or with
+    one key per row (``key [B, ...]``: row ``r`` samples with ``key[r]`` alone)."""
     if greedy:
         return jnp.argmax(logits, -1).astype(jnp.int32)
+    if _key_rows(key):
+        return jax.vmap(_pick_one, in_axes=(0, 0, None, None))(logits, key, temperature, top_p)
     logits = logits / temperature
     srt = jnp.sort(logits, -1)[:, ::-1]
     probs = jax.nn.softmax(srt, -1)
@@ -415,12 +429,23 @@ def _pick(logits, key, greedy, temperature, top_p):
     return jax.random.categorical(key, jnp.where(logits >= thr, logits, -jnp.inf)).astype(jnp.int32)
 
 
+def _key_rows(key) -> bool:
+    """Whether ``key`` is one PRNG key per row (``[B, 2]`` raw keys, ``[B]`` typed keys), not one key."""
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    return key.ndim == (1 if typed else 2)
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new", "greedy"))
 def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, greedy):
     b = ids.shape[0]
     cache = _prefill(cfg, w, ids, mask, ids.shape[1] + max_new)
-    keys = jax.random.split(rng, max_new)
-    tok = _pick(_project(w, cache.last_hidden, None, None, cfg.final_softcap), keys[0], greedy, temperature, top_p)
+    if _key_rows(rng):      # one key per row: step i of row r samples with fold_in(rng[r], i)
+        step_key = lambda i: jax.vmap(lambda k: jax.random.fold_in(k, i))(rng)
+    else:
+        keys = jax.random.split(rng, max_new)
+        step_key = lambda i: keys[i]
+    tok = _pick(_project(w, cache.last_hidden, None, None, cfg.final_softcap), step_key(0), greedy, temperature,
+                top_p)
     out = jnp.full((b, max_new), pad_id, jnp.int32).at[:, 0].set(tok)
     done = jnp.isin(tok, eos)
     lengths = jnp.ones((b,), jnp.int32)
@@ -431,7 +456,7 @@ def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, 
     def body(s):
         i, cache, tok, out, done, lengths = s
         _, last_h, _, cache = _run(cfg, w, tok[:, None], jnp.ones((b, 1), bool), cache, True)
-        nxt = _pick(_project(w, last_h, None, None, cfg.final_softcap), keys[i], greedy, temperature, top_p)
+        nxt = _pick(_project(w, last_h, None, None, cfg.final_softcap), step_key(i), greedy, temperature, top_p)
         nxt = jnp.where(done, pad_id, nxt)
         out = out.at[:, i].set(nxt)
         lengths = lengths + (~done).astype(jnp.int32)

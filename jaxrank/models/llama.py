@@ -50,8 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ._llama_core import (  # noqa: F401  (_pick: used by the tests)
-    ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _pick, _prefill, _project_jit,
+from ._llama_core import (  # noqa: F401  (_pick: used by the tests; _key_rows: by generate)
+    ExtendOutput, GenerateOutput, KVCache, _extend, _generate, _hidden, _key_rows, _pick, _prefill, _project_jit,
 )
 from . import _quant, _quant_layers
 from ._quant import QuantisedWeight  # noqa: F401  (re-exported: weights kept quantised)
@@ -439,7 +439,10 @@ def generate(model: LlamaModel, ids: jax.Array, mask: jax.Array | None = None, *
         max_new_tokens: number of tokens to produce at most.
         temperature: 0 for greedy, else the softmax temperature.
         top_p: nucleus mass (1 keeps the whole distribution).
-        rng: PRNG key for sampling (``PRNGKey(0)`` when omitted).
+        rng: PRNG key for sampling (``PRNGKey(0)`` when omitted), or one key per
+            row (``[B, 2]``, or ``[B]`` typed keys): row ``r`` then samples step ``s``
+            with ``fold_in(rng[r], s)`` alone, so its tokens do not depend on the
+            other rows of the batch.
         eos_id: one id or several ids that end a sequence.
         pad_id: filler after the end of a sequence.
 
@@ -450,6 +453,8 @@ def generate(model: LlamaModel, ids: jax.Array, mask: jax.Array | None = None, *
     mask = jnp.ones(ids.shape, bool) if mask is None else jnp.asarray(mask, bool)
     eos = np.atleast_1d(np.asarray([] if eos_id is None else eos_id, np.int32))
     eos = jnp.asarray(np.pad(eos, (0, -len(eos) % 8), constant_values=-1))  # few compiled shapes
-    rng = jax.random.PRNGKey(0) if rng is None else rng
+    rng = jax.random.PRNGKey(0) if rng is None else rng if isinstance(rng, jax.Array) else jnp.asarray(rng)
+    if _key_rows(rng) and rng.shape[0] != ids.shape[0]:
+        raise ValueError(f"rng holds {rng.shape[0]} keys for {ids.shape[0]} rows")
     return _generate(model.config, model.weights(), ids, mask, rng, jnp.float32(max(temperature, 1e-6)),
                      jnp.float32(top_p), eos, jnp.int32(pad_id), int(max_new_tokens), temperature <= 0)
