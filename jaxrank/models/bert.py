@@ -272,7 +272,8 @@ class BertModel(nnx.Module):
         """Runs the encoder.
 
         Args:
-            ids: Token ids ``[B, T]`` (``T <= max_position_embeddings`` unless ``position_ids`` are given).
+            ids: Token ids ``[B, T]`` (``T <= max_position_embeddings`` unless ``position_ids`` or
+                ``segment_ids`` are given).
             mask: Attention mask ``[B, T]`` (1 = token); all ones if None. Not with ``segment_ids``.
             token_type_ids: Token-type ids ``[B, T]``; zeros if None.
             segment_ids: Packed rows (several texts in one row): ``[B, T]``, the text of each token
@@ -287,8 +288,21 @@ class BertModel(nnx.Module):
             first token: with ``segment_ids``, the first text's).
 
         Raises:
-            ValueError: Both ``mask`` and ``segment_ids``.
+            ValueError: Both ``mask`` and ``segment_ids``; ``T > max_position_embeddings`` with neither
+                ``position_ids`` nor ``segment_ids``; and, where they are concrete (not traced by ``jit``),
+                an id of ``ids`` outside ``[0, vocab_size)``, of ``token_type_ids`` outside
+                ``[0, type_vocab_size)``, or a position outside ``[0, max_position_embeddings)`` (a text of
+                ``segment_ids`` longer than the table). Traced ids are not checked: there the table lookups
+                read the last row for an id past the table and wrap a negative one (``-1`` is the last
+                row), with no error (PyTorch raises an ``IndexError``).
         """
+        c = self.config
+        if position_ids is None and segment_ids is None and ids.shape[1] > c.max_position_embeddings:
+            raise ValueError(f"BertModel: ids has {ids.shape[1]} tokens a row, more than "
+                             f"max_position_embeddings={c.max_position_embeddings} (cut the texts)")
+        _check_ids(ids, c.vocab_size, "ids", "BertModel", "vocab_size")
+        _check_ids(token_type_ids, c.type_vocab_size, "token_type_ids", "BertModel", "type_vocab_size")
+        _check_ids(position_ids, c.max_position_embeddings, "position_ids", "BertModel", "max_position_embeddings")
         tt = jnp.zeros(ids.shape, jnp.int32) if token_type_ids is None else token_type_ids
         if segment_ids is not None:
             if mask is not None:
@@ -296,6 +310,8 @@ class BertModel(nnx.Module):
             seg = segment_ids.astype(jnp.int32)
             if position_ids is None:
                 position_ids = segment_positions(seg)
+                _check_ids(position_ids, c.max_position_embeddings, "positions of segment_ids (a text too long)",
+                           "BertModel", "max_position_embeddings")
             allowed = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0))[:, None]   # [B, 1, T, T]
         else:
             mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
@@ -305,6 +321,20 @@ class BertModel(nnx.Module):
             h = layer(h, allowed)
         pooled = self.pooler(h) if self.config.add_pooler else None
         return h, pooled
+
+
+def _check_ids(x, rows: int, name: str, owner: str, size_name: str) -> None:
+    """Raises a ValueError naming ``name`` and ``size_name = rows`` when a concrete ``x`` holds an id outside
+    ``[0, rows)``; nothing for ``None`` or a traced ``x`` (inside ``jit`` the values are not known)."""
+    if x is None or isinstance(x, jax.core.Tracer):
+        return
+    a = np.asarray(x)
+    if a.size == 0:
+        return
+    lo, hi = a.min(), a.max()
+    if lo < 0 or hi >= rows:
+        raise ValueError(f"{owner}: {name} must be in [0, {rows}) ({size_name}={rows} table rows), "
+                         f"got {int(lo if lo < 0 else hi)}")
 
 
 def segment_positions(segment_ids: jax.Array) -> jax.Array:
@@ -379,7 +409,7 @@ def embed(
 
     Args:
         model: A loaded :class:`BertModel`.
-        ids: Token ids ``[B, T]``.
+        ids: Token ids ``[B, T]`` (traced, so not range-checked: see :meth:`BertModel.__call__`).
         mask: Attention mask ``[B, T]``.
         pooling: ``mean`` | ``cls`` | ``max`` | ``mean_sqrt_len``.
         normalize: L2-normalise the pooled vectors.
@@ -432,7 +462,7 @@ def embed_packed(
     Args:
         model: A loaded :class:`BertModel`.
         ids: Token ids ``[B, T]``, the texts of a row one after another (each with its own ``[CLS]`` and
-            ``[SEP]``), padding after the last.
+            ``[SEP]``), padding after the last (traced, so not range-checked: see :meth:`BertModel.__call__`).
         segment_ids: ``[B, T]``: ``1, 2, ...`` for the row's first, second, ... text, ``0`` for padding.
         num_segments: Texts per row in the output (static).
         pooling: ``mean`` | ``cls`` | ``max`` | ``mean_sqrt_len`` (:func:`pool`).

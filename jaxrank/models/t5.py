@@ -52,6 +52,7 @@ from ._t5_layers import (  # noqa: F401  (building blocks, re-exported)
     T5Attention, T5Block, T5FeedForward, T5LayerNorm, T5Stack, _Emb, _Lin, relative_position_bucket,
 )
 from ._weights import fill_params, warn_unexpected
+from .bert import _check_ids
 from .t5_config import ACTIVATIONS, T5Config  # noqa: F401  (re-exported)
 
 _NEG = -1e9  # additive mask value; finite so fully-masked rows never give NaN
@@ -83,8 +84,15 @@ class T5ForConditionalGeneration(nnx.Module):
 
         Returns:
             ``[B, S, d_model]`` encoder output.
+
+        Raises:
+            ValueError: A concrete ``ids`` (not traced by ``jit``) with an id outside ``[0, vocab_size)``.
+                Traced ids are not checked: there the embedding lookup reads the last row for an id past
+                the table and wraps a negative one (``-1`` is the last row), with no error (PyTorch raises
+                an ``IndexError``); the jitted helpers (:func:`encode`, :func:`generate`) trace.
         """
         cfg = self.config
+        _check_ids(ids, cfg.vocab_size, "ids", "T5", "vocab_size")
         mask = jnp.ones(ids.shape, jnp.int32) if mask is None else mask
         h = self.shared.weight[...][ids]
         s = ids.shape[1]
@@ -136,8 +144,14 @@ class T5ForConditionalGeneration(nnx.Module):
 
         Returns:
             float32 logits ``[B, T, V]`` (or ``[B, T, K]``).
+
+        Raises:
+            ValueError: A concrete ``decoder_ids`` or ``token_ids`` with an id outside ``[0, vocab_size)``
+                (traced ones are not checked: see :meth:`encode`).
         """
         cfg = self.config
+        _check_ids(decoder_ids, cfg.vocab_size, "decoder_ids", "T5", "vocab_size")
+        _check_ids(token_ids, cfg.vocab_size, "token_ids", "T5", "vocab_size")
         b, t = decoder_ids.shape
         enc_mask = jnp.ones(encoder_out.shape[:2], jnp.int32) if enc_mask is None else enc_mask
         causal = jnp.tril(jnp.ones((t, t), bool))[None, None]
@@ -298,7 +312,7 @@ def load_state_dict(
 # ------------------------------------------------------------ jitted helpers
 @nnx.jit
 def encode(model: T5ForConditionalGeneration, ids: jax.Array, mask: jax.Array) -> jax.Array:
-    """Jitted :meth:`T5ForConditionalGeneration.encode`."""
+    """Jitted :meth:`T5ForConditionalGeneration.encode` (``ids`` are traced, so not range-checked)."""
     return model.encode(ids, mask)
 
 
@@ -310,5 +324,5 @@ def decoder_logits_first_step(model, encoder_out, enc_mask, token_ids=None) -> j
 
 @functools.partial(nnx.jit, static_argnames=("max_new_tokens", "eos_token_id"))
 def generate(model, ids, mask, max_new_tokens: int = 16, eos_token_id: int | None = None) -> jax.Array:
-    """Jitted greedy :meth:`T5ForConditionalGeneration.generate`."""
+    """Jitted greedy :meth:`T5ForConditionalGeneration.generate` (``ids`` traced, so not range-checked)."""
     return model.generate(ids, mask, max_new_tokens, eos_token_id)
