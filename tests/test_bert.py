@@ -1,6 +1,7 @@
 """Parity of the Flax NNX BERT (jaxrank.models.bert) with transformers' PyTorch BertModel."""
 
 import json
+import re
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -139,3 +140,63 @@ def test_real_minilm_embeddings_match_torch():
     np.testing.assert_allclose(e, ref, atol=1e-4)
     sim = e @ e.T
     assert sim[0, 1] < 0.99 and np.allclose(np.diag(sim), 1.0, atol=1e-5)
+
+
+def _st_folder(tmp_path, modules=("Transformer", "Pooling", "Normalize"), pooling=None, sbert=None):
+    """A sentence-transformers folder of config files only (modules.json, 1_Pooling, sentence_bert_config)."""
+    mods = [{"idx": i, "name": str(i), "path": {"Pooling": "1_Pooling"}.get(t, f"{i}_{t}" if i else ""),
+             "type": f"sentence_transformers.models.{t}"} for i, t in enumerate(modules)]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "modules.json").write_text(json.dumps(mods))
+    if pooling is not None:
+        (tmp_path / "1_Pooling").mkdir()
+        (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    if sbert is not None:
+        (tmp_path / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    return tmp_path
+
+
+ALL_OFF = {f"pooling_mode_{k}": False for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")}
+
+
+@pytest.mark.parametrize("pooling, mode", [
+    ({**ALL_OFF, "pooling_mode_max_tokens": True}, "max"),
+    ({}, "mean"),                                              # sentence-transformers: mean_tokens defaults True
+    ({"pooling_mode": "CLS", "pooling_mode_mean_tokens": True}, "cls"),   # the string sets only its own flag
+    ({"pooling_mode": "mean_sqrt_len_tokens"}, "mean_sqrt_len"),
+])
+def test_st_settings_read_the_pooling_as_sentence_transformers_does(tmp_path, pooling, mode):
+    s = bert.sentence_transformer_settings(_st_folder(tmp_path, pooling=pooling, sbert={"max_seq_length": 128}))
+    assert s == {"pooling": mode, "normalize": True, "max_seq_length": 128}
+    s = bert.sentence_transformer_settings(_st_folder(tmp_path / "b", ("Transformer", "Pooling"), pooling))
+    assert s == {"pooling": mode, "normalize": False, "max_seq_length": None}
+
+
+@pytest.mark.parametrize("module", ["Dense", "LayerNorm", "WordEmbeddings"])
+def test_st_settings_refuse_modules_jaxrank_does_not_run(tmp_path, module):
+    d = _st_folder(tmp_path, ("Transformer", "Pooling", module, "Normalize"), pooling={})
+    with pytest.raises(ValueError, match=f"{re.escape(str(d))}.*'sentence_transformers.models.{module}' module"):
+        bert.sentence_transformer_settings(d)
+    with pytest.raises(ValueError, match="no Pooling module"):
+        bert.sentence_transformer_settings(_st_folder(tmp_path / "b", ("Transformer",)))
+
+
+@pytest.mark.parametrize("pooling, named", [
+    ({**ALL_OFF, "pooling_mode_lasttoken": True}, "pooling_mode_lasttoken"),
+    ({**ALL_OFF, "pooling_mode_mean_tokens": True, "pooling_mode_lasttoken": True}, "pooling_mode_lasttoken"),
+    ({**ALL_OFF, "pooling_mode_weightedmean_tokens": True}, "pooling_mode_weightedmean_tokens"),
+    ({"pooling_mode": "lasttoken"}, "pooling_mode_lasttoken"),
+    ({**ALL_OFF, "pooling_mode_new_thing": True}, "pooling_mode_new_thing"),
+    ({"pooling_mode": "median"}, "unknown pooling_mode 'median'"),
+    (ALL_OFF, "exactly one pooling mode.*none"),
+    ({"pooling_mode_cls_token": True}, "exactly one.*cls_token.*mean_tokens"),   # + the default mean
+])
+def test_st_settings_refuse_poolings_jaxrank_does_not_run(tmp_path, pooling, named):
+    d = _st_folder(tmp_path, pooling=pooling)
+    with pytest.raises(ValueError, match=f"{re.escape(str(d))}.*{named}"):
+        bert.sentence_transformer_settings(d)
+
+
+def test_st_settings_refuse_a_bad_max_seq_length(tmp_path):
+    with pytest.raises(ValueError, match="max_seq_length must be a positive integer"):
+        bert.sentence_transformer_settings(_st_folder(tmp_path, pooling={}, sbert={"max_seq_length": "long"}))

@@ -87,3 +87,67 @@ def test_rejects_decoders():
 
     with pytest.raises(ValueError, match="BERT"):
         SimilarityJudge(tiny_lm())
+
+
+def _st_folder(tmp: Path, minilm, modules=("Transformer", "Pooling", "Normalize"), pooling=None, sbert=None,
+               max_positions=512):
+    """A tiny random BERT saved by transformers, with MiniLM's tokenizer, as a sentence-transformers folder."""
+    import json
+    import shutil
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (Path(minilm.path) / f).exists():
+            shutil.copy(Path(minilm.path) / f, tmp)
+    mods = [{"idx": i, "name": str(i), "path": {"Pooling": "1_Pooling"}.get(t, f"{i}_{t}" if i else ""),
+             "type": f"sentence_transformers.models.{t}"} for i, t in enumerate(modules)]
+    (tmp / "modules.json").write_text(json.dumps(mods))
+    (tmp / "1_Pooling").mkdir(exist_ok=True)
+    (tmp / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+         "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False, **(pooling or {})}))
+    if sbert is not None:
+        (tmp / "sentence_bert_config.json").write_text(json.dumps(sbert))
+    torch.manual_seed(0)
+    m = transformers.BertModel(transformers.BertConfig(
+        vocab_size=minilm.config.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=max_positions)).eval()
+    m.save_pretrained(tmp)
+    return tmp
+
+
+def test_default_max_length_is_the_folders_max_seq_length(tmp_path, minilm):
+    d = _st_folder(tmp_path / "a", minilm, sbert={"max_seq_length": 16})
+    judge = SimilarityJudge(str(d))
+    assert judge.max_length == 16 and "-L16-" in judge.fingerprint
+    long = " ".join([CTX] * 3)                               # about 70 tokens
+    ref = _torch_cos(d, [long, *CANDS[:2]], max_length=16)   # torch cut at the folder's 16 tokens
+    with pytest.warns(UserWarning, match="cut"):
+        np.testing.assert_allclose(judge.scores(long, CANDS[:2]), ref, atol=1e-4)
+    assert np.abs(ref - _torch_cos(d, [long, *CANDS[:2]], max_length=64)).max() > 1e-3   # 16 matters
+    assert SimilarityJudge(str(d), max_length=64).max_length == 64                       # given: kept
+    # at most the position table; 256 without a sentence_bert_config.json
+    d = _st_folder(tmp_path / "b", minilm, sbert={"max_seq_length": 100}, max_positions=64)
+    assert SimilarityJudge(str(d)).max_length == 64
+    assert SimilarityJudge(str(_st_folder(tmp_path / "c", minilm))).max_length == 256
+
+
+def test_minilm_default_max_length_is_its_256(judge, minilm):
+    assert judge.max_length == 256 and judge.fingerprint == f"{minilm.fingerprint}-L256-mean"
+
+
+def test_folder_with_a_dense_module_is_refused(tmp_path, minilm):
+    d = _st_folder(tmp_path, minilm, ("Transformer", "Pooling", "Dense", "Normalize"))
+    for pooling in (None, "mean"):                           # no pooling makes up for the missing projection
+        with pytest.raises(ValueError, match="'sentence_transformers.models.Dense' module"):
+            SimilarityJudge(str(d), pooling=pooling)
+
+
+def test_folder_with_lasttoken_pooling_is_named(tmp_path, minilm):
+    d = _st_folder(tmp_path, minilm, pooling={"pooling_mode_lasttoken": True})      # mean + lasttoken
+    with pytest.raises(ValueError, match="pooling_mode_lasttoken.*pass pooling="):
+        SimilarityJudge(str(d))
+    with pytest.warns(UserWarning, match="cannot be read.*pooling_mode_lasttoken"):
+        assert SimilarityJudge(str(d), pooling="mean").pooling == "mean"

@@ -53,7 +53,8 @@ from flax import nnx
 
 from jaxrank.judges._buckets import bucket
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.models.bert import embed_packed, sentence_transformer_settings
+from jaxrank.models import _sentence_transformers as st
+from jaxrank.models.bert import embed_packed
 from jaxrank.models.loading import load_model
 
 __all__ = ["SimilarityJudge", "EncoderStats"]
@@ -95,33 +96,39 @@ class EncoderStats:
     cache_hits: int = 0
 
 
-def _folder_pooling(model, pooling: str | None) -> str:
-    """The pooling a judge runs: ``pooling``, or (``None``) the model folder's sentence-transformers pooling
-    (``"mean"`` without one); warns when a given ``pooling`` differs from the folder's."""
+def _folder_settings(model, pooling: str | None) -> tuple[str, int | None]:
+    """``(pooling, max_seq_length)`` of a judge: ``pooling``, or (``None``) the model folder's
+    sentence-transformers pooling (``"mean"`` without one), and the folder's ``max_seq_length`` (``None``
+    without one); warns when a given ``pooling`` differs from the folder's. A folder with a module jaxrank
+    does not run (``Dense`` ...) is refused whatever ``pooling`` says
+    (:func:`~jaxrank.models.bert.sentence_transformer_settings`)."""
     path = getattr(model, "path", None)
     is_dir = False
     try:
         is_dir = path is not None and os.path.isdir(path)
     except TypeError:
         pass
-    own, why = "mean", None
-    is_st = is_dir and any(os.path.exists(os.path.join(path, f)) for f in ("modules.json", "1_Pooling"))
+    own, why, max_seq = "mean", None, None
+    is_st = is_dir and any(os.path.exists(os.path.join(path, f))
+                           for f in ("modules.json", "1_Pooling", "sentence_bert_config.json"))
     if is_st:
+        _, pool_dir = st.read_modules(path)
+        max_seq = st.read_max_seq_length(path)
         try:
-            own = sentence_transformer_settings(path)["pooling"]
+            own = st.read_pooling(path, pool_dir)
         except ValueError as e:
             if pooling is None:
                 raise ValueError(f"{path}: {e}; pass pooling= to choose one") from e
             why = str(e)
     if pooling is None:
-        return own
+        return own, max_seq
     if why is not None:
         warnings.warn(f"pooling={pooling!r}: the sentence-transformers pooling of {path} cannot be read ({why}); "
                       "the embeddings may not be the model's own", stacklevel=3)
     elif pooling != own and is_st:
         warnings.warn(f"pooling={pooling!r} differs from {path}'s sentence-transformers pooling {own!r}: "
                       "the embeddings are not the model's own (pooling=None uses the folder's)", stacklevel=3)
-    return pooling
+    return pooling, max_seq
 
 
 class SimilarityJudge:
@@ -135,8 +142,9 @@ class SimilarityJudge:
         model: a BERT-family :class:`~jaxrank.models.loading.LoadedModel` or a
             name / path for ``load_model`` (default ``"minilm-l6"``).
         k: the slope of the link (see the module notes for the default).
-        max_length: tokens per text (longer texts are cut at the end; MiniLM
-            was trained with 256).
+        max_length: tokens per text (longer texts are cut at the end); ``None`` (the default): the
+            model folder's sentence-transformers ``max_seq_length`` (``sentence_bert_config.json``; 256
+            for MiniLM, which was trained with it), at most ``max_position_embeddings``, else 256.
         batch_size: rows per encoder pass; a row holds ``row_length`` tokens (``max_length`` rounded up
             to a bucket of :data:`~jaxrank.judges._buckets.BUCKETS`), as many texts as fit (at most
             ``texts_per_row``), so a pass reads ``batch_size * row_length`` tokens of any mix of texts.
@@ -160,12 +168,13 @@ class SimilarityJudge:
         ValueError: a model that is not a BERT encoder or has no tokenizer; ``k <= 0``; a
             ``batch_size``, ``max_length`` or ``cache_size`` out of range; an unknown ``pooling``;
             ``pooling=None`` on a folder whose sentence-transformers pooling jaxrank does not run
-            (several modes at once).
+            (several modes at once, ``lasttoken``, ...); a sentence-transformers folder with a module
+            other than ``Transformer``, ``Pooling`` and ``Normalize`` (e.g. ``Dense``).
     """
 
     chunk = 4096
 
-    def __init__(self, model="minilm-l6", *, k: float = 20.0, max_length: int = 256, batch_size: int = 8,
+    def __init__(self, model="minilm-l6", *, k: float = 20.0, max_length: int | None = None, batch_size: int = 8,
                  pooling: str | None = None, cache_size: int = 65536):
         if not hasattr(model, "model"):
             model = load_model(model)
@@ -181,10 +190,14 @@ class SimilarityJudge:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         if pooling not in (None, "mean", "cls", "max", "mean_sqrt_len"):
             raise ValueError(f"pooling must be None, 'mean', 'cls', 'max' or 'mean_sqrt_len', got {pooling!r}")
-        pooling = _folder_pooling(model, pooling)
+        pooling, max_seq = _folder_settings(model, pooling)
         limit = int(getattr(model.config, "max_position_embeddings", 512))
+        from_folder = max_length is None and max_seq is not None
+        if max_length is None:
+            max_length = 256 if max_seq is None else min(max_seq, limit)
         if not 2 < max_length <= limit:
-            raise ValueError(f"max_length must be in (2, {limit}], got {max_length}")
+            raise ValueError(f"max_length must be in (2, {limit}], got {max_length}"
+                             + (" (the folder's max_seq_length)" if from_folder else ""))
         self.lm = model
         self.k, self.max_length, self.batch_size, self.pooling = float(k), int(max_length), int(batch_size), pooling
         self.cache_size = int(cache_size)

@@ -21,17 +21,18 @@ packed into one row: ``segment_ids`` give each token its text, attention is
 block-diagonal (query ``q`` sees key ``k`` iff ``seg[q] = seg[k] > 0``),
 positions restart at each text (:func:`segment_positions`), and each text is
 pooled over its own tokens (:func:`pool_segments`), so one ``[B, T]`` shape
-serves texts of every length; :func:`sentence_transformer_settings` reads those
-choices from a model directory (``modules.json``, ``1_Pooling/config.json``).
+serves texts of every length; :func:`sentence_transformer_settings` (from the
+private ``_sentence_transformers`` module) reads those choices from a model
+directory (``modules.json``, ``1_Pooling/config.json``), refusing one whose
+embeddings these functions would not reproduce (a ``Dense`` module, ``lasttoken``
+pooling, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-import os
 from typing import Any, Mapping
 
 import jax
@@ -39,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ._sentence_transformers import sentence_transformer_settings  # noqa: F401  (re-exported)
 from ._weights import fill_params, warn_unexpected
 
 _ACTIVATIONS = {
@@ -473,43 +475,3 @@ def embed_packed(
     if normalize:
         e = e / jnp.maximum(jnp.linalg.norm(e, axis=-1, keepdims=True), 1e-12)
     return e
-
-
-def sentence_transformer_settings(model_dir: str | os.PathLike) -> dict[str, Any]:
-    """Reads pooling / normalisation / max length from a sentence-transformers directory.
-
-    Looks at ``modules.json`` (a ``Normalize`` module means ``normalize=True``;
-    the ``Pooling`` module's path, ``1_Pooling`` by default) and
-    ``sentence_bert_config.json`` (``max_seq_length``). Missing files give the
-    all-MiniLM-L6-v2 defaults (mean pooling, normalised).
-
-    Returns:
-        ``{"pooling": str, "normalize": bool, "max_seq_length": int | None}``.
-    """
-    d = os.fspath(model_dir)
-    out: dict[str, Any] = {"pooling": "mean", "normalize": True, "max_seq_length": None}
-    pool_dir = "1_Pooling"
-    mods_path = os.path.join(d, "modules.json")
-    if os.path.exists(mods_path):
-        with open(mods_path) as f:
-            mods = json.load(f)
-        types = [m.get("type", "") for m in mods]
-        out["normalize"] = any(t.endswith("Normalize") for t in types)
-        for m in mods:
-            if m.get("type", "").endswith("Pooling"):
-                pool_dir = m.get("path", pool_dir)
-    pcfg = os.path.join(d, pool_dir, "config.json")
-    if os.path.exists(pcfg):
-        with open(pcfg) as f:
-            p = json.load(f)
-        modes = [k for k in ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-                 if p.get(f"pooling_mode_{k}", False)]
-        names = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "mean_sqrt_len_tokens": "mean_sqrt_len"}
-        if len(modes) != 1:
-            raise ValueError(f"sentence_transformer_settings: exactly one pooling mode supported, got {modes}")
-        out["pooling"] = names[modes[0]]
-    sb = os.path.join(d, "sentence_bert_config.json")
-    if os.path.exists(sb):
-        with open(sb) as f:
-            out["max_seq_length"] = json.load(f).get("max_seq_length")
-    return out
