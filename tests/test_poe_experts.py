@@ -319,3 +319,44 @@ def test_padding_never_changes_the_result(seed, pad_seed):
     np.testing.assert_array_equal(sp[6:], 0)
     # a shift of every score leaves the objective unchanged: the solution is centred whatever the start
     assert abs(float(jnp.sum(sp[:6]))) < 1e-4
+
+
+# ------------------------------------------------------------------ zero-curvature regions in float64 (review)
+def huber_expert(d, p, th):
+    r = d - th["alpha"] * (p - 0.5)
+    a, k = jnp.abs(r), th["k"]
+    return -jnp.where(a <= k, 0.5 * r ** 2, k * (a - 0.5 * k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_newton_on_huber_with_flat_curvature_matches_scipy(dtype):
+    """Huber's linear tails have curvature 0: the Newton system takes the dtype's floor (1e-12 w in float64) and
+    the step is ~1e12 too long; the line search must halve it back (30 halvings ended float64 line_search_failed,
+    objective 3.533 against SciPy's 2.912). Reference: SciPy BFGS on the same objective in NumPy float64."""
+    rng = np.random.default_rng(4)
+    n, r = 5, 20
+    i = rng.integers(0, n, r)
+    j = (i + rng.integers(1, n, r)) % n
+    p = rng.uniform(0.05, 0.95, r)
+    th = {"alpha": 4.0, "k": 0.3}
+
+    def f_np(s):
+        res = s[i] - s[j] - th["alpha"] * (p - 0.5)
+        a = np.abs(res)
+        return np.sum(np.where(a <= th["k"], 0.5 * res ** 2, th["k"] * (a - 0.5 * th["k"])))
+
+    def g_np(s):
+        res = s[i] - s[j] - th["alpha"] * (p - 0.5)
+        psi = np.clip(res, -th["k"], th["k"])
+        return np.bincount(i, psi, n) - np.bincount(j, psi, n)
+
+    best = optimize.minimize(f_np, np.zeros(n), jac=g_np, method="BFGS", options={"gtol": 1e-12})
+    s_ref = best.x - best.x.mean()
+    with jax.enable_x64(dtype == np.float64):
+        c = jr.Comparisons.from_pairs(i, j, p.astype(dtype), num_items=n)
+        assert c.p.dtype == dtype
+        sol = jr.fit_poe(c, jr.ProductOfExpertsSolver(jr.Expert(huber_expert, th, name="huber")))
+        assert int(sol.result) == jr.RESULTS.successful and bool(sol.converged)
+        s = np.asarray(sol.scores, np.float64)
+    assert f_np(s) == pytest.approx(best.fun, rel=1e-5 if dtype == np.float32 else 1e-10)
+    np.testing.assert_allclose(s, s_ref, atol=1e-3 if dtype == np.float32 else 1e-6)

@@ -67,7 +67,19 @@ from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
 __all__ = ["PoESolution", "solve", "fit_poe", "solve_context", "hessian", "solution_vector", "poe_scores",
            "CHUNK", "precision_terms"]
 
-_HALVINGS = 30   # a step halved this many times without sufficient decrease ends the solve, unconverged
+def _curvature_floor(dt):
+    """The Newton system's floor on a comparison's curvature, per unit weight (``max(c_k, floor w_k)``)."""
+    return 1e-6 if dt == jnp.float32 else 1e-12
+
+
+def _halvings(dt):
+    """Line-search halvings before a solve ends unconverged: ``log2(1 / floor) + 10`` for the dtype's floor.
+
+    Where a comparison's curvature is 0 (Huber's linear tails) the system takes the floor, and the Newton step
+    is up to ``1 / floor`` times too long: the line search must be able to halve it back to size (30 halvings,
+    enough in float32, left float64's 1e-12 floor steps ~1e3 times too long: line_search_failed).
+    """
+    return int(np.ceil(np.log2(1 / _curvature_floor(dt)))) + 10
 
 CHUNK = 32
 """Contexts are solved in chunks of this many, one after another (``_batching.map_chunks``), as soft BT."""
@@ -98,7 +110,7 @@ class PoESolution(NamedTuple):
 def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
     """One pass of damped Newton with backtracking for one context: evaluate ``y = x + t delta`` once."""
     dt = ops.p.dtype
-    floor = 1e-6 if dt == jnp.float32 else 1e-12
+    floor = _curvature_floor(dt)
     x, f, delta, slope, t, it = state[:6]
     n, m = ops.e.num_items, len(expert.learnt)
     start = it == 0
@@ -149,7 +161,7 @@ def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
     converged = ok & (it >= 1) & (small | rounding)
     y = y + jnp.where(converged & small & ~bad, new, 0)
     t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
-    failed = ~ok & (t_next < 0.5**_HALVINGS)
+    failed = ~ok & (t_next < 0.5**_halvings(dt))
     damped = (negative | indefinite | bad) & ~start
     return _State(jnp.where(ok, y, x), jnp.where(start, jnp.inf, jnp.where(ok, fy, f)),
                   jnp.where(ok, new, delta), jnp.where(ok, new_slope, slope), t_next, it + 1,
