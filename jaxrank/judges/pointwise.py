@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrank.judges._pointwise_checks import check_pairs_scale
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
@@ -82,29 +83,27 @@ def pointwise_comparisons(scores, i, j, *, scale: float = 1.0) -> np.ndarray:
     """Pairwise probabilities from pointwise scores: ``p_k = sigmoid(scale * (s_{i_k} - s_{j_k}))``.
 
     This is the Bradley-Terry reading of a score (PoE eq. 1), so pointwise
-    judges can feed every aggregator of the comparison core; ``p`` is exactly
-    antisymmetric (``p(i, j) = 1 - p(j, i)``) and, over all pairs, the average
+    judges can feed every aggregator of the comparison core; ``p`` is
+    antisymmetric (``p(i, j) = 1 - p(j, i)``) up to the float32 rounding of the
+    result (``|p(i, j) + p(j, i) - 1| <= 2**-24``) and, over all pairs, the average
     probability ranks candidates as the scores do. ``scale`` sets how sure a
     score gap makes the judge: on G-Eval's 1-5 scale, ``scale=1`` maps a
     one-point gap to ``p = 0.73``.
 
     Args:
         scores: ``[N]`` scores (or a :class:`PointwiseResult`).
-        i, j: ``[R]`` indices of the candidates in positions A and B.
-        scale: the inverse temperature (> 0).
+        i, j: ``[R]`` integer indices of the candidates in positions A and B.
+        scale: the inverse temperature (finite, > 0).
 
     Returns:
         ``[R]`` float32 ``P(A better)``.
+
+    Raises:
+        ValueError: ``i`` or ``j`` not integers or out of range, of different lengths, or a ``scale`` that is
+            not a finite number > 0.
     """
     s = np.asarray(scores.scores if isinstance(scores, PointwiseResult) else scores, np.float64).reshape(-1)
-    i = np.asarray(i, np.int64).reshape(-1)
-    j = np.asarray(j, np.int64).reshape(-1)
-    if i.shape != j.shape:
-        raise ValueError(f"i and j must have the same length, got {i.shape} and {j.shape}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    if i.size and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= s.size):
-        raise ValueError(f"indices outside [0, {s.size})")
+    i, j, scale = check_pairs_scale(s.size, i, j, scale)
     d = scale * (s[i] - s[j])
     return (0.5 * (1.0 + np.tanh(0.5 * d))).astype(np.float32)     # stable sigmoid
 
@@ -114,6 +113,7 @@ def scores_judgement(res: PointwiseResult, i, j, *, scale: float = 1.0) -> Judge
     (:func:`~jaxrank.judges.pointwise_comparisons`), ``logits`` ``scale * (s_i, s_j)`` (whose softmax is
     ``p``), ``label_mass`` the smaller of the two candidates' label masses."""
     p = pointwise_comparisons(res.scores, i, j, scale=scale)
+    i, j, scale = check_pairs_scale(len(res.scores), i, j, scale)
     logits = (scale * np.stack([res.scores[i], res.scores[j]], -1)).astype(np.float32).reshape(-1, 2)
     mass = None if res.label_mass is None else np.minimum(res.label_mass[i], res.label_mass[j])
     return Judgement(p, res.truncated, logits, mass)

@@ -14,7 +14,9 @@ the pairwise probability that story ``a`` beats ``b`` is derived in one of three
   approximation of the variant spread (Thurstone case V); ``eps = 1e-2`` keeps it finite
   when the variants agree.
 
-All are exactly antisymmetric: ``p(a, b) = 1 - p(b, a)`` and ``p(a, a)`` is never used.
+All are antisymmetric, ``p(a, b) = 1 - p(b, a)``, up to the float32 rounding of the result: the
+float32 values satisfy ``|p(a, b) + p(b, a) - 1| <= 2**-24`` (each keeps float32's relative precision,
+so a small ``p`` is not flushed to a multiple of ``2**-24``). ``p(a, a)`` is never used.
 Ratings must be finite where they are compared (a NaN rating raises ``ValueError``
 naming it; :func:`replay_comparisons` ignores the ratings of padded items).
 """
