@@ -1,10 +1,118 @@
-"""Review of the pointwise judges (11-27): pointwise_comparisons' arguments, rating replay's antisymmetry."""
+"""Review of the pointwise judges (11-27): read-only prompt settings, template and input checks,
+pointwise_comparisons' arguments, rating replay's antisymmetry.
+
+Runs the tiny random-weight Llama with a byte tokenizer (tests/tiny_lm.py): one token per byte, BOS first.
+"""
+
+import dataclasses
 
 import numpy as np
 import pytest
+from tiny_lm import BOS, OFFSET, sharpen, tiny_lm
 
-from jaxrank.judges.pointwise import PointwiseResult, pointwise_comparisons
+from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
+from jaxrank.judges.prompt_scoring import PromptScoringJudge
+from jaxrank.judges.prompts import pointwise_template
 from jaxrank.judges.rating_replay import replay_probabilities
+
+CTX = "The council voted to close the old bridge. Repairs start in May and last a year."
+CANDS = ["The bridge closes for repairs.", "Council votes; bridge shut until next May.", "Bridge."]
+STEPS = "1. Read the text.\n2. Read the summary.\n3. Give a score."
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return sharpen(tiny_lm(seed=1))
+
+
+def _bytes_ids(text):
+    """The byte tokenizer by hand: BOS, then each UTF-8 byte shifted by OFFSET."""
+    return [BOS] + [b + OFFSET for b in text.encode()]
+
+
+def _reference_score(lm, text, score_ids):
+    """G-Eval eq. 1 from one full forward over ``text`` (no cache), the softmax in NumPy."""
+    logits = np.asarray(lm.model(np.asarray([_bytes_ids(text)], np.int32)), np.float64)[0, -1]
+    p = np.exp(logits[score_ids] - logits[score_ids].max())
+    return float((p / p.sum()) @ np.arange(1, 6))
+
+
+# ----------------------------------------------------------------------- 1: read-only settings
+def test_geval_prompt_settings_are_read_only(lm):
+    """Assigning a setting that shapes the prompt changed template_key but not the prompt (scores of one
+    template stored under another's key): it now raises, leaving key and prompt as they were; a new judge
+    with the other template renders that template (checked against the template filled in by hand)."""
+    judge = GEvalJudge(lm, pointwise_template("coherence"), steps=STEPS)
+    key, text = judge.template_key, judge.prompt_text(CTX, CANDS[0])
+    fluency = pointwise_template("fluency")
+    for name, value in [("template", fluency), ("system", "Be harsh."), ("chat", True),
+                        ("max_step_tokens", 7), ("max_length", 100)]:
+        with pytest.raises(AttributeError, match=f"{name} is fixed.*build a new judge"):
+            setattr(judge, name, value)
+    assert judge.template_key == key and judge.prompt_text(CTX, CANDS[0]) == text
+    fresh = GEvalJudge(lm, fluency, steps=STEPS)
+    hand = (fluency.text.replace("{criteria}", fluency.criteria).replace("{steps}", STEPS)
+            .replace("{context}", CTX).replace("{candidate}", CANDS[0])) + " "
+    assert fresh.prompt_text(CTX, CANDS[0]) == hand and fresh.template_key != key
+    judge.steps = "1. Count the typos."               # the steps stay settable (they re-render the prompt)
+    assert "Count the typos" in judge.prompt_text(CTX, CANDS[0]) and judge.template_key != key
+
+
+def test_prompt_scoring_settings_are_read_only(lm):
+    judge = PromptScoringJudge(lm, aspect="coherence", temperature=0.0)
+    key, text = judge.template_key, judge.prompt_text(CTX, CANDS[0])
+    for name, value in [("text", "Rate the FLUENCY: {context} {candidate}"), ("aspect", "fluency"),
+                        ("answer_prefix", "Answer:"), ("system", "Be harsh."), ("max_new_tokens", 9),
+                        ("temperature", 1.0), ("top_p", 0.5), ("num_samples", 3), ("seed", 4),
+                        ("fallback", 1.0), ("parser", len)]:
+        with pytest.raises(AttributeError, match=f"{name} is fixed"):
+            setattr(judge, name, value)
+    assert judge.template_key == key and judge.prompt_text(CTX, CANDS[0]) == text
+    assert judge.text.startswith("Article: {context}") and judge.max_new_tokens == 5
+
+
+# ----------------------------------------------------------------------- 3, 7: template checks
+def test_bad_templates_are_refused_at_construction(lm):
+    tpl = pointwise_template("coherence")
+    bad_text = {"no candidate": tpl.text.replace("{candidate}", "the summary"),
+                "context twice": tpl.text + "\n{context}",
+                "context after candidate": tpl.text.replace("{context}", "").replace("{candidate}",
+                                                                                    "{candidate} {context}")}
+    for why, text in bad_text.items():
+        with pytest.raises(ValueError, match=r"template\.text must"):
+            GEvalJudge(lm, dataclasses.replace(tpl, text=text), steps=STEPS)
+        with pytest.raises(ValueError, match=r"^text must"):
+            PromptScoringJudge(lm, aspect="coherence", text=text.replace("{criteria}", "").replace("{steps}", ""))
+    for scores in [(), (1, float("nan")), ("a", "b")]:
+        with pytest.raises(ValueError, match=r"template\.scores"):
+            GEvalJudge(lm, dataclasses.replace(tpl, scores=scores), steps=STEPS)
+    with pytest.raises(ValueError, match="template must be a PointwiseTemplate"):
+        GEvalJudge(lm, tpl.text, steps=STEPS)
+    with pytest.raises(ValueError, match="steps must be a string"):
+        GEvalJudge(lm, tpl, steps=STEPS).steps = None
+    # a template without {context} is fine: its prompt is the template filled in by hand
+    free = dataclasses.replace(tpl, text=tpl.text.replace("{context}", "(none)"))
+    hand = free.text.replace("{criteria}", free.criteria).replace("{steps}", STEPS).replace("{candidate}", "x") + " "
+    assert GEvalJudge(lm, free, steps=STEPS).prompt_text(CTX, "x") == hand
+
+
+# ----------------------------------------------------------------------- 4: texts
+def test_candidates_must_be_a_sequence_of_strings(lm):
+    """A string was scored per character (3 scores for "abc"); None gave a raw TypeError."""
+    for judge in (GEvalJudge(lm, pointwise_template("coherence"), steps=STEPS),
+                  PromptScoringJudge(lm, aspect="coherence", temperature=0.0, max_new_tokens=2)):
+        with pytest.raises(ValueError, match="candidates must be a sequence of strings"):
+            judge.score(CTX, "abc")
+        with pytest.raises(ValueError, match="candidates must be a sequence of strings"):
+            judge.compare(CTX, "abc", [0], [1])
+        with pytest.raises(ValueError, match=r"candidates\[1\] must be a string, got NoneType"):
+            judge.score(CTX, ["fine", None])
+        with pytest.raises(ValueError, match="context must be a string"):
+            judge.score(None, ["fine"])
+        with pytest.raises(ValueError, match=r"candidates\[0\] must be a string"):
+            judge.prompt_text(CTX, 3)
+    res = GEvalJudge(lm, pointwise_template("coherence"), steps=STEPS).score(CTX, np.asarray(CANDS[:2]))
+    assert res.scores.shape == (2,)                   # numpy strings are strings
 
 
 # ----------------------------------------------------------------------- 6: pointwise_comparisons

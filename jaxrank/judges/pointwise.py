@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank.judges._pointwise_checks import check_pairs_scale
+from jaxrank.judges._pointwise_checks import check_pairs_scale, check_steps, check_template, check_texts, fixed
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
@@ -120,9 +120,16 @@ def scores_judgement(res: PointwiseResult, i, j, *, scale: float = 1.0) -> Judge
 
 
 class _PointwiseBase:
-    """Model checks, prompt rendering, tokenisation and truncation shared by the pointwise judges."""
+    """Model checks, prompt rendering, tokenisation and truncation shared by the pointwise judges.
+
+    The settings that shape the prompt or the scores (here ``chat``, ``system``, ``max_length``) are read-only:
+    build a new judge to change one.
+    """
 
     _extra_tokens = 1          # tokens the prompt must leave free (1: the scored next token)
+    chat = fixed("chat", "Whether prompts are wrapped in the model's chat template.")
+    system = fixed("system", "The system message (or ``None``).")
+    max_length = fixed("max_length", "The context window, in tokens.")
 
     def __init__(self, model, *, chat, system, batch_size, max_length):
         lm = as_loaded(model)
@@ -134,12 +141,14 @@ class _PointwiseBase:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.lm = lm
         self.decoder = lm.architecture != "t5"
-        self.chat = bool(lm.chat_template) if chat is None else bool(chat)
+        self._chat = bool(lm.chat_template) if chat is None else bool(chat)
         if self.chat and not lm.chat_template:
             raise ValueError(f"model {lm.name} has no chat template; use chat=False")
-        self.system = system
+        if system is not None and not isinstance(system, str):
+            raise ValueError(f"system must be a string or None, got {type(system).__name__}")
+        self._system = system
         self.batch_size = int(batch_size)
-        self.max_length = judge_max_length(lm.config, max_length)
+        self._max_length = judge_max_length(lm.config, max_length)
         self._warned = False
         self._cache_key = None
         self._cache_val = None
@@ -188,6 +197,7 @@ class _PointwiseBase:
         the prompt shares with any other candidate's for the same context (up to
         the token where the candidate begins), ``suffix_ids`` the rest.
         """
+        check_texts(context, [candidate])
         return self._rows(context, [candidate], max_context_tokens)[0]
 
     def _texts(self, context: str, candidates: Sequence[str]) -> list[str]:
@@ -217,6 +227,7 @@ class _PointwiseBase:
 
     def prompt_text(self, context: str, candidate: str) -> str:
         """The exact text the model reads for one candidate (for inspection)."""
+        check_texts(context, [candidate])
         return self._texts(context, [candidate])[0] + \
             (self.lm.tokenizer.decode(self._suffix_extra) if self._suffix_extra else "")
 
@@ -257,6 +268,7 @@ class _PointwiseBase:
         ``scale * (s_i, s_j)``, whose softmax is ``p``; ``label_mass`` the smaller
         of the two candidates' label masses.
         """
+        check_texts(context, candidates)
         i, j = check_pairs(candidates, i, j)
         key = (getattr(self, "template_key", None), context, tuple(candidates))
         if self._cache_key != key:
@@ -294,11 +306,22 @@ class GEvalJudge(_PointwiseBase):
             (:class:`~jaxrank.judges.reading.LabelMassWarning`).
         strict: raise :class:`~jaxrank.judges.reading.LabelMassError` instead.
 
+    The settings that shape the prompt or the scores (``template``, ``chat``,
+    ``system``, ``max_step_tokens``, ``max_length``) are read-only: build a new
+    judge to change one (assigning raises ``AttributeError``); :attr:`steps` may
+    be set, which scores again.
+
     Raises:
-        ValueError: no tokenizer, an encoder-only model, score tokens that are
-            not single distinct tokens, ``min_label_mass`` outside ``[0, 1]``,
-            ``max_step_tokens < 1``, ``batch_size < 1``, or a ``max_length`` past a LongRoPE model's window.
+        ValueError: no tokenizer, an encoder-only model, ``template`` not a
+            :class:`~jaxrank.judges.prompts.PointwiseTemplate`, a ``template.text``
+            without ``{candidate}`` or with ``{context}`` twice or after ``{candidate}``,
+            an empty ``template.scores`` or score tokens that are not single distinct
+            tokens, ``min_label_mass`` outside ``[0, 1]``, ``max_step_tokens < 1``,
+            ``batch_size < 1``, or a ``max_length`` past a LongRoPE model's window.
     """
+
+    template = fixed("template", "The :class:`~jaxrank.judges.prompts.PointwiseTemplate`.")
+    max_step_tokens = fixed("max_step_tokens", "The length limit of generated evaluation steps.")
 
     def __init__(self, model, template: PointwiseTemplate, *, chat: bool | None = None, system: str | None = None,
                  batch_size: int = 8, steps: str | None = None, max_step_tokens: int = DEFAULT_STEP_TOKENS,
@@ -307,13 +330,9 @@ class GEvalJudge(_PointwiseBase):
         if not isinstance(min_label_mass, (int, float)) or not 0.0 <= float(min_label_mass) <= 1.0:
             raise ValueError(f"min_label_mass must be a number in [0, 1], got {min_label_mass!r}")
         self.min_label_mass, self.strict, self._mass_warned = float(min_label_mass), bool(strict), False
-        self.template = template
-        if isinstance(max_step_tokens, bool) or not isinstance(max_step_tokens, (int, np.integer)) \
-                or max_step_tokens < 1:
-            raise ValueError(f"max_step_tokens must be an integer >= 1, got {max_step_tokens!r}")
-        if steps is not None and not isinstance(steps, str):
-            raise ValueError(f"steps must be a string, got {type(steps).__name__}")
-        self.max_step_tokens = int(max_step_tokens)
+        self._template = check_template(template)
+        check_steps(steps, max_step_tokens)
+        self._max_step_tokens = int(max_step_tokens)
         self._steps = steps
         self._steps_given = steps is not None
         self.step_generations = 0
@@ -347,6 +366,7 @@ class GEvalJudge(_PointwiseBase):
 
     @steps.setter
     def steps(self, value: str) -> None:
+        check_steps(value, optional=False)
         self._steps, self._steps_given = value, True
         self.__dict__.pop("_frame_cache", None)
         self._cache_key = self._cache_val = None        # scores made with the former steps
@@ -403,9 +423,11 @@ class GEvalJudge(_PointwiseBase):
             score scale and ``probs [N, S]``.
 
         Raises:
-            ValueError: an empty candidate, or a prompt that cannot fit even
-                without the context.
+            ValueError: an empty candidate, a ``context`` or candidate that is
+                not a string (or ``candidates`` a string), or a prompt that
+                cannot fit even without the context.
         """
+        check_texts(context, candidates)
         if len(candidates) == 0:
             s = len(self.score_values)
             return PointwiseResult(np.zeros(0, np.float64), np.zeros((0, s), np.float64), False)

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxrank.judges._pointwise_checks import check_prompt_text, check_texts, fixed
 from jaxrank.judges.pointwise import PointwiseResult, _CAND, _CTX, _PointwiseBase
 from jaxrank.judges.sampling import parser_key
 from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, generate_texts, row_keys
@@ -72,7 +73,8 @@ class PromptScoringJudge(_PointwiseBase):
     scores: the prompt (aspect, text, answer prefix, system message, chat),
     the sampling (temperature, ``top_p``, ``max_new_tokens``, ``num_samples``,
     seed, scheme) and the reading (parser, fallback); the model and window are
-    in :attr:`fingerprint`.
+    in :attr:`fingerprint`. These settings are read-only (assigning one raises
+    ``AttributeError``): build a new judge to change one.
 
     Args:
         model: a :class:`~jaxrank.models.loading.LoadedModel` or a name / path.
@@ -94,9 +96,20 @@ class PromptScoringJudge(_PointwiseBase):
     Raises:
         ValueError: ``num_samples < 1``, ``max_new_tokens < 1``, a negative or infinite
             ``temperature``, ``top_p`` outside ``(0, 1]``, a non-finite ``fallback``, or a
-            prompt without ``{candidate}``.
+            ``text`` without ``{candidate}`` or with ``{context}`` twice or after ``{candidate}``.
         NotImplementedError: a T5 model with ``temperature > 0``.
     """
+
+    aspect = fixed("aspect", "The quality asked about.")
+    text = fixed("text", "The user message, with ``{context}`` and ``{candidate}``.")
+    answer_prefix = fixed("answer_prefix", "The text after the prompt, where the answer starts.")
+    temperature = fixed("temperature", "The sampling temperature (0: greedy).")
+    top_p = fixed("top_p", "The nucleus mass.")
+    max_new_tokens = fixed("max_new_tokens", "The answer length limit.")
+    num_samples = fixed("num_samples", "Answers per candidate.")
+    seed = fixed("seed", "The PRNG seed.")
+    fallback = fixed("fallback", "The score of an unparsable answer.")
+    parser = fixed("parser", "``str -> float | None``, the answer's score.")
 
     def __init__(self, model, *, aspect: str, text: str | None = None, kind: str = "summary",
                  source: str = "article", chat: bool | None = None, system: str | None = None,
@@ -114,16 +127,17 @@ class PromptScoringJudge(_PointwiseBase):
         if not self.decoder and temperature > 0:
             raise NotImplementedError("t5 generation is greedy only: PromptScoringJudge with a t5 model "
                                       "needs temperature=0")
-        self.aspect = aspect
-        self.text = text or scoring_prompt(aspect, kind=kind, source=source)
-        if "{candidate}" not in self.text:
-            raise ValueError("the scoring prompt must contain {candidate}")
-        self.temperature, self.top_p = float(temperature), float(top_p)
-        self.max_new_tokens, self.num_samples = int(max_new_tokens), int(num_samples)
-        self.seed, self.fallback = int(seed), float(fallback)
-        self.parser = parser or parse_score
+        self._aspect = aspect
+        self._text = text or scoring_prompt(aspect, kind=kind, source=source)
+        check_prompt_text(self.text, "text")
+        self._temperature, self._top_p = float(temperature), float(top_p)
+        self._max_new_tokens, self._num_samples = int(max_new_tokens), int(num_samples)
+        self._seed, self._fallback = int(seed), float(fallback)
+        self._parser = parser or parse_score
         prefix = ("" if self.chat else "Score:") if answer_prefix is None else answer_prefix
-        self.answer_prefix = prefix
+        if not isinstance(prefix, str):
+            raise ValueError(f"answer_prefix must be a string or None, got {type(prefix).__name__}")
+        self._answer_prefix = prefix
         self._full = self._wrap(self.text.replace("{context}", _CTX).replace("{candidate}", _CAND), prefix)
         self._frame = self._split(self._full)
         self._suffix_extra = []
@@ -144,7 +158,13 @@ class PromptScoringJudge(_PointwiseBase):
         return f"score-{aspect}-{h}"
 
     def score(self, context: str, candidates: Sequence[str]) -> PointwiseResult:
-        """Mean parsed score of ``num_samples`` answers per candidate (``failures`` counts the fallbacks)."""
+        """Mean parsed score of ``num_samples`` answers per candidate (``failures`` counts the fallbacks).
+
+        Raises:
+            ValueError: an empty candidate, a ``context`` or candidate that is not a string (or ``candidates``
+                a string), or a prompt that cannot fit even without the context.
+        """
+        check_texts(context, candidates)
         if len(candidates) == 0:
             return PointwiseResult(np.zeros(0, np.float64), None, False, 0, ())
         pairs, truncated = self._pairs(context, candidates)
