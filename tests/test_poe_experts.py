@@ -360,3 +360,24 @@ def test_newton_on_huber_with_flat_curvature_matches_scipy(dtype):
         s = np.asarray(sol.scores, np.float64)
     assert f_np(s) == pytest.approx(best.fun, rel=1e-5 if dtype == np.float32 else 1e-10)
     np.testing.assert_allclose(s, s_ref, atol=1e-3 if dtype == np.float32 else 1e-6)
+
+
+# ------------------------------------------------------------------ "mean" debias without live comparisons (review)
+def test_mean_debias_of_a_context_without_weight_is_neutral():
+    """A context whose comparisons all have weight 0 has no positional bias to measure: gamma = 0 (beta = 0.5), not
+    the gamma of mean p = 0 (+13.8 soft BT, 4.75 Thurstone). Beside it a live context gets the closed form
+    gamma = log((1 - pbar) / pbar) (soft BT), -ndtri(pbar) (Thurstone), beta = pbar (Gaussian)."""
+    from scipy.special import ndtri
+
+    p = np.array([[0.7, 0.4, 0.8], [0.7, 0.4, 0.8]], np.float32)
+    w = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 1.0]], np.float32)
+    c = jr.Comparisons.from_pairs([[0, 1, 2]] * 2, [[1, 2, 0]] * 2, p, weight=w, num_items=3)
+    pbar = np.sum(w[1] * p[1].astype(np.float64)) / np.sum(w[1])
+    want = {"soft_bradley_terry": ("gamma", [0.0, np.log((1 - pbar) / pbar)]),
+            "thurstone": ("gamma", [0.0, -ndtri(pbar)]), "gaussian": ("beta", [0.5, pbar])}
+    for name, (key, ref_theta) in want.items():
+        sol = jr.fit_poe(c, jr.ProductOfExpertsSolver(getattr(experts, name)("mean")))
+        np.testing.assert_allclose(np.asarray(sol.theta[key]), ref_theta, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(sol.scores[0]), 0)
+    fit = jr.laplace_posterior(c, jr.BradleyTerrySolver(debias="mean"))
+    np.testing.assert_allclose(np.asarray(fit.solution.gamma), [0.0, np.log((1 - pbar) / pbar)], rtol=1e-5, atol=1e-6)

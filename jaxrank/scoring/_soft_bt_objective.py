@@ -19,7 +19,8 @@ from jaxrank import _graph
 
 def _fixed_gamma(c, mode, eps):
     if mode == "mean":
-        pbar = jnp.sum(c.weight * c.p) / jnp.maximum(jnp.sum(c.weight), 1e-30)
+        total = jnp.sum(c.weight)   # no live comparison: the neutral mean 0.5 (gamma 0), not 0 (gamma +13.8)
+        pbar = jnp.where(total > 0, jnp.sum(c.weight * c.p) / jnp.maximum(total, 1e-30), 0.5)
         pbar = jnp.clip(pbar, eps, 1 - eps)
         return jnp.log1p(-pbar) - jnp.log(pbar)
     return jnp.zeros((), c.p.dtype)

@@ -120,7 +120,10 @@ def _clip(p):
 
 
 def _weighted_mean_p(p, weight):
-    return jnp.sum(weight * p) / jnp.maximum(jnp.sum(weight), 1e-30)
+    """The weighted mean of ``p``; the neutral 0.5 (no positional bias: ``gamma = 0``, ``beta = 0.5``) for a
+    context without live comparisons (total weight 0), where the mean of nothing was 0 (``gamma = +13.8``)."""
+    total = jnp.sum(weight)
+    return jnp.where(total > 0, jnp.sum(weight * p) / jnp.maximum(total, 1e-30), 0.5).astype(p.dtype)
 
 
 # ------------------------------------------------------------------ soft Bradley-Terry
