@@ -1,10 +1,11 @@
-"""Review of the pointwise judges (11-27): read-only prompt settings, template and input checks,
-pointwise_comparisons' arguments, rating replay's antisymmetry.
+"""Review of the pointwise judges (11-27): read-only prompt settings, template and input checks, the text the
+model reads after a cut, pointwise_comparisons' arguments, rating replay's antisymmetry.
 
 Runs the tiny random-weight Llama with a byte tokenizer (tests/tiny_lm.py): one token per byte, BOS first.
 """
 
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -113,6 +114,34 @@ def test_candidates_must_be_a_sequence_of_strings(lm):
             judge.prompt_text(CTX, 3)
     res = GEvalJudge(lm, pointwise_template("coherence"), steps=STEPS).score(CTX, np.asarray(CANDS[:2]))
     assert res.scores.shape == (2,)                   # numpy strings are strings
+
+
+# ----------------------------------------------------------------------- 5: the text the model reads
+def test_prompt_text_is_what_the_model_reads_after_a_cut():
+    """With the context cut to fit the window, prompt_text (and token_ids) gave the whole context. Now its
+    byte tokens fit the window and the full-forward score of it equals the judge's, for one candidate alone
+    and for a candidate scored with a longer one (one cut fits both)."""
+    small = sharpen(tiny_lm(seed=1, max_len=900))
+    judge = GEvalJudge(small, pointwise_template("coherence"), steps=STEPS)
+    long_ctx = CTX * 10
+    tpl = judge.template
+    whole = (tpl.text.replace("{criteria}", tpl.criteria).replace("{steps}", STEPS)
+             .replace("{context}", long_ctx).replace("{candidate}", CANDS[2])) + " "
+    assert judge.prompt_text(CTX, CANDS[2]) == whole.replace(long_ctx, CTX)     # a short context stays whole
+    assert len(_bytes_ids(whole)) + 1 > 900
+    for group in ([CANDS[2]], [CANDS[2], CANDS[1]]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = judge.score(long_ctx, group)
+        assert res.truncated
+        text = judge.prompt_text(long_ctx, CANDS[2], scored_with=group[1:])
+        assert text != whole and len(_bytes_ids(text)) + 1 <= 900
+        assert abs(res.scores[0] - _reference_score(small, text, judge.score_token_ids)) < 1e-4
+        p, s = judge.token_ids(long_ctx, CANDS[2], scored_with=group[1:])
+        assert p + s == _bytes_ids(text)
+    alone = judge.prompt_text(long_ctx, CANDS[2])
+    with_long = judge.prompt_text(long_ctx, CANDS[2], scored_with=[CANDS[1]])
+    assert len(with_long) < len(alone)                # the longer candidate leaves less room for the context
 
 
 # ----------------------------------------------------------------------- 6: pointwise_comparisons

@@ -120,11 +120,8 @@ def scores_judgement(res: PointwiseResult, i, j, *, scale: float = 1.0) -> Judge
 
 
 class _PointwiseBase:
-    """Model checks, prompt rendering, tokenisation and truncation shared by the pointwise judges.
-
-    The settings that shape the prompt or the scores (here ``chat``, ``system``, ``max_length``) are read-only:
-    build a new judge to change one.
-    """
+    """Model checks, prompt rendering, tokenisation and truncation shared by the pointwise judges; the settings
+    that shape the prompt or the scores (here ``chat``, ``system``, ``max_length``) are read-only."""
 
     _extra_tokens = 1          # tokens the prompt must leave free (1: the scored next token)
     chat = fixed("chat", "Whether prompts are wrapped in the model's chat template.")
@@ -189,15 +186,19 @@ class _PointwiseBase:
         special = first and self.decoder and not self.chat
         return list(self.lm.tokenizer(text, add_special_tokens=special)["input_ids"]) if text else []
 
-    def token_ids(self, context: str, candidate: str, *, max_context_tokens: int | None = None):
+    def token_ids(self, context: str, candidate: str, *, max_context_tokens: int | None = None,
+                  scored_with: Sequence[str] = ()):
         """``(prefix_ids, suffix_ids)`` of one candidate's prompt, tokenised whole.
 
-        The ids are the tokenizer's ids of the whole text :meth:`prompt_text`
-        (then the score tokens' shared lead, if any); ``prefix_ids`` is the part
-        the prompt shares with any other candidate's for the same context (up to
+        The ids are the tokenizer's ids of the whole text :meth:`prompt_text` (then the score tokens' shared
+        lead, if any), the context cut as scoring cuts it (or to its first ``max_context_tokens`` tokens);
+        ``prefix_ids`` is the part the prompt shares with any other candidate's for the same context (up to
         the token where the candidate begins), ``suffix_ids`` the rest.
         """
         check_texts(context, [candidate])
+        check_texts(context, scored_with, "scored_with")
+        if max_context_tokens is None:
+            max_context_tokens = self._fit(context, [candidate, *scored_with], warn=False)[2]
         return self._rows(context, [candidate], max_context_tokens)[0]
 
     def _texts(self, context: str, candidates: Sequence[str]) -> list[str]:
@@ -225,33 +226,52 @@ class _PointwiseBase:
         p = min(_common_prefix(rows_p), min(map(len, rows)) - 1)
         return [(r[:p], r[p:] + self._suffix_extra) for r in rows]
 
-    def prompt_text(self, context: str, candidate: str) -> str:
-        """The exact text the model reads for one candidate (for inspection)."""
+    def prompt_text(self, context: str, candidate: str, *, scored_with: Sequence[str] = ()) -> str:
+        """The exact text the model reads for one candidate (for inspection).
+
+        A context too long for the model window is cut as :meth:`score` cuts it when ``candidate`` is scored
+        with the candidates ``scored_with`` (one cut fits the longest prompt of them all).
+
+        Raises:
+            ValueError: a prompt that cannot fit even without the context, or texts that are not strings.
+        """
         check_texts(context, [candidate])
+        check_texts(context, scored_with, "scored_with")
+        k = self._fit(context, [candidate, *scored_with], warn=False)[2]
+        if k is not None:
+            context = cut_text(self.lm.tokenizer, context, k)
         return self._texts(context, [candidate])[0] + \
             (self.lm.tokenizer.decode(self._suffix_extra) if self._suffix_extra else "")
 
-    def _pairs(self, context: str, candidates: Sequence[str]):
-        """Token rows for every candidate, the context cut (with a warning) if a prompt is too long."""
-        empty = [k for k, c in enumerate(candidates) if not str(c).strip()]
-        if empty:
-            raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+    def _fit(self, context: str, candidates: Sequence[str], *, warn: bool):
+        """``(rows, truncated, k)``: every candidate's rows, the context cut to its first ``k`` tokens (``None``:
+        whole) if a prompt is too long, with a warning when ``warn`` (once per judge)."""
         pairs = self._rows(context, candidates)
         longest = max(len(p) + len(s) for p, s in pairs)
+        kept = [None]
 
         def rebuild(k):              # boundary merges can leave a token too many: cut again until it fits
             while True:
                 rows = self._rows(context, candidates, k)
                 over = max(len(p) + len(s) for p, s in rows) + self._extra_tokens - self.max_length
                 if over <= 0 or k <= 0:
+                    kept[0] = k
                     return rows
                 k = max(0, k - over)
 
         pairs, truncated = fit_context(
             pairs, longest + self._extra_tokens, max_length=self.max_length,
             context_len=lambda: len(self._encode(context, False)) if _CTX in self._full else 0,
-            rebuild=rebuild, warn=not self._warned, kept="candidate and instructions",
-            error_tail=": the candidate and instructions alone do not fit", stacklevel=3)
+            rebuild=rebuild, warn=warn and not self._warned, kept="candidate and instructions",
+            error_tail=": the candidate and instructions alone do not fit", stacklevel=4)
+        return pairs, truncated, kept[0]
+
+    def _pairs(self, context: str, candidates: Sequence[str]):
+        """Token rows for every candidate, the context cut (with a warning) if a prompt is too long."""
+        empty = [k for k, c in enumerate(candidates) if not str(c).strip()]
+        if empty:
+            raise ValueError(f"candidates {empty} are empty; an empty text cannot be judged")
+        pairs, truncated, _ = self._fit(context, candidates, warn=True)
         self._warned = self._warned or truncated
         return pairs, truncated
 
