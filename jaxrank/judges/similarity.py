@@ -53,7 +53,7 @@ from flax import nnx
 
 from jaxrank.judges._buckets import bucket
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.models import _sentence_transformers as st
+from jaxrank.models import bert as st
 from jaxrank.models.bert import embed_packed
 from jaxrank.models.loading import load_model
 

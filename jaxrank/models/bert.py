@@ -40,7 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ._sentence_transformers import sentence_transformer_settings  # noqa: F401  (re-exported)
+from ._sentence_transformers import (  # noqa: F401  (re-exported: the folder reading SimilarityJudge uses)
+    read_max_seq_length, read_modules, read_pooling, sentence_transformer_settings,
+)
 from ._weights import fill_params, warn_unexpected
 
 _ACTIVATIONS = {
