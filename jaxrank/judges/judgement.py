@@ -18,9 +18,13 @@ def check_pairs(candidates: Sequence[str], i, j) -> tuple[np.ndarray, np.ndarray
     """``(i, j)`` as int arrays after checking them against ``candidates`` (shared by every judge).
 
     Raises:
-        ValueError: ``i`` and ``j`` of different lengths, an index out of range,
-            or an empty candidate text among those compared.
+        ValueError: ``i`` and ``j`` of different lengths, not integers (``0.9`` would be read as ``0``;
+            booleans too), an index out of range, or an empty candidate text among those compared.
     """
+    for name, idx in (("i", i), ("j", j)):
+        a = np.asarray(idx)
+        if a.size and (a.dtype == bool or not np.issubdtype(a.dtype, np.integer)):
+            raise ValueError(f"{name} must hold integer candidate indices, got dtype {a.dtype}")
     i = np.asarray(i, np.int64).reshape(-1)
     j = np.asarray(j, np.int64).reshape(-1)
     if i.shape != j.shape:
