@@ -155,7 +155,13 @@ class ExportedProgram:
     precision, the PRNG, ...) and a digest of jaxrank's source files, so an
     edited jaxrank or another JAX never reads a stale program. The key of an
     executable adds the compiler options and the machine (backend version,
-    devices, the CPU's model and instruction-set flags, ``XLA_FLAGS``). Every
+    devices, the CPU's model and instruction-set flags, ``XLA_FLAGS``). A traced
+    program is traced from the arguments' shapes and dtypes alone, so it is for
+    any one device and runs on sharded arguments too (``jax.jit`` partitions it
+    like the function itself); a compiled executable is kept and run only for
+    arguments on the default device. In memory, a program is looked up by the
+    arguments' shapes, dtypes, shardings and the tracing settings (a
+    ``jax.default_matmul_precision`` block included). Every
     file starts with a digest of its key and of its content, checked before it
     is read: a file replaced by another one (another scorer's program copied
     over it, a file edited or truncated) or reached through a symbolic link is
@@ -250,8 +256,12 @@ class ExportedProgram:
             return None
 
     def __call__(self, *args):
-        sig = _store.signature(args)
-        call = self._by_signature.get(sig)        # a call seen before: no key to build (a few microseconds)
+        # a call seen before: no key to build (a few microseconds). Keyed by the arguments' shardings too: the
+        # executable compiled for arguments on the default device runs there only (data on another device or
+        # sharded gets the jitted traced program), and by the tracing settings (a ``jax.default_matmul_precision``
+        # block is another program)
+        sig = _store.placed_signature(args)
+        call = self._by_signature.get(sig)
         if call is None:
             call = self._by_signature[sig] = self._program(*args)
         return call(*args)
@@ -278,9 +288,13 @@ class ExportedProgram:
         if jitted is None:
             exported = self._read(path, key)
             if exported is None:
-                exported = jax.export.export(jax.jit(self.fn))(*args)
-                payload = bytes(exported.serialize())
-                _store.write_atomic(path, _store.header(_MAGIC, key, payload) + payload)
+                # traced from shapes and dtypes alone: the program is for any one device, and jax.jit runs it on
+                # the arguments' devices or shardings (traced from sharded arguments it was for their number of
+                # devices only, and every later process on another number failed)
+                exported = jax.export.export(jax.jit(self.fn))(*_store.abstract(args))
+                if exported.nr_devices == 1:  # a program with its own shardings (fn's) stays in memory
+                    payload = bytes(exported.serialize())
+                    _store.write_atomic(path, _store.header(_MAGIC, key, payload) + payload)
 
             def program(*xs):
                 return exported.call(*xs)

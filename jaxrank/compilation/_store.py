@@ -205,6 +205,24 @@ def signature(args) -> tuple:
                  for a in args)
 
 
+def placed_signature(args) -> tuple:
+    """:func:`signature` with every argument's sharding (``None`` for a NumPy array) and the JAX settings that
+    change tracing (:func:`trace_config`, thread-local ones such as ``jax.default_matmul_precision`` included):
+    the in-memory key of a program of :class:`~jaxrank.compilation.ExportedProgram`, never reused on other
+    devices or under other settings."""
+    return (tuple((getattr(a, "shape", ()), getattr(a, "dtype", type(a)), getattr(a, "weak_type", False),
+                   getattr(a, "sharding", None)) for a in args), trace_config())
+
+
+def abstract(args) -> list:
+    """Every JAX array of ``args`` as a ``jax.ShapeDtypeStruct`` without its sharding (others as they are): the
+    program exported from them is for any one device, whatever devices the arguments are on."""
+    import jax
+
+    return [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) if isinstance(a, jax.Array) else a
+            for a in args]
+
+
 def default_device(args) -> bool:
     """No argument is a JAX array placed anywhere but the default device (a compiled executable runs there)."""
     import jax
