@@ -102,3 +102,33 @@ def test_a_matmul_precision_block_is_another_program(tmp_path):
                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["None", "highest"]
+
+
+REMOTE = r"""
+import json
+import jax
+import numpy as np
+import jaxrank as jr
+from jaxrank.compilation import compiled_directory, enable_compilation_cache, exported_directory
+try:
+    enable_compilation_cache("gs://some-bucket/jax-cache")
+    refused = ""
+except ValueError as e:
+    refused = str(e)
+jax.config.update("jax_compilation_cache_dir", "gs://some-bucket/jax-cache")
+c = jr.Comparisons.from_pairs(np.array([[0, 1]]), np.array([[1, 2]]), np.array([[0.7, 0.4]], np.float32), num_items=3)
+print(json.dumps(dict(refused=refused, exported=str(exported_directory()), compiled=str(compiled_directory()),
+                      scores=np.asarray(jr.average_probability(c)).tolist())))
+"""
+
+
+def test_a_remote_cache_folder_keeps_no_local_files(tmp_path):
+    # was: jaxrank wrote its programs under ./gs:/some-bucket/... in the working folder
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", REMOTE], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "directory" in got["refused"] and "gs://some-bucket" in got["refused"]
+    assert got["exported"] == got["compiled"] == "None"
+    np.testing.assert_allclose(got["scores"], [[0.7, (0.3 + 0.4) / 2, 0.6]], rtol=1e-6)   # by hand
+    assert list(tmp_path.iterdir()) == []

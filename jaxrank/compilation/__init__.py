@@ -82,13 +82,18 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
         The cache directory.
 
     Raises:
-        ValueError: ``min_compile_seconds`` negative, or ``directory`` is a file.
+        ValueError: ``min_compile_seconds`` negative, ``directory`` is a file, or a URL (``gs://...``: set
+            ``jax_compilation_cache_dir`` with ``jax.config.update`` for a remote cache; jaxrank's own files
+            are then not kept, :func:`exported_directory`).
         PermissionError: ``directory`` cannot be written to (JAX would otherwise warn on every program).
     """
     import jax  # deliberately lazy: the rest of this module (cache folders) needs no JAX, a cheap import
 
     if not min_compile_seconds >= 0:
         raise ValueError(f"min_compile_seconds must be >= 0, got {min_compile_seconds!r}")
+    if directory is not None and "://" in os.fspath(directory):
+        raise ValueError(f"directory must be a local folder, got the URL {os.fspath(directory)!r}; for a remote "
+                         "cache call jax.config.update('jax_compilation_cache_dir', url) yourself")
     path = Path(directory).expanduser() if directory is not None else default_cache_dir()
     if path.exists() and not path.is_dir():
         raise ValueError(f"directory {str(path)!r} exists and is not a folder")
@@ -109,7 +114,10 @@ def exported_directory() -> Path | None:
     layout of :func:`default_cache_dir`), else the cache folder's name with
     ``-exported``. jaxrank's scorers keep their traced programs there
     (:class:`ExportedProgram`) only while the cache is on: a caller who has
-    not asked for files on disk gets none.
+    not asked for files on disk gets none. A remote cache folder (a URL such as
+    ``gs://bucket/jax``, any path with ``://``) gives ``None`` too: jaxrank
+    keeps its own files on local disks only (it used to write them under a
+    local folder named ``gs:``).
     """
     import sys
 
@@ -118,6 +126,8 @@ def exported_directory() -> Path | None:
         return None
     cache = jax.config.jax_compilation_cache_dir
     if not cache:
+        return None
+    if "://" in str(cache):
         return None
     cache = Path(cache).expanduser()
     return cache.parent / "exported" if cache.name == "xla" else cache.with_name(cache.name + "-exported")
