@@ -342,12 +342,22 @@ def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Calla
     return jnp.sum(jnp.where(ok, per, 0)) / jnp.maximum(jnp.sum(ok), 1)
 
 
+DEFAULT_OPTIMIZER = optax.adam(0.05)
+"""The optimiser of :func:`fit` and :func:`make_step` when none is given: one object, so that repeated fits of one
+shape reuse one compiled program (a fresh ``optax.adam(0.05)`` per call is a new static argument: a retrace)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _extra_args(optimizer):
+    return optax.with_extra_args_support(optimizer)   # one wrapper per optimiser object: fit's static argument
+
+
 def _with_extra_args(optimizer):
     if optimizer is None:
-        return optax.adam(0.05)
+        optimizer = DEFAULT_OPTIMIZER
     if not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax GradientTransformation, got {type(optimizer).__name__}")
-    return optax.with_extra_args_support(optimizer)
+    return _extra_args(optimizer)
 
 
 def make_step(loss_fn: Callable, optimizer=None) -> tuple[Callable, Callable]:
@@ -396,8 +406,9 @@ def fit(loss_fn: Callable, params, *args, optimizer=None, steps: int = 200) -> F
             ``functools.partial(ranking_loss, score_fn=...)``); a hashable function.
         params: initial parameters (any pytree of float arrays).
         *args: the data, passed on to ``loss_fn``.
-        optimizer: an optax ``GradientTransformation`` (default ``optax.adam(0.05)``);
-            ``optax.lbfgs()`` works too.
+        optimizer: an optax ``GradientTransformation`` (default :data:`DEFAULT_OPTIMIZER`,
+            ``optax.adam(0.05)``); ``optax.lbfgs()`` works too. Pass one object to every fit: a new
+            optimiser object compiles a new program.
         steps: number of optimiser steps.
 
     Returns:
