@@ -279,11 +279,17 @@ def expert_scores(solver: ProductOfExpertsSolver | Expert) -> Callable:
 
 
 def _standardise(scores, mask):
+    """``z = (s - mean s) / std s`` per context over the real items; ``z = 0``, without a gradient, where the scores
+    are constant up to rounding (``std <= 4 n eps max|s|``: a judge indifferent on every pair), as a
+    ``rsqrt(var + 1e-12)`` scaled the rounding noise of such a context's scores' derivatives by 1e6 into the
+    gradient of the whole batch."""
     m = mask.astype(scores.dtype)
     n = jnp.maximum(jnp.sum(m, -1, keepdims=True), 1)
     mean = jnp.sum(m * scores, -1, keepdims=True) / n
     var = jnp.sum(m * (scores - mean) ** 2, -1, keepdims=True) / n
-    return jnp.where(mask, (scores - mean) * jax.lax.rsqrt(var + 1e-12), 0)
+    big = jnp.max(jnp.where(mask, jnp.abs(scores), 0), -1, keepdims=True, initial=0)
+    flat = jax.lax.stop_gradient(jnp.sqrt(var) <= 4 * n * jnp.finfo(scores.dtype).eps * big)
+    return jnp.where(mask & ~flat, (scores - mean) * jax.lax.rsqrt(jnp.where(flat, 1, var)), 0)
 
 
 def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Array:

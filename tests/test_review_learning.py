@@ -5,10 +5,13 @@ Independent references: a NumPy Adam on a quadratic; the float64 gradient of the
 argument names in the errors of bad input.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+import jaxrank as jr
+from jaxrank import calibration as cal
 from jaxrank import learning
 
 
@@ -59,3 +62,42 @@ def test_fit_same_user_optimiser_object_compiles_once():
     out = learning.fit(loss, jnp.ones(2), optimizer=sgd, steps=3)
     assert len(traces) == n
     np.testing.assert_allclose(np.asarray(out.params), 0.8 ** 3 * np.ones(2), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ constant-score contexts add no gradient
+I = np.array([0, 1, 2, 3, 0, 1, 1, 2, 3, 0, 2, 3])
+J = np.array([1, 2, 3, 0, 2, 3, 0, 1, 2, 3, 0, 1])
+
+
+def _grad(p, labels, dtype):
+    c = jr.Comparisons.from_pairs(np.broadcast_to(I, p.shape), np.broadcast_to(J, p.shape), p.astype(dtype),
+                                  num_items=4)
+    tb = cal.identity_temperature_bias(1, dtype)
+    mask = np.ones(labels.shape, bool)
+    return jax.grad(learning.ranking_loss)(tb, c, None, labels.astype(dtype), mask)
+
+
+def test_indifferent_context_adds_nothing_to_the_gradient():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.1, 0.9, (2, 12))
+    p[1] = 0.5                                         # context 1: the judge is indifferent, scores constant
+    labels = rng.normal(size=(2, 4))
+    with jax.enable_x64(True):
+        alone = _grad(p[:1], labels[:1], np.float64)    # the informative context alone, in float64
+    got = _grad(p, labels, np.float32)
+    # mean over two contexts, the constant one contributing 0: half the informative one's gradient
+    np.testing.assert_allclose(np.asarray(got.bias), 0.5 * np.asarray(alone.bias), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(got.raw_scale), 0.5 * np.asarray(alone.raw_scale), rtol=1e-4)
+
+
+def test_standardise_constant_and_ordinary_contexts():
+    s = jnp.asarray([[0.3, 0.3, 0.3, 0.3], [1.0, 2.0, 4.0, 0.0], [0.0, 0.0, 0.0, 0.0]], jnp.float32)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    z = np.asarray(learning._standardise(s, mask))
+    np.testing.assert_array_equal(z[0], 0)
+    np.testing.assert_array_equal(z[2], 0)
+    x = np.array([1.0, 2.0, 4.0])
+    np.testing.assert_allclose(z[1, :3], (x - x.mean()) / x.std(), rtol=1e-6)
+    assert z[1, 3] == 0
+    jac = jax.jacobian(lambda q: learning._standardise(q, mask))(s)
+    assert np.all(np.isfinite(np.asarray(jac))) and np.all(np.asarray(jac)[0] == 0)
