@@ -64,12 +64,24 @@ def _resample(c: Comparisons, key) -> Comparisons:
     return f(c, u)
 
 
+def _key(key):
+    """``key`` as a ``jax.random`` key: a key (typed, or a legacy ``uint32[2]``) as it is, an int seed as
+    ``jax.random.key(seed)``; else a ``ValueError`` naming ``key``."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        return jax.random.key(int(key))
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+                              or dtype == np.uint32 and np.ndim(key) >= 1 and np.shape(key)[-1] == 2):
+        return key
+    raise ValueError(f"key must be a jax.random key (jax.random.key(seed)) or an int seed, got {key!r}")
+
+
 def resample_comparisons(c: Comparisons, *, key) -> Comparisons:
     """One bootstrap replicate of ``c``: multinomial counts per comparison, per context.
 
     Args:
         c: comparisons, any batch shape.
-        key: a ``jax.random`` key.
+        key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``).
 
     Returns:
         ``c`` with ``weight = count * weight``, ``count ~ Multinomial(R_live, uniform over
@@ -77,7 +89,7 @@ def resample_comparisons(c: Comparisons, *, key) -> Comparisons:
     """
     if not isinstance(c, Comparisons):
         raise ValueError(f"c must be a Comparisons, got {type(c).__name__}")
-    return _resample(c, key)
+    return _resample(c, _key(key))
 
 
 @functools.partial(jax.jit, static_argnames=("num_replicates",))
@@ -93,7 +105,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
             scorer, e.g. :func:`jaxrank.poe_bradley_terry`; anything JAX-traceable
             and ``vmap``-able; a pytree output is fine).
         c: comparisons, any batch shape ``[...]``.
-        key: a ``jax.random`` key.
+        key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``, as :func:`bootstrap_outcomes`).
         num_replicates: ``B``.
         **scorer_kwargs: static options passed to the scorer (e.g. ``debias="mean"``).
 
@@ -103,7 +115,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
 
     Raises:
         ValueError: ``num_replicates`` not a positive int, ``c`` not a ``Comparisons``,
-            ``scorer`` not callable.
+            ``scorer`` not callable, ``key`` neither a key nor an int.
     """
     if not callable(scorer):
         raise ValueError(f"scorer must be callable, got {scorer!r}")
@@ -111,7 +123,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
         raise ValueError(f"c must be a Comparisons, got {type(c).__name__}")
     if isinstance(num_replicates, bool) or not isinstance(num_replicates, (int, np.integer)) or num_replicates < 1:
         raise ValueError(f"num_replicates must be a positive int, got {num_replicates!r}")
-    reps = _replicates(c, key, int(num_replicates))
+    reps = _replicates(c, _key(key), int(num_replicates))
     f = functools.partial(scorer, **scorer_kwargs) if scorer_kwargs else scorer
     return jax.vmap(f)(reps)
 
@@ -282,6 +294,10 @@ def bootstrap_intervals(samples, *, estimate=None, method: str = "percentile", l
 
     Returns:
         ``(lower, upper)`` with ``axis`` removed. NaN replicates are skipped.
+
+    Raises:
+        ValueError: a bad ``method`` or ``level``; ``estimate`` missing where needed, or of a shape that does not
+            broadcast to ``samples``' shape without ``axis``.
     """
     if method not in ("percentile", "basic", "normal"):
         raise ValueError(f"method must be 'percentile', 'basic' or 'normal', got {method!r}")
@@ -290,6 +306,17 @@ def bootstrap_intervals(samples, *, estimate=None, method: str = "percentile", l
     if estimate is None:
         raise ValueError(f"method={method!r} needs the estimate on the original comparisons (estimate=)")
     estimate = jnp.asarray(estimate)
+    shape = list(np.shape(samples))
+    if not -len(shape) <= axis < len(shape):
+        raise ValueError(f"axis {axis} is out of range for samples of shape {tuple(shape)}")
+    del shape[axis]
+    try:
+        ok = np.broadcast_shapes(estimate.shape, tuple(shape)) == tuple(shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"estimate has shape {estimate.shape}; it must be the scorer's output on the original "
+                         f"comparisons, shape {tuple(shape)} (samples {np.shape(samples)} without axis {axis})")
     if method == "basic":
         lo, hi = percentile_intervals(samples, level=level, axis=axis)
         return 2 * estimate - hi, 2 * estimate - lo

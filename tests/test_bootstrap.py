@@ -249,3 +249,38 @@ def test_bootstrap_outcomes_seed_is_the_deprecated_name_of_key():
     np.testing.assert_array_equal(old, new)
     with pytest.raises(ValueError, match="key= only"):
         jr.bootstrap_outcomes(games, c, num_replicates=4, seed=7, key=jax.random.key(7))
+
+
+def test_bootstrap_int_seed_and_bad_key():
+    """An int seed is jax.random.key(seed) (as bootstrap_outcomes accepts); anything else names key."""
+    c = _batch()
+    got = bootstrap(jr.poe_gaussian, c, key=3, num_replicates=4)
+    ref = bootstrap(jr.poe_gaussian, c, key=jax.random.key(3), num_replicates=4)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    legacy = bootstrap(jr.poe_gaussian, c, key=jax.random.PRNGKey(3), num_replicates=4)
+    assert np.asarray(legacy).shape == np.asarray(ref).shape
+    for bad in ("3", 3.0, None, True, np.zeros(3)):
+        with pytest.raises(ValueError, match="key"):
+            bootstrap(jr.poe_gaussian, c, key=bad, num_replicates=2)
+    with pytest.raises(ValueError, match="key"):
+        resample_comparisons(c, key="seed")
+    np.testing.assert_array_equal(np.asarray(resample_comparisons(c, key=5).weight),
+                                  np.asarray(resample_comparisons(c, key=jax.random.key(5)).weight))
+
+
+def test_bootstrap_intervals_estimate_shape():
+    rng = np.random.default_rng(0)
+    samples = rng.normal(size=(50, 3, 4))
+    with pytest.raises(ValueError, match="estimate"):
+        bootstrap_intervals(samples, estimate=np.zeros((3, 5)), method="basic")
+    with pytest.raises(ValueError, match="estimate"):
+        bootstrap_intervals(samples, estimate=np.zeros((2, 3, 4)), method="normal")
+    est = rng.normal(size=(3, 4))
+    lo, hi = bootstrap_intervals(samples, estimate=est, method="normal", level=0.9)
+    sd = samples.std(axis=0, ddof=1)
+    np.testing.assert_allclose(np.asarray(lo), est - 1.6448536269514722 * sd, rtol=1e-5)
+    lo, hi = bootstrap_intervals(samples, estimate=est, method="basic", level=0.9)
+    q = np.quantile(samples, [0.05, 0.95], axis=0)
+    np.testing.assert_allclose(np.asarray(hi), 2 * est - q[0], rtol=1e-5, atol=1e-6)
+    lo, hi = bootstrap_intervals(samples.transpose(1, 0, 2), estimate=est[:, :1], method="basic", axis=1)
+    assert np.shape(lo) == (3, 4)
