@@ -47,6 +47,7 @@ from jaxrank.judges._forward import read_decoder, read_t5, rows_per_call
 from jaxrank.judges._pairwise_templates import _SENT_A, _SENT_B, compare_templates, label_tokens, render_frame
 from jaxrank.judges._truncation import fit_context
 from jaxrank.judges.answer_prefix import find_answer_prefix
+from jaxrank.judges._pointwise_checks import fixed
 from jaxrank.judges.judgement import AnswerPrefixChoice, Judgement, _empty, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, LabelContinuations, check_label_mass, cut_text,
@@ -169,10 +170,10 @@ class PromptJudge:
             self.mesh, self._sharded = sharded.mesh, sharded
         self.lm = model
         self.decoder = model.architecture != "t5"
-        self.chat = bool(model.chat_template) if chat is None else bool(chat)
-        if self.chat and not model.chat_template:
+        self._chat = bool(model.chat_template) if chat is None else bool(chat)
+        if self._chat and not model.chat_template:
             raise ValueError(f"model {model.name} has no chat template; use chat=False")
-        self.system = system
+        self._system = system
         self.batch_size = int(batch_size)
         self.max_length = judge_max_length(model.config, max_length)
         self.min_label_mass = float(min_label_mass)
@@ -189,7 +190,7 @@ class PromptJudge:
             soft_prompt.check_judge(self)
 
     def _set_template(self, template: PairwiseTemplate) -> None:
-        self.template = template
+        self._template = template
         self._frame = self._render_frame()
         self._common, self._label_ids = self._label_tokens()
         eos = set(self.lm.eos_token_ids) | ({self.lm.tokenizer.eos_token_id}
@@ -200,6 +201,12 @@ class PromptJudge:
         else:      # T5 reads the decoder's first token: the first differing token (checked by _label_tokens)
             self.reading = LabelContinuations(((int(self._label_ids[0]),), (int(self._label_ids[1]),)),
                                               tuple(template.labels))
+
+    # fixed when the judge is built: the frame, the labels' tokens and the store key are made from them
+    # (a changed one would change template_key but not the prompt); with_template() gives another template
+    template = fixed("template", "The prompt template (:meth:`with_template` gives the judge with another one).")
+    system = fixed("system", "The system message (or ``None``).")
+    chat = fixed("chat", "Whether the prompt goes through the model's chat template.")
 
     @property
     def runner(self):
