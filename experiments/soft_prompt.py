@@ -232,7 +232,7 @@ def main(argv=None):
                                 pairs_per_step=args.pairs_per_step, learning_rate=args.lr,
                                 calibration_weight=args.calibration_weight, seed=args.seed, callback=on_step)
         soft, history = res.soft_prompt, res.history
-        soft.save(vec_path, init_text=args.init_text, model=lm.name, data=args.data, aspect=args.aspect,
+        soft.save(vec_path, judge, init_text=args.init_text, model=lm.name, data=args.data, aspect=args.aspect,
                   train_contexts=args.train_contexts, steps=str(args.steps), compilations=str(res.compilations))
         print(f"trained k={soft.length} vectors in {time.time() - t0:.0f}s ({res.compilations} compilation(s)) "
               f"-> {vec_path}", flush=True)

@@ -216,11 +216,16 @@ def test_judging_with_new_vectors_does_not_recompile(lm):
 def test_safetensors_round_trip(tmp_path_factory, k, d, position, seed):
     path = tmp_path_factory.mktemp("sp") / "v.safetensors"
     v = np.random.default_rng(seed).normal(size=(k, d)).astype(np.float32)
-    SoftPrompt(jnp.asarray(v), position).save(path, note="x")
+    ident = (("model_fingerprint", f"m{seed}"), ("template_key", "t"), ("chat", "True"), ("answer_prefix", ""))
+    SoftPrompt(jnp.asarray(v), position, ident).save(path, note="x")
     np.testing.assert_array_equal(load_file(str(path))["vectors"], v)      # the library's own reader
+    from safetensors import safe_open
+    with safe_open(str(path), "np") as f:
+        assert {k: f.metadata()[k] for k, _ in ident} == dict(ident) and f.metadata()["note"] == "x"
     back = SoftPrompt.load(path)
     np.testing.assert_array_equal(np.asarray(back.vectors), v)
     assert back.position == position and back.key == SoftPrompt(jnp.asarray(v), position).key
+    assert dict(back.trained_for) == dict(ident) and back.source == str(path)
 
 
 def test_load_errors(tmp_path):
@@ -285,7 +290,8 @@ def test_cli_soft_prompt_flag_names_a_bad_file(tmp_path):
 def test_cli_soft_prompt_of_the_wrong_size(tmp_path, smollm2):
     from jaxrank.cli import main
     bad = tmp_path / "v.safetensors"
-    SoftPrompt(jnp.zeros((2, 7))).save(bad)          # hidden size 7: no model has it
+    from safetensors.numpy import save_file           # hidden size 7: no model has it (a file without identity)
+    save_file({"vectors": np.zeros((2, 7), np.float32)}, str(bad), metadata={"position": "before_question"})
     with pytest.raises(SystemExit, match="soft-prompt.*hidden size"):
         main(["judge", "--judge", "smollm2-135m", "--contexts", "0:1", "--soft-prompt", str(bad),
               "--store", str(tmp_path / "s.jsonl")])

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from typing import Callable, Sequence
 
 import jax
@@ -38,11 +39,22 @@ from jaxrank.judges.pairwise import PromptJudge, bucket, plan_batches
 from jaxrank.judges.reading import TOP_K, read_continuations
 from jaxrank.models.llama import extend_with_vectors
 
-__all__ = ["SoftPrompt", "POSITIONS", "fairness_loss", "train_soft_prompt", "TrainingResult", "comparison_row",
-           "question_tokens"]
+__all__ = ["SoftPrompt", "POSITIONS", "IDENTITY", "judge_identity", "fairness_loss", "train_soft_prompt",
+           "TrainingResult", "comparison_row", "question_tokens"]
 
 POSITIONS = ("before_question", "prepend")
 """Where the vectors go in each comparison's own tokens (both after the article's prefix)."""
+
+
+IDENTITY = ("model_fingerprint", "chat", "answer_prefix", "template_key")
+"""What a soft prompt records of the judge it was trained for (:meth:`SoftPrompt.save`), checked on use."""
+
+
+def judge_identity(judge: PromptJudge) -> tuple[tuple[str, str], ...]:
+    """The :data:`IDENTITY` of a decoder judge as ``(field, value)`` strings: its model's fingerprint, its
+    template key (template, labels, answer prefix, system message), chat wrapping and answer prefix."""
+    return (("model_fingerprint", judge.lm.fingerprint), ("chat", str(judge.chat)),
+            ("answer_prefix", judge.template.answer_prefix), ("template_key", judge.template_key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,21 +62,39 @@ class SoftPrompt:
     """``k`` learnt input vectors for a decoder judge.
 
     Attributes:
-        vectors: ``[k, D]`` (``D`` the model's hidden size); ``k = 0`` is the plain judge.
+        vectors: ``[k, D]`` finite floating-point array (``D`` the model's hidden size); ``k = 0`` is the
+            plain judge. A list or NumPy array is converted to a float32 ``jax.Array``.
         position: ``"before_question"`` or ``"prepend"`` (:data:`POSITIONS`).
+        trained_for: the :func:`judge_identity` of the judge the vectors were trained for (set by
+            :func:`train_soft_prompt` and :meth:`load`), or ``None`` (not checked). A judge given these
+            vectors must match it (:meth:`check_judge`).
+        source: the file the vectors were read from (named in errors), or ``None``.
 
     Raises:
-        ValueError: an unknown position or vectors that are not ``[k, D]``.
+        ValueError: an unknown position, or vectors that are not a finite floating ``[k, D]`` array.
     """
 
     vectors: jax.Array
     position: str = "before_question"
+    trained_for: tuple[tuple[str, str], ...] | None = dataclasses.field(default=None, compare=False)
+    source: str | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         if self.position not in POSITIONS:
             raise ValueError(f"position must be one of {POSITIONS}, got {self.position!r}")
-        if isinstance(self.vectors, (np.ndarray, jax.Array)) and np.ndim(self.vectors) != 2:
-            raise ValueError(f"vectors must be [k, D], got shape {np.shape(self.vectors)}")
+        v = self.vectors
+        concrete = isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
+        if not (concrete or isinstance(v, (list, tuple, np.ndarray, str, int, float))):
+            return                                  # tracers and placeholders of pytree transforms
+        a = np.asarray(v)
+        if a.ndim != 2:
+            raise ValueError(f"vectors must be [k, D], got shape {a.shape}")
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise ValueError(f"vectors must be a floating-point array, got dtype {a.dtype}")
+        if not np.isfinite(a.astype(np.float32)).all():
+            raise ValueError("vectors must be finite: they hold NaN or infinity")
+        if not concrete:
+            object.__setattr__(self, "vectors", jnp.asarray(a, jnp.float32))
 
     @property
     def length(self) -> int:
@@ -94,19 +124,49 @@ class SoftPrompt:
         return cls(vectors.astype(jnp.float32), position)
 
     # ----------------------------------------------------------- safetensors
-    def save(self, path: str | os.PathLike, **metadata: str) -> None:
-        """Write the vectors to a safetensors file (tensor ``vectors``; position and ``metadata`` as strings)."""
-        meta = {"position": self.position, "format": "jaxrank-soft-prompt-1"}
+    def save(self, path: str | os.PathLike, judge: PromptJudge | None = None, **metadata: str) -> None:
+        """Write the vectors to a safetensors file: tensor ``vectors``; as string metadata the position,
+        the :data:`IDENTITY` of the judge they were trained for, and ``metadata``.
+
+        Args:
+            path: the file.
+            judge: the judge the vectors were trained for (checked with :meth:`check_judge`); ``None``:
+                :attr:`trained_for` (set by :func:`train_soft_prompt`).
+            **metadata: free notes (their names must not be :data:`IDENTITY` fields or ``position``).
+
+        Raises:
+            ValueError: no judge and no :attr:`trained_for`, ``judge`` does not fit the vectors, or
+                ``metadata`` names a reserved field.
+        """
+        if judge is not None:
+            self.check_judge(judge)
+        ident = judge_identity(judge) if judge is not None else self.trained_for
+        if ident is None:
+            raise ValueError("judge: pass the judge the vectors were trained for (save(path, judge)); these "
+                             "vectors record none")
+        clash = sorted(set(metadata) & {*IDENTITY, "position", "format"})
+        if clash:
+            raise ValueError(f"metadata: {clash} are written by save itself")
+        meta = {"position": self.position, "format": "jaxrank-soft-prompt-2", **dict(ident)}
         meta.update({k: str(v) for k, v in metadata.items()})
         save_file({"vectors": np.ascontiguousarray(np.asarray(self.vectors, np.float32))}, str(path), metadata=meta)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "SoftPrompt":
+    def load(cls, path: str | os.PathLike, *, check: bool = True) -> "SoftPrompt":
         """Read a file written by :meth:`save`.
 
+        The vectors keep the identity of the judge they were trained for, and a
+        judge given them (``PromptJudge(..., soft_prompt=...)``) must match it:
+        model fingerprint, template key, chat wrapping and answer prefix
+        (:meth:`check_judge`). ``check=False`` drops that record, so the vectors
+        apply to any decoder judge of their hidden size (at your own risk).
+        Files saved by older jaxrank (format ``jaxrank-soft-prompt-1``, without
+        these fields) load with a ``UserWarning`` and are not checked.
+
         Raises:
-            ValueError: the file does not exist, is not a safetensors file, or lacks
-                the ``vectors`` tensor or the ``position`` metadata.
+            ValueError: the file does not exist, is not a safetensors file, lacks
+                the ``vectors`` tensor or the ``position`` metadata, or holds
+                vectors that are not a finite ``[k, D]`` array (the message names the file).
         """
         path = os.fspath(path)
         if not os.path.isfile(path):
@@ -120,16 +180,39 @@ class SoftPrompt:
             raise ValueError(f"{path}: not a safetensors soft prompt ({e})") from None
         if "vectors" not in tensors or "position" not in meta:
             raise ValueError(f"{path}: a soft prompt file needs tensor 'vectors' and metadata 'position'")
-        return cls(jnp.asarray(tensors["vectors"], jnp.float32), meta["position"])
+        ident = tuple((k, meta[k]) for k in IDENTITY) if all(k in meta for k in IDENTITY) else None
+        if ident is None and check:
+            named = f" (its metadata names model {meta['model']!r})" if "model" in meta else ""
+            warnings.warn(f"{path}: saved without the model and template it was trained for (an older "
+                          f"jaxrank){named}; it is applied to any judge of its hidden size unchecked",
+                          UserWarning, stacklevel=2)
+        try:
+            return cls(np.asarray(tensors["vectors"]), meta["position"], ident if check else None, path)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     # ------------------------------------------------------------ the judge's hook
     def check_judge(self, judge: PromptJudge) -> None:
-        """Raise ``ValueError`` unless ``judge`` is a decoder with hidden size ``D``."""
+        """Raise ``ValueError`` unless ``judge`` is a decoder with hidden size ``D`` matching
+        :attr:`trained_for` (when set): model fingerprint, chat wrapping, and once the judge's answer prefix
+        is resolved (``"auto"`` waits for :meth:`~jaxrank.judges.pairwise.PromptJudge.prepare`) its template
+        key and answer prefix. The message names the file and the field."""
         if not judge.decoder:
             raise ValueError(f"soft_prompt: {judge.lm.architecture} judges are not supported (decoders only)")
         d = judge.lm.config.hidden_size
         if self.vectors.shape[1] != d:
             raise ValueError(f"soft_prompt: vectors of size {self.vectors.shape[1]}, the model's hidden size is {d}")
+        if self.trained_for is None:
+            return
+        have = {"model_fingerprint": lambda: judge.lm.fingerprint, "chat": lambda: str(judge.chat)}
+        if not (judge._auto_prefix and judge.answer_prefix_choice is None):
+            have.update(template_key=lambda: judge.template_key, answer_prefix=lambda: judge.template.answer_prefix)
+        for field, saved in self.trained_for:
+            if field in have and have[field]() != saved:
+                where = f" {self.source}" if self.source else ""
+                raise ValueError(f"soft_prompt{where}: trained for {field} {saved!r}, the judge has "
+                                 f"{have[field]()!r}; use the judge it was trained for, or "
+                                 "SoftPrompt.load(path, check=False) to apply it anyway")
 
     def logits(self, judge: PromptJudge, pairs, progress=None):
         """The label log-probabilities ``[R, 2]`` and the top next tokens ``[R, k]`` (ids, probabilities) of
@@ -142,11 +225,13 @@ class SoftPrompt:
         their first differing token after their shared tokens (which ``b_part``
         ends with), :func:`~jaxrank.judges.reading.read_continuations`.
         """
+        self.check_judge(judge)                   # again: an "auto" answer prefix is resolved by now
+        # judge.runner off a mesh; on a mesh its ShardedLlama.extend takes no vectors, so the model itself
         model = judge.lm.model
         prefix = pairs[0][0]
         if any(p != prefix for p, _, _ in pairs):
             raise ValueError("comparisons of one call must share their prefix")
-        cache = model.prefill(*_pad_prefix(prefix, judge.lm.pad_token_id))
+        cache = model.prefill(*_pad_prefix(prefix, judge.lm.pad_token_id), cache_dtype=judge.cache_dtype)
         q = question_tokens(judge)
         rows = [comparison_row(a, b, q, self.position, self.length) for _, a, b in pairs]
         order = sorted(range(len(rows)), key=lambda r: len(rows[r][0]))
@@ -167,7 +252,8 @@ class SoftPrompt:
         return logp, top_ids, top_probs
 
 
-jax.tree_util.register_dataclass(SoftPrompt, data_fields=["vectors"], meta_fields=["position"])
+jax.tree_util.register_dataclass(SoftPrompt, data_fields=["vectors"],
+                                 meta_fields=["position", "trained_for", "source"])
 
 
 # ---------------------------------------------------------------------- rows
@@ -309,6 +395,11 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
         seed: the pair sampler's seed.
         callback: called with each step's history dict (to log as it goes).
 
+    A judge with ``answer_prefix="auto"`` is prepared on the first context first
+    (:meth:`~jaxrank.judges.pairwise.PromptJudge.prepare`), so training reads the
+    prompts the judge will. The learnt vectors record the judge
+    (:attr:`SoftPrompt.trained_for`).
+
     Raises:
         ValueError: a judge with a soft prompt already, a T5 judge, no contexts,
             a context with fewer than two candidates, bad counts, or rows that do
@@ -321,12 +412,15 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
         raise ValueError(f"steps and pairs_per_step must be >= 1, got {steps} and {pairs_per_step}")
     if not contexts:
         raise ValueError("contexts: need at least one context")
-    model, k = judge.lm.model, init.length
-    q = question_tokens(judge)
-    prepared = []
     for c, (ctx, cands) in enumerate(contexts):
         if len(cands) < 2:
             raise ValueError(f"contexts[{c}]: needs at least two candidates, got {len(cands)}")
+    judge.prepare(*contexts[0])            # answer_prefix="auto": train on the prompts the judge will read
+    init.check_judge(judge)
+    model, k = judge.lm.model, init.length
+    q = question_tokens(judge)
+    prepared = []
+    for ctx, cands in contexts:
         parts = [judge.token_ids(ctx, x, x) for x in cands]
         prepared.append((parts[0][0], [p[1] for p in parts], [p[2] for p in parts]))
     cap = max(bucket(len(p)) for p, _, _ in prepared)
@@ -334,7 +428,8 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
     if cap + length > judge.max_length:
         raise ValueError(f"contexts: prefix ({cap}) + comparison ({length}) tokens exceed the window "
                          f"{judge.max_length}; shorten the contexts")
-    caches = [model.prefill(*_pad_prefix(p, judge.lm.pad_token_id), capacity=cap) for p, _, _ in prepared]
+    caches = [model.prefill(*_pad_prefix(p, judge.lm.pad_token_id), capacity=cap, cache_dtype=judge.cache_dtype)
+              for p, _, _ in prepared]
     caches = jax.tree.map(lambda *x: jnp.stack(x), *caches)
     weights = model.weights()
     cfg = model.config
@@ -376,4 +471,8 @@ def train_soft_prompt(judge: PromptJudge, contexts: Sequence[tuple[str, Sequence
         history.append(rec)
         if callback is not None:
             callback(rec)
-    return TrainingResult(SoftPrompt(vectors, init.position), history, step._cache_size())
+    if not np.isfinite(np.asarray(vectors)).all():
+        raise ValueError(f"learning_rate: training diverged (the vectors are not finite after {steps} steps, "
+                         f"learning_rate {learning_rate}); lower it")
+    return TrainingResult(SoftPrompt(vectors, init.position, judge_identity(judge)), history,
+                          step._cache_size())
