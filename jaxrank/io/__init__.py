@@ -19,15 +19,19 @@ The formats people already have are read without options:
 * evalica: ``left, right, winner`` with ``winner`` one of ``left``, ``right``, ``tie``.
 
 An outcome may also name the winning item itself (``winner = "gpt-4"``), or the
-column holding it. Outcomes are matched case-insensitively; two score columns
+column holding it. Outcome words are matched case-insensitively, an item's name
+exactly first, else case-insensitively where that names one of the two items only
+(``GPT`` against ``gpt``: only the exact spelling names either); two score columns
 (e.g. goals) can be compared instead (``score_a=``, ``score_b=``: higher wins,
 equal is a tie).
 
 Files: UTF-8 text, a byte-order mark allowed; CSV with a comma, semicolon or
 tab delimiter (the one most frequent in the header line, outside quotes);
 ``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, one
-JSON array of objects, or one pretty-printed object: one comparison). Every error names the file (or ``DataFrame``) and
-the line (or row) it is about.
+JSON array of objects, or one pretty-printed object: one comparison). The columns
+of a JSON source are the fields of all its records, in order of first appearance;
+a record without a field that is read (which other records have) is an error.
+Every error names the file (or ``DataFrame``) and the line (or row) it is about.
 """
 
 from __future__ import annotations
@@ -205,7 +209,10 @@ def _json_source(path: Path, text: str) -> _Source:
         located = [(f"{path}, record {k}", r) for k, r in enumerate(records)]
     else:
         located = []
-        for ln, line in enumerate(text.splitlines(), 1):
+        # lines end at "\n" only (a trailing "\r" dropped): str.splitlines() also split them at U+2028, U+0085
+        # and other characters JSON allows unescaped inside a string
+        for ln, line in enumerate(text.split("\n"), 1):
+            line = line.removesuffix("\r")
             if not line.strip():
                 continue
             try:
@@ -217,7 +224,9 @@ def _json_source(path: Path, text: str) -> _Source:
     for where, r in located:
         if not isinstance(r, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(r).__name__}")
-    columns = list(located[0][1]) if located else []
+    # every record's fields, in order of first appearance (the first record's alone dropped later records'
+    # weight or context without a word)
+    columns = list(dict.fromkeys(k for _, r in located for k in r))
     return _Source(str(path), columns, iter(located))
 
 
@@ -294,15 +303,26 @@ def _number(where, field, value):
 def _outcome(where, field, value, name_a, name_b, outcomes):
     if _blank(value):
         raise ValueError(f"{where}: field {field!r} is empty")
-    key = str(value).strip().lower()
-    by_name = {name_b.strip().lower(): 0.0, name_a.strip().lower(): 1.0}
+    raw = str(value).strip()
+    key = raw.lower()
+    # an item's name: its exact spelling first, else case-insensitively where that names one item only
+    names = {name_a.strip(): 1.0, name_b.strip(): 0.0}
+    if raw in names:
+        by_name = names[raw]
+    else:
+        folded = [v for name, v in names.items() if name.lower() == key]
+        if len(folded) > 1:
+            raise ValueError(f"{where}: field {field!r} = {value!r} is ambiguous: it names neither {name_a!r} nor "
+                             f"{name_b!r} exactly, and both when case is ignored; write the winner as its item is "
+                             "written")
+        by_name = folded[0] if folded else None
     if key in outcomes:
-        if key in by_name and by_name[key] != outcomes[key]:
+        if by_name is not None and by_name != outcomes[key]:
             raise ValueError(f"{where}: field {field!r} = {value!r} is ambiguous: an outcome word for "
                              f"P(A better) = {outcomes[key]:g}, and the name of the other item")
         return outcomes[key]
-    if key in by_name:
-        return by_name[key]
+    if by_name is not None:
+        return by_name
     raise ValueError(f"{where}: field {field!r} = {value!r}; expected win/loss/tie, a/b, 1/0/0.5, "
                      f"model_a/model_b/tie (bothbad), left/right, or the winning item's name")
 
@@ -324,6 +344,8 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         context: optional context column (one ranking per context).
         weight: optional non-negative weight column.
 
+        At most one of ``p``, ``outcome`` and ``score_a``/``score_b`` is given.
+
     Returns:
         :class:`ComparisonTable`; with ``P(A better) = 1, 0, 0.5`` for a win, loss, tie.
 
@@ -340,6 +362,10 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         raise ValueError(f"source must be a file path or a pandas DataFrame, got {type(source).__name__}")
     if (score_a is None) != (score_b is None):
         raise ValueError("score_a and score_b go together: pass both or neither")
+    given = [k for k, v in (("p", p), ("outcome", outcome), ("score_a/score_b", score_a)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} are {'both' if len(given) == 2 else 'all'} given; pass one of them (a probability column, a "
+                         "hard-outcome column, or two score columns)")
     ca = _pick(src, item_a, "item_a", True)
     cb = _pick(src, item_b, "item_b", True)
     cp = co = None
@@ -354,11 +380,17 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
                              f"score_a=/score_b=; columns: {src.columns}")
     cc = _pick(src, context, "context", False)
     cw = _pick(src, weight, "weight", False)
+    used = [c for c in dict.fromkeys((ca, cb, cp, co, score_a, score_b, cc, cw)) if c is not None]
     outcomes = dict(_OUTCOMES)
     outcomes.update({ca.lower(): 1.0, cb.lower(): 0.0})
 
     per_ctx: dict[str, dict] = {}
     for where, row in src.rows:
+        if len(row) < len(src.columns):           # a JSON record without a field that other records have
+            lacking = [c for c in used if c not in row]
+            if lacking:
+                raise ValueError(f"{where}: no field {lacking[0]!r}, which other records have; give it in every "
+                                 "record")
         name_a, name_b = row.get(ca), row.get(cb)
         for field, v in ((ca, name_a), (cb, name_b)):
             if _blank(v):
