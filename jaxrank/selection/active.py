@@ -9,8 +9,9 @@ The loop (PoE §3.6 and App. A.6; METHODS.md §4-5):
 3. stop if the budget is spent, or if the posterior is confident enough of the
    ranking (below);
 4. otherwise pick the next ``batch_size`` comparisons by Laplace-BT selection,
-   ``argmax q(1 - q) (A_aa + A_bb - 2 A_ab)`` with Sherman-Morrison updates
-   within the batch (:func:`jaxrank.selection.laplace_comparisons`), ask the
+   ``argmax q(1 - q) (A_aa + A_bb - 2 A_ab)``, ``q = sigmoid(s_a - s_b - gamma)``
+   (``gamma`` the fitted bias with ``debias``; averaged over the pair's random
+   order), with Sherman-Morrison updates within the batch (:func:`jaxrank.selection.laplace_comparisons`), ask the
    judge, and go to 2.
 
 The judge is a Python callable (an LLM), so rounds are a Python loop; the maths
@@ -74,9 +75,10 @@ class ActiveResult(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("num_pairs", "symmetric", "rule", "num_samples", "solver"))
 def _round(c, k_conf, k_sel, *, num_pairs, symmetric, rule, num_samples, solver):
-    post = uncertainty.laplace_posterior(c, solver).posterior
+    fit = uncertainty.laplace_posterior(c, solver)
+    post = fit.posterior
     conf = uncertainty.ranking_confidence(post, rule=rule, key=k_conf, num_samples=num_samples, where=c.item_mask)
-    i, j = select_from_posterior(c, post, k_sel, num_pairs=num_pairs, symmetric=symmetric)
+    i, j = select_from_posterior(c, post, k_sel, num_pairs=num_pairs, symmetric=symmetric, gamma=fit.solution.gamma)
     return post, conf, i, j
 
 

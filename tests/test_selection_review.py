@@ -1,0 +1,166 @@
+"""Selection review fixes: Laplace-BT selection with a positional bias ``gamma`` (METHODS.md §4-5), argument checks.
+
+Independent references: the ordered criterion ``q_ab (1 - q_ab) (A_aa + A_bb - 2 A_ab)``,
+``q_ab = sigmoid(s_a - s_b - gamma)``, scored over all ordered pairs by NumPy/SciPy from the
+posterior (``A = cov + 11^T / n`` on a connected graph), sequential picks by
+``np.linalg.slogdet`` of the precision ``inv(A) + g v v^T`` (no Sherman-Morrison), and the
+updated ``A`` by ``np.linalg.inv``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import expit
+
+import jaxrank as jr
+from jaxrank.scoring import BradleyTerrySolver
+from jaxrank.selection import laplace_comparisons
+from jaxrank.selection.greedy import TIE_TOL, _greedy_loop
+from jaxrank.uncertainty import laplace_posterior
+
+
+def _biased_context():
+    """5 items, a judge with a strong bias to position A (gamma = -2 in d = s_i - s_j - gamma)."""
+    s_true = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+    i = np.r_[0, 1, 2, 3, 1, 0, 2, 4]
+    j = np.r_[1, 2, 3, 4, 0, 2, 1, 2]
+    p = expit(s_true[i] - s_true[j] + 2.0).astype(np.float32)
+    return jr.Comparisons.from_pairs(i, j, p, num_items=5), i, j
+
+
+def _fit(c, debias="learn"):
+    fit = laplace_posterior(c, BradleyTerrySolver(debias=debias))
+    s = np.asarray(fit.posterior.mean, np.float64)
+    a0 = np.asarray(fit.posterior.covariance, np.float64) + 1.0 / c.num_items   # connected: P = 11^T / n
+    return s, float(fit.solution.gamma), a0
+
+
+def _g(s, gamma, a, b):
+    q = expit(s[a] - s[b] - gamma)
+    return q * (1 - q)
+
+
+def _weight(s, gamma, a, b, used, symmetric):
+    """Expected gain of pair {a, b} over its random order (the free order's alone; both orders symmetric)."""
+    if symmetric:
+        return _g(s, gamma, a, b) + _g(s, gamma, b, a)
+    fw, bw = (a, b) not in used, (b, a) not in used
+    if fw and bw:
+        return 0.5 * (_g(s, gamma, a, b) + _g(s, gamma, b, a))
+    return _g(s, gamma, a, b) if fw else _g(s, gamma, b, a)
+
+
+def _reference(s, gamma, a0, used, picks, symmetric=False, drawn=None):
+    """Sequential greedy pairs by determinant ratios of the precision (NumPy slogdet, no Sherman-Morrison).
+
+    ``1 + w v^T A v`` is linear in ``w``, so the expected ratio over the order is that of the
+    expected gain. The precision then absorbs the gain of the order the code drew (``drawn``).
+    """
+    n = len(s)
+    h = np.linalg.inv(a0)
+    chosen = []
+    for k in range(picks):
+        _, base = np.linalg.slogdet(h)
+        best, arg = -np.inf, None
+        for a in range(n):
+            for b in range(a + 1, n):
+                if frozenset((a, b)) in chosen:
+                    continue
+                if symmetric and ((a, b) in used or (b, a) in used):
+                    continue
+                if (a, b) in used and (b, a) in used:
+                    continue
+                w = _weight(s, gamma, a, b, used, symmetric)
+                v = np.zeros(n); v[a], v[b] = 1, -1
+                _, ld = np.linalg.slogdet(h + w * np.outer(v, v))
+                crit = np.exp(ld - base) - 1
+                if crit > best * (1 + 10 * TIE_TOL):
+                    best, arg = crit, (a, b)
+        chosen.append(frozenset(arg))
+        a, b = drawn[k] if drawn is not None else arg
+        assert {a, b} == set(arg)
+        w = _g(s, gamma, a, b) + (_g(s, gamma, b, a) if symmetric else 0.0)
+        v = np.zeros(n); v[a], v[b] = 1, -1
+        h = h + w * np.outer(v, v)
+    return chosen
+
+
+def _pairs(ni, nj):
+    return list(zip(np.asarray(ni).tolist(), np.asarray(nj).tolist()))
+
+
+def test_laplace_selection_uses_the_fitted_bias():
+    c, i, j = _biased_context()
+    s, gamma, a0 = _fit(c)
+    assert gamma < -1.5                                                   # the bias is learnt
+    used = set(zip(i.tolist(), j.tolist()))
+    crit = {(a, b): _weight(s, gamma, a, b, used, False) * (a0[a, a] + a0[b, b] - 2 * a0[a, b])
+            for a in range(5) for b in range(a + 1, 5) if (a, b) not in used or (b, a) not in used}
+    best = max(crit, key=crit.get)
+    assert crit[best] > 1.05 * max(v for k, v in crit.items() if k != best)   # a clear winner
+    # without gamma (q = sigmoid(s_a - s_b), the old criterion) another pair wins
+    crit0 = {k: _g(s, 0.0, *k) * (a0[k[0], k[0]] + a0[k[1], k[1]] - 2 * a0[k]) for k in crit}
+    assert max(crit0, key=crit0.get) != best
+    orders = set()
+    for k in range(8):                                                    # the same pair for any key, random order
+        (pick,) = _pairs(*laplace_comparisons(c, 1, key=jax.random.key(k), debias="learn"))
+        assert frozenset(pick) == frozenset(best)
+        orders.add(pick)
+    assert len(orders) == 2
+    # several picks: Sherman-Morrison within the batch matches the determinant-ratio reference
+    for k in range(3):
+        got = _pairs(*laplace_comparisons(c, 4, key=jax.random.key(k), debias="learn"))
+        assert [frozenset(p) for p in got] == _reference(s, gamma, a0, used, 4, drawn=got)
+
+
+def test_laplace_selection_symmetric_with_bias_sums_both_orders():
+    c, i, j = _biased_context()
+    s, gamma, a0 = _fit(c)
+    used = set(zip(i.tolist(), j.tolist()))
+    ni, nj = (np.asarray(x) for x in laplace_comparisons(c, 4, key=jax.random.key(3), symmetric=True,
+                                                         debias="learn"))
+    got = _pairs(ni[0::2], nj[0::2])
+    assert [frozenset(p) for p in got] == _reference(s, gamma, a0, used, 2, symmetric=True, drawn=got)
+    np.testing.assert_array_equal(ni[0::2], nj[1::2])
+
+
+def test_sherman_morrison_update_matches_numpy_inverse_with_ordered_gain():
+    c, _, _ = _biased_context()
+    fit = laplace_posterior(c, BradleyTerrySolver(debias="learn"))
+    s, gamma, a0 = _fit(c)
+    g = np.array([[_g(s, gamma, a, b) for b in range(5)] for a in range(5)])
+    avail = ~np.eye(5, dtype=bool)
+    for flip in (False, True):
+        a, b, live, a1 = _greedy_loop(fit.posterior.covariance + 1.0 / 5, jnp.asarray(avail),
+                                      jnp.asarray(g, jnp.float32), 1, jnp.full(1, flip))
+        a, b = int(a[0]), int(b[0])
+        assert bool(live[0]) and (a > b) == flip
+        v = np.zeros(5); v[a], v[b] = 1, -1
+        want = np.linalg.inv(np.linalg.inv(a0) + g[a, b] * np.outer(v, v))   # the drawn order's gain
+        np.testing.assert_allclose(np.asarray(a1, np.float64), want, rtol=2e-4, atol=2e-5)
+
+
+def test_one_order_left_is_scored_by_its_own_gain():
+    """Pair {0, 4} judged as (0, 4): only (4, 0) is left, scored and judged with g_40."""
+    c, i, j = _biased_context()
+    c = jr.Comparisons.from_pairs(np.r_[i, 0], np.r_[j, 4], np.r_[np.asarray(c.p), 0.99].astype(np.float32),
+                                  num_items=5)
+    s, gamma, a0 = _fit(c)
+    used = set(zip(np.asarray(c.i).tolist(), np.asarray(c.j).tolist()))
+    for k in range(2):
+        got = _pairs(*laplace_comparisons(c, 3, key=jax.random.key(k), debias="learn"))
+        assert [frozenset(p) for p in got] == _reference(s, gamma, a0, used, 3, drawn=got)
+        assert not used & set(got)
+
+
+def test_without_bias_the_order_stays_random():
+    rng = np.random.default_rng(0)
+    i = np.r_[0, 1, 2, 3, 4]
+    j = np.r_[1, 2, 3, 4, 5]
+    c = jr.Comparisons.from_pairs(i, j, rng.uniform(0.3, 0.7, 5).astype(np.float32), num_items=6)
+    picks = set()
+    for k in range(12):
+        ni, nj = laplace_comparisons(c, 1, key=jax.random.key(k))
+        picks.add((int(ni[0]), int(nj[0])))
+    assert len({frozenset(p) for p in picks}) == 1 and len(picks) == 2   # one pair, both orders by key
+
