@@ -10,6 +10,7 @@ updated ``A`` by ``np.linalg.inv``.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from scipy.special import expit
 
 import jaxrank as jr
@@ -163,4 +164,50 @@ def test_without_bias_the_order_stays_random():
         ni, nj = laplace_comparisons(c, 1, key=jax.random.key(k))
         picks.add((int(ni[0]), int(nj[0])))
     assert len({frozenset(p) for p in picks}) == 1 and len(picks) == 2   # one pair, both orders by key
+
+
+# ------------------------------------------------------------------ argument checks before any judging
+def _recording_judge():
+    calls = []
+
+    def judge(i, j):
+        calls.append(len(i))
+        return np.full(len(i), 0.5)
+    return judge, calls
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(num_samples=0), "num_samples"), (dict(num_samples=2.9), "num_samples"),
+    (dict(num_samples=True), "num_samples"), (dict(callback=3), "callback"),
+    (dict(key=None), "key"), (dict(key=jax.random.split(jax.random.key(0), 2)), "key"),
+    (dict(key=jax.random.split(jax.random.PRNGKey(0), 2)), "key"),
+])
+def test_active_rejects_bad_settings_before_calling_the_judge(bad, match):
+    judge, calls = _recording_judge()
+    kw = dict(batch_size=2, budget=8, key=jax.random.key(0)) | bad
+    with pytest.raises(ValueError, match=match):
+        jr.selection.active_assess(judge, 4, **kw)
+    assert calls == []
+    with pytest.raises(ValueError, match="judge_fn"):
+        jr.selection.active_assess(np.zeros((4, 4)), 4, batch_size=2, budget=8, key=jax.random.key(0))
+
+
+def test_item_mask_and_key_errors_name_the_argument():
+    k = jax.random.key(0)
+    for fn in (jr.selection.greedy_comparisons, jr.selection.random_comparisons):
+        with pytest.raises(ValueError, match=r"item_mask must have shape \(5,\)"):
+            fn(k, 5, 6, item_mask=np.ones((2, 5), bool))                 # one key: no batch axis
+        with pytest.raises(ValueError, match=r"item_mask must have shape \(3, 5\)"):
+            fn(jax.random.split(k, 3), 5, 6, item_mask=np.ones((2, 5), bool))
+        with pytest.raises(ValueError, match="item_mask.*0.5"):
+            fn(k, 5, 6, item_mask=[0.5, 1, 1, 1, 1])                      # a probability is not a mask
+        ones = np.asarray(fn(k, 5, 6, item_mask=np.array([0.0, 1, 1, 1, 1]))[0])
+        bools = np.asarray(fn(k, 5, 6, item_mask=np.array([False, True, True, True, True]))[0])
+        np.testing.assert_array_equal(ones, bools)                        # exact 0/1 is a mask
+        assert 0 not in ones
+    c, _, _ = _biased_context()
+    with pytest.raises(ValueError, match="key"):
+        laplace_comparisons(c, 1, key=None)
+    with pytest.raises(ValueError, match="single jax.random key"):
+        laplace_comparisons(c, 1, key=jax.random.split(k, 2))
 

@@ -12,14 +12,27 @@ def is_typed_key(key) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-def key_batch_shape(key) -> tuple[int, ...]:
-    """Batch shape of a key array: typed keys ``[...]``, raw uint32 keys ``[..., 2]``."""
+def key_batch_shape(key, *, single: bool = False) -> tuple[int, ...]:
+    """Batch shape of a key array: typed keys ``[...]``, raw uint32 keys ``[..., 2]``.
+
+    Raises:
+        ValueError: naming ``key``: None, not a key, or (``single``) a batch of keys.
+    """
+    if key is None:
+        raise ValueError("key must be a jax.random key (e.g. jax.random.key(0)), got None")
     if is_typed_key(key):
-        return tuple(key.shape)
-    shape = tuple(jnp.shape(key))
-    if len(shape) == 0 or shape[-1] != 2:
-        raise ValueError(f"key must be a jax.random key (typed, or raw uint32 of shape [..., 2]); got shape {shape}")
-    return shape[:-1]
+        shape = tuple(key.shape)
+    else:
+        try:
+            raw = tuple(jnp.shape(key))
+        except TypeError:
+            raise ValueError(f"key must be a jax.random key, got {type(key).__name__}") from None
+        if len(raw) == 0 or raw[-1] != 2:
+            raise ValueError(f"key must be a jax.random key (typed, or raw uint32 of shape [..., 2]); got shape {raw}")
+        shape = raw[:-1]
+    if single and shape:
+        raise ValueError(f"key must be a single jax.random key, got a batch of keys of shape {shape}")
+    return shape
 
 
 def map_over_keys(fn, key, *args):
@@ -43,13 +56,31 @@ def check_int(name: str, value, *, minimum: int) -> int:
 
 
 def check_item_mask(item_mask, batch: tuple[int, ...], num_items: int):
-    """None, or a bool ``[*batch, N]`` mask (broadcast over the batch if ``[N]``)."""
+    """None, or a bool ``[*batch, N]`` mask (broadcast over the batch if ``[N]``).
+
+    A numeric mask is accepted when every entry is exactly 0 or 1 (checked when concrete).
+
+    Raises:
+        ValueError: naming ``item_mask``: a shape that does not broadcast to ``[*batch, N]``,
+            or a non-bool mask with a value other than 0 and 1 (e.g. a probability 0.5).
+    """
     if item_mask is None:
         return None
-    m = jnp.asarray(item_mask, bool)
-    if m.shape[-1:] != (num_items,):
-        raise ValueError(f"item_mask must have last axis num_items={num_items}, got shape {m.shape}")
-    return jnp.broadcast_to(m, batch + (num_items,))
+    m = item_mask if isinstance(item_mask, jax.Array) else np.asarray(item_mask)
+    want = batch + (num_items,)
+    if m.shape[-1:] != (num_items,) or len(m.shape) > len(want) or any(
+            d not in (1, w) for d, w in zip(m.shape[::-1], want[::-1])):
+        raise ValueError(f"item_mask must have shape {want} (or broadcast to it, e.g. [{num_items}]), "
+                         f"got shape {tuple(m.shape)}")
+    if m.dtype != bool:
+        if not (jnp.issubdtype(m.dtype, jnp.number) or m.dtype == np.bool_):
+            raise ValueError(f"item_mask must be bool (or 0/1), got dtype {m.dtype}")
+        if not isinstance(m, jax.core.Tracer):
+            vals = np.asarray(m)
+            if not np.all((vals == 0) | (vals == 1)):
+                bad = vals[(vals != 0) & (vals != 1)].ravel()[0]
+                raise ValueError(f"item_mask must be bool (or exactly 0/1), got a value {bad.item()!r}")
+    return jnp.broadcast_to(jnp.asarray(m, bool), want)
 
 
 def uniforms(key, *shapes):

@@ -125,11 +125,19 @@ def active_assess(judge_fn: Callable, num_items: int, *, batch_size: int, budget
     Raises:
         ValueError: ``budget`` below the starting tree (``N - 1``, ``2 (N - 1)``
             symmetric) or above ``N(N-1)``; bad ``batch_size``, ``rank_confidence``,
-            ``stop_rule``; a judge answer that is not a probability.
+            ``stop_rule``, ``num_samples`` (an int >= 1), ``callback`` (not callable),
+            ``judge_fn`` (not callable), ``key`` (None or a batch of keys): all
+            before the judge is called; a judge answer that is not a probability.
     """
+    if not callable(judge_fn):
+        raise ValueError(f"judge_fn must be a callable judge_fn(i, j) -> p, got {type(judge_fn).__name__}")
     n = _common.check_int("num_items", num_items, minimum=2)
     r = _common.check_int("budget", budget, minimum=1)
     bs = _common.check_int("batch_size", batch_size, minimum=1)
+    num_samples = _validate.integer("num_samples", num_samples, low=1)
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback must be a callable or None, got {type(callback).__name__}")
+    _common.key_batch_shape(key, single=True)
     start = 2 * (n - 1) if symmetric else n - 1
     if r < start:
         raise ValueError(f"budget={r} is below the {start} comparisons of the starting spanning tree of "
@@ -145,7 +153,7 @@ def active_assess(judge_fn: Callable, num_items: int, *, batch_size: int, budget
     solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
                                 max_iter=max_iter)
     settings = dict(num_pairs=bs // 2 if symmetric else bs, symmetric=bool(symmetric), rule=stop_rule,
-                    num_samples=int(num_samples), solver=solver)
+                    num_samples=num_samples, solver=solver)
 
     np_dtype = np.dtype(jnp.dtype(dtype).name)
     bi, bj = np.zeros(r, np.int32), np.zeros(r, np.int32)

@@ -294,22 +294,25 @@ def laplace_comparisons(c: Comparisons, num_new: int, *, key, symmetric: bool = 
     Args:
         c: the comparisons so far (any batch shape; padded slots with weight 0 allowed).
         num_new: static number of new comparisons (even with ``symmetric``).
-        key: a ``jax.random`` key (split over ``c``'s batch) for the orientations.
+        key: one ``jax.random`` key (split over ``c``'s batch) for the orientations.
         symmetric: pick ``num_new / 2`` pairs, neither order judged yet, in both orders.
         debias, eps, gamma_prior, score_prior, tol, max_iter: soft-BT settings as in
             :func:`jaxrank.fit_poe_bradley_terry`.
 
     Returns:
         ``(i, j)`` int32 ``[..., num_new]``; slots with ``i == j`` when no pair is left.
+
+    Raises:
+        ValueError: bad ``num_new``; ``key`` None, not a key, or a batch of keys.
     """
     k = _common.check_int("num_new", num_new, minimum=1)
+    _common.key_batch_shape(key, single=True)
     if symmetric and k % 2:
         raise ValueError(f"num_new={k} must be even with symmetric=True")
     solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
                                 max_iter=max_iter)
     if c.batch_shape:
-        keys = jax.random.split(key, int(np.prod(c.batch_shape))).reshape(
-            c.batch_shape + jnp.shape(key)[len(_common.key_batch_shape(key)):])
+        keys = jax.random.split(key, int(np.prod(c.batch_shape))).reshape(c.batch_shape + jnp.shape(key))
     else:
         keys = key
     return _laplace_select(c, keys, num_pairs=k // 2 if symmetric else k, symmetric=bool(symmetric), solver=solver)
