@@ -398,7 +398,11 @@ def _confidence(mean, cov, prec, mask, key, rule, num_samples):
         return f(mean, cov, mask)
     s = _samples(mean, cov, key, num_samples)
     rho = metrics.spearman(s, jnp.broadcast_to(mean, s.shape), where=jnp.broadcast_to(mask, s.shape))
-    return jnp.nanmean(rho, axis=0)
+    # all means tied: the mean ranking orders nothing (Spearman against a constant is undefined): 0
+    lo = jnp.min(jnp.where(mask, mean, jnp.inf), axis=-1)
+    hi = jnp.max(jnp.where(mask, mean, -jnp.inf), axis=-1)
+    tied = (jnp.sum(mask, axis=-1) >= 2) & (lo == hi)
+    return jnp.where(tied, 0, jnp.nanmean(rho, axis=0))
 
 
 def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=None, num_samples: int = 256,
@@ -427,7 +431,9 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
 
     Returns:
         ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``);
-        NaN for a context with fewer than two judged items.
+        NaN for a context with fewer than two judged items. When every judged item's
+        mean is tied the mean ranking orders nothing: ``"spearman"`` gives 0 (its
+        correlation with a constant ranking is undefined), ``"adjacent"`` 0.5.
     """
     _check_posterior(post)
     if rule not in ("spearman", "adjacent"):

@@ -211,3 +211,33 @@ def test_item_mask_and_key_errors_name_the_argument():
     with pytest.raises(ValueError, match="single jax.random key"):
         laplace_comparisons(c, 1, key=jax.random.split(k, 2))
 
+
+# ------------------------------------------------------------------ all means tied
+def test_confidence_of_an_all_tied_posterior_is_zero_not_nan():
+    i, j = np.nonzero(~np.eye(4, dtype=bool))
+    tied = jr.Comparisons.from_pairs(i, j, np.full(len(i), 0.5, np.float32), num_items=4)
+    post = jr.laplace_bradley_terry(tied)
+    assert np.ptp(np.asarray(post.mean)) == 0 and np.all(np.diag(np.asarray(post.covariance)) > 0)
+    conf = jr.ranking_confidence(post, key=jax.random.key(0))
+    assert float(conf) == 0.0                                             # nothing is ordered
+    assert float(jr.ranking_confidence(post, rule="adjacent")) == 0.5     # Phi(0) for every adjacent pair
+    # in a batch, the tied context gives 0 and a clearly ordered one its own value (vs a NumPy estimate)
+    ordered = jr.Comparisons.from_pairs(i, j, expit(np.array([0.0, 1, 2, 3])[i] - np.array([0.0, 1, 2, 3])[j]
+                                                    ).astype(np.float32), num_items=4)
+    both = jr.laplace_bradley_terry(jr.stack_contexts([tied, ordered]))
+    got = np.asarray(jr.ranking_confidence(both, key=jax.random.key(1), num_samples=4000))
+    po = jr.laplace_bradley_terry(ordered)
+    m, cov = np.asarray(po.mean, np.float64), np.asarray(po.covariance, np.float64)
+    draws = np.random.default_rng(0).multivariate_normal(m, cov, size=4000)
+    rm = np.argsort(np.argsort(m))
+    rho = [1 - 6 * np.sum((np.argsort(np.argsort(d)) - rm) ** 2) / (4 * 15) for d in draws]
+    assert got[0] == 0.0 and abs(got[1] - np.mean(rho)) < 0.03
+
+
+def test_active_with_an_uninformative_judge_records_zero_confidence():
+    seen = []
+    out = jr.selection.active_assess(lambda i, j: np.full(len(i), 0.5), 5, batch_size=4, budget=12,
+                                     key=jax.random.key(0), rank_confidence=0.5,
+                                     callback=lambda r, u, conf, post: seen.append(conf))
+    assert out.stopped == "budget" and np.all(np.isfinite(out.history)) and np.all(out.history[:, 1] == 0)
+    assert seen == [0.0] * len(out.history)

@@ -174,7 +174,7 @@ def active_assess(judge_fn: Callable, num_items: int, *, batch_size: int, budget
         if callback is not None:
             callback(rnd, used, conf, post)
         rnd += 1
-        if rank_confidence is not None and conf >= rank_confidence:
+        if rank_confidence is not None and np.isfinite(conf) and conf >= rank_confidence:   # NaN never stops
             stopped = "confidence"
             break
         if used >= r:
