@@ -158,6 +158,8 @@ def test_store_judge_fn_answers_stored_pairs_and_reuses_judge_runs(tmp_path):
     (["--rank-confidence", "-1"], r"--rank-confidence must lie in \(-1, 1\)"),
     (["--active-batch", "0"], "--active-batch must be >= 1"),
     (["--budget", "0"], "--budget must be >= 1"),
+    (["--score-prior", "-0.5"], "--score-prior must be a finite number >= 0"),
+    (["--score-prior", "nan"], "--score-prior must be a finite number >= 0"),
 ])
 def test_bad_options_are_clear(setup, extra, match):
     run, holder, _ = setup
@@ -176,3 +178,35 @@ def test_active_options_need_active(setup, capsys):
     with pytest.raises(SystemExit):
         cli.main(["assess", "--active", "--stop-rule", "kendall"])
     assert "invalid choice: 'kendall'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--score-prior applies to --active only"):
+        cli.main(["assess", "--score-prior", "0.1"])
+
+
+class HardJudge(FakeJudge):
+    """FakeJudge's answers rounded to 0/1 (as one sampled answer)."""
+
+    def compare(self, context, candidates, i, j):
+        out = super().compare(context, candidates, i, j)
+        return Judgement((out.p > 0.5).astype(np.float32), False, out.logits)
+
+
+def test_score_prior_lets_a_hard_judge_reach_confidence(setup, monkeypatch):
+    """A judge of hard 0/1 answers (one sampled answer) that ranks exactly as the humans.
+
+    Without a score prior its soft-BT scores are unbounded and the confidence stays near 0
+    (runs to the budget); ``--score-prior 0.1`` reaches the target. The value reaches
+    ``active_assess`` (default 0, its own default).
+    """
+    import jaxrank.assessment.active as assessment_active
+    run, holder, _ = setup
+    seen, real = [], assessment_active.active_assess
+    monkeypatch.setattr(assessment_active, "active_assess",
+                        lambda *a, **kw: seen.append(kw["score_prior"]) or real(*a, **kw))
+    holder["judge"] = HardJudge()
+    _, rows = run("--rank-confidence", "0.8", out="h0", store="h0.jsonl")
+    assert seen == [0.0, 0.0] and {r["stopped"] for r in rows} == {"budget"}
+    assert all(float(r["confidence"]) < 0.5 for r in rows)
+    seen.clear()
+    _, rows = run("--rank-confidence", "0.8", "--score-prior", "0.1", out="h1", store="h1.jsonl")
+    assert seen == [0.1, 0.1] and {r["stopped"] for r in rows} == {"confidence"}
+    assert all(float(r["confidence"]) >= 0.8 and int(r["comparisons"]) < 40 for r in rows)

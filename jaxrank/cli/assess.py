@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 import time
@@ -77,6 +78,11 @@ def add_parsers(sub):
             j.add_argument("--stop-rule", choices=("spearman", "adjacent"), default=None,
                            help="--active: confidence = expected Spearman under the Laplace posterior (default), "
                                 "or mean P(correct order) of adjacent items")
+            j.add_argument("--score-prior", type=float, default=None, metavar="LAMBDA",
+                           help="--active: a N(0, 1/LAMBDA) prior on the scores of the soft Bradley-Terry fit "
+                                "(default 0: none). Set it (e.g. 0.1) for a judge of hard 0/1 answers (one sampled "
+                                "answer, a text judge): without it a consistent judge's scores grow without bound "
+                                "and the confidence stays near 0")
 
 
 DATA_HELP = ("a data set name (default summeval), read from the folder $JAXRANK_DATA (default: ../shared/data "
@@ -191,7 +197,7 @@ def _report_methods():
 
 def _active_options(args):
     """Check the --active options before loading data or model; fill in their defaults."""
-    given = [f"--{n.replace('_', '-')}" for n in ("active_batch", "rank_confidence", "stop_rule")
+    given = [f"--{n.replace('_', '-')}" for n in ("active_batch", "rank_confidence", "stop_rule", "score_prior")
              if getattr(args, n) is not None]
     if not args.active:
         if given:
@@ -209,6 +215,9 @@ def _active_options(args):
         raise UsageError(f"jaxrank: --rank-confidence must lie in (-1, 1) (or be 'none' to run to the budget), "
                          f"got {args.rank_confidence:g}")
     args.stop_rule = args.stop_rule or "spearman"
+    args.score_prior = 0.0 if args.score_prior is None else args.score_prior     # active_assess's default
+    if not math.isfinite(args.score_prior) or args.score_prior < 0:
+        raise UsageError(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior:g}")
 
 
 def _judge_active(args):
@@ -226,7 +235,8 @@ def _judge_active(args):
     prepare_judge(judge, cs)         # an 'auto' answer prefix: chosen on the data set's first context, as judge does
     store = common.store_path(args, judge)
     t0 = time.perf_counter()
-    run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress, **settings)
+    run = active_judge_contexts(judge, cs, store, seed=args.seed, progress=not args.no_progress,
+                                score_prior=args.score_prior, **settings)
     print(f"{int(run.num_comparisons.sum())} comparisons of {len(cs.ids)} context{'s' * (len(cs.ids) != 1)} "
           f"({run.judged} judged now, "
           f"{run.replayed} from the store {store}; {time.perf_counter() - t0:.1f} s)")
