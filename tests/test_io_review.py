@@ -87,3 +87,42 @@ def test_p_and_outcome_together_are_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"p and score_a/score_b are both given"):
         read_comparisons(path, p="p", score_a="p", score_b="p")
     assert float(np.asarray(read_comparisons(path, outcome="outcome").comparisons.p)[0, 0]) == 0.0
+
+
+# ---------------------------------------------------------------------- comparisons_from_rows
+
+
+def test_rows_ids_of_several_types_are_read_comparisons_ids():
+    from jaxrank.io import comparisons_from_rows
+
+    # was: 2 and 2.0 (and 1 and True) were one dictionary key, so one item; "1.0 is another" (the docstring)
+    c, names = comparisons_from_rows([1, 2.0], [2, 3], [1.0, 0.0], aggregate=False)
+    assert names == ["1", "2", "2.0", "3"]
+    np.testing.assert_array_equal(np.asarray(c.i), [0, 2])
+    np.testing.assert_array_equal(np.asarray(c.j), [1, 3])
+    c, names = comparisons_from_rows([1.0, 1, "1"], [2, 3, " 2"], [1.0, 0.0, 0.5], aggregate=False)
+    assert names == ["1.0", "2", "1", "3"]                  # "1" is 1, " 2" is 2 (as read_comparisons reads them)
+    np.testing.assert_array_equal(np.asarray(c.i), [0, 2, 2])
+    np.testing.assert_array_equal(np.asarray(c.j), [1, 3, 1])
+    for a in ([1, True], [True, 1], [np.int64(1), np.bool_(False)]):
+        row = next(k for k, x in enumerate(a) if isinstance(x, (bool, np.bool_)))
+        with pytest.raises(ValueError, match=rf"item_a, row {row}: .* is a JSON boolean"):
+            comparisons_from_rows(a, [2, 3], [1.0, 1.0], aggregate=False)
+
+
+def test_rows_int_and_float_series_keep_their_ids():
+    pd = pytest.importorskip("pandas")
+    from jaxrank.io import comparisons_from_rows
+
+    # was: joined as one float Series, so 1 was "1.0"
+    _, names = comparisons_from_rows(pd.Series([1, 2]), pd.Series([2.0, 3.0]), [1.0, 0.0], aggregate=False)
+    assert names == ["1", "2.0", "2", "3.0"]
+
+
+def test_rows_p_or_weight_that_is_no_number_names_its_row():
+    from jaxrank.io import comparisons_from_rows
+
+    with pytest.raises(ValueError, match=r"p, row 1: 'a' is not a number"):
+        comparisons_from_rows(["x", "y"], ["y", "z"], ["0.5", "a"])
+    with pytest.raises(ValueError, match=r"weight, row 0: \[1\] is not a number"):
+        comparisons_from_rows(["x", "y"], ["y", "z"], [0.5, 0.5], weight=[[1], 2])

@@ -41,6 +41,21 @@ def _column(name, values) -> list:
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
+def _floats(name, values):
+    """``values`` as a float64 array; one that is no number is a ``ValueError`` naming ``name`` and its row."""
+    try:
+        return np.asarray(values, np.float64)
+    except (TypeError, ValueError) as e:
+        flat = values.tolist() if hasattr(values, "tolist") else values
+        if isinstance(flat, (list, tuple)):
+            for k, v in enumerate(flat):
+                try:
+                    float(v)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name}, row {k}: {v!r} is not a number") from None
+        raise ValueError(f"{name} must be numbers ({e})") from None
+
+
 def _pandas_codes(x) -> bool:
     """A pandas Series of a typed dtype (Arrow strings, integers): numbered by pandas' own hash table in
     C++ (:func:`_series_codes`); an object Series goes through Python's dictionary (as fast there)."""
@@ -103,6 +118,14 @@ def _item_codes(a: list, b: list):
         names = [k.strip() for k in keys]
         if "" not in names and len(set(names)) == len(names):
             return names, codes[0::2], codes[1::2]
+    elif len(set(map(type, both)) - {str}) > 1:
+        # ids of several types: a dictionary is one key for 1, 1.0 and True (equal, one hash), which are the
+        # items "1", "1.0" and no id at all; numbered again by (type, id), a row at a time (numeric ids only)
+        both = [x if type(x) is str else (type(x), x) for x in both]
+        numbering = _numbering()
+        codes = np.frombuffer(b"".join(operator.itemgetter(*both)(numbering)), "<i4").astype(np.int64)
+        keys = [k if type(k) is str else k[1] for k in numbering]
+        both = [x if type(x) is str else x[1] for x in both]
     names, merged = [], {}
     for k in keys:                          # once per distinct id, not per row
         try:
@@ -110,7 +133,7 @@ def _item_codes(a: list, b: list):
                 raise ValueError(f"{k!r} is empty or NaN, not an item id")
             name = _item_id(k)
         except ValueError as e:
-            at = both.index(k)
+            at = next(n for n, x in enumerate(both) if x is k or (type(x) is type(k) and x == k))   # not 1 for True
             raise ValueError(f"{('item_a', 'item_b')[at % 2]}, row {at // 2}: {e}") from None
         merged.setdefault(name, len(merged))
         names.append(name)
@@ -128,7 +151,8 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
     ``p[k] = P(A better)`` (1, 0, 0.5 for a win, a loss, a tie; any value in
     ``[0, 1]``) with weight ``weight[k]`` (default 1). Items are numbered in order of
     first appearance with the ids of :func:`read_comparisons` (``" x"`` is ``"x"``,
-    ``1`` is ``"1"``), by one dictionary pass over the rows (:func:`_item_codes`); no per-row Python runs.
+    ``1`` is ``"1"``, ``1.0`` is ``"1.0"``, another item; a boolean is no id), by one dictionary pass over
+    the rows (:func:`_item_codes`); no per-row Python runs (but for ids of several types, e.g. ints and floats).
 
     With ``aggregate=True`` (default) rows of the same ordered pair ``(a, b)`` become
     one comparison (``np.bincount``) with the summed weight ``W = sum_k w_k`` and the
@@ -175,7 +199,7 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
         raise ValueError(f"aggregate must be True, False, 'ordered' or 'unordered', got {aggregate!r}")
     unordered = aggregate == "unordered" if isinstance(aggregate, str) else (False if aggregate else None)
     a, b = (x if _pandas_codes(x) else _column(k, x) for k, x in (("item_a", item_a), ("item_b", item_b)))
-    pp = np.asarray(p, np.float64)
+    pp = _floats("p", p)
     if pp.ndim != 1 or not len(a) == len(b) == len(pp):
         raise ValueError(f"item_a, item_b and p must be 1-D of one length; got {len(a)}, {len(b)} and "
                          f"shape {pp.shape}")
@@ -185,7 +209,7 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
     if not ok.all():
         k = int(np.argmin(ok))
         raise ValueError(f"p, row {k}: {pp[k]!r} is not a probability in [0, 1]")
-    w = None if weight is None else np.asarray(weight, np.float64)
+    w = None if weight is None else _floats("weight", weight)
     if w is not None:
         if w.shape != pp.shape:
             raise ValueError(f"weight must have shape {pp.shape}, got {w.shape}")
@@ -195,7 +219,8 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
             raise ValueError(f"weight, row {k}: {w[k]!r} is not a finite non-negative float32 weight")
         if not (w > 0).any():
             raise ValueError("weight: every row has weight 0: nothing to rank")
-    names, ia, ib = _series_codes(a, b) if _pandas_codes(a) and _pandas_codes(b) else \
+    # two typed Series of one dtype (an int and a float Series would be joined as floats: 1 read as "1.0")
+    names, ia, ib = _series_codes(a, b) if _pandas_codes(a) and _pandas_codes(b) and a.dtype == b.dtype else \
         _item_codes(_column("item_a", a), _column("item_b", b))
     same = ia == ib if w is None else (ia == ib) & (w > 0)
     if same.any():
