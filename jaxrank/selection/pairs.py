@@ -37,7 +37,7 @@ same pair: a cache answers the repeats).
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
