@@ -32,6 +32,7 @@ import math
 import os
 import re
 import struct
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -272,8 +273,8 @@ class _DequantisedTensors(Mapping):
     """Hugging Face name -> float32 tensor, dequantised from the mapped file only when read."""
 
     def __init__(self, by_name: dict[str, tuple[GGUFTensor, int]], keep_quantised: bool = False,
-                 stacks: Mapping[str, tuple[int, ...]] | None = None):
-        self._by_name, self._keep, self._stacks = by_name, keep_quantised, stacks or {}
+                 stacks: Mapping[str, tuple[int, ...]] | None = None, floats: frozenset = frozenset()):
+        self._by_name, self._keep, self._stacks, self._floats = by_name, keep_quantised, stacks or {}, floats
 
     def __contains__(self, name) -> bool:       # Mapping's default would read (dequantise) the tensor
         return name in self._by_name
@@ -282,7 +283,7 @@ class _DequantisedTensors(Mapping):
         from gguf import quants
 
         t, n_head = self._by_name[name]
-        if self._keep and int(t.qtype) in GGUF_QTYPES.values() and len(t.shape) == 2:
+        if self._keep and int(t.qtype) in GGUF_QTYPES.values() and len(t.shape) == 2 and name not in self._floats:
             w = decode_gguf(t.data, t.qtype, t.shape, self._stacks.get(name, ()), device=True)
             release_pages(t.data)
             return w.map(lambda a: unpermute_qk(a, n_head)) if n_head > 0 else w
@@ -310,7 +311,9 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
     tensors (norms, biases, float16/float32 matrices) as float32 arrays. A layer of a
     stack whose layers have different formats (a ``Q4_K_M`` file's ``ffn_down``:
     ``Q4_K`` and ``Q6_K``) comes in the one form the stack is held in (``Q4_K`` /
-    ``Q5_K`` / ``Q6_K`` mixes: 6-bit codes, 6.625 bits a weight; others 8-bit).
+    ``Q5_K`` / ``Q6_K`` mixes: 6-bit codes, 6.625 bits a weight; others 8-bit). A stack
+    mixing formats kept quantised with others (``Q3_K``, ``Q2_K``, float16 layers)
+    is dequantised to float32 in every layer, with a ``UserWarning`` naming it.
 
     The mapping dequantises a tensor (and undoes the ``llama`` q/k permutation)
     each time it is indexed (and takes back the ``+ 1`` that llama.cpp adds to
@@ -348,13 +351,29 @@ def gguf_tensors(tensors: list[GGUFTensor], config: Mapping[str, Any], *,
         elif gemma and kind.endswith("norm"):
             n_head = -1
         by_name[f"model.layers.{i}.{blk[kind]}.{wb}"] = (t, n_head)
-        groups.setdefault(f"{blk[kind]}.{wb}", []).append((f"model.layers.{i}.{blk[kind]}.{wb}", int(t.qtype)))
+        groups.setdefault(f"blk.*.{kind}.{wb}", []).append((f"model.layers.{i}.{blk[kind]}.{wb}", int(t.qtype)))
     stacks = {}             # a layer of a stack whose layers differ in format is decoded to the stack's form
-    for members in groups.values():
+    floats = set()          # a stack mixing formats kept quantised and others: dequantised whole
+    for kind, members in groups.items():
         qtypes = tuple(sorted({q for _, q in members}))
-        if len(qtypes) > 1 and all(q in GGUF_QTYPES.values() for q in qtypes):
+        kept = [q in GGUF_QTYPES.values() for q in qtypes]
+        if len(qtypes) > 1 and all(kept):
             stacks.update({name: qtypes for name, _ in members})
-    return _DequantisedTensors(by_name, keep_quantised, stacks)
+        elif keep_quantised and any(kept) and not all(kept):
+            floats.update(name for name, _ in members)
+            names = ", ".join(_qtype_name(q) for q in qtypes)
+            warnings.warn(f"GGUF tensors {kind}: their layers mix formats kept quantised and others ({names}); "
+                          "dequantised to float32 in every layer", UserWarning, stacklevel=3)
+    return _DequantisedTensors(by_name, keep_quantised, stacks, frozenset(floats))
+
+
+def _qtype_name(q: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(q).name
+    except ValueError:
+        return str(q)
 
 
 def special_tokens(meta: Mapping[str, Any]) -> dict[str, Any]:
