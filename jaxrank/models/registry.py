@@ -50,6 +50,7 @@ label probabilities agree with the float32 model (``tests/test_quantised.py``,
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 from importlib import metadata
@@ -143,10 +144,29 @@ def _locate(spec: ModelSpec, dist: str, fname: str) -> Path:
                             f"reinstall with: {spec.install_command()}")
 
 
+def _parts_record(spec: ModelSpec, parts: list[Path]) -> list:
+    """Each part's package, its installed version (``None`` if unknown), file, size and mtime (ns)."""
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+    return [[d, version(d), str(p), p.stat().st_size, p.stat().st_mtime_ns]
+            for (d, _, _), p in zip(spec.parts, parts)]
+
+
 def _concatenate(spec: ModelSpec, parts: list[Path]) -> Path:
+    """The parts joined into ``cache_dir() / spec.cache_file``, reused while the sidecar
+    ``<file>.parts.json`` (each part's package version, size and mtime) still matches the parts."""
     target = cache_dir() / str(spec.cache_file)
+    sidecar = target.with_name(target.name + ".parts.json")
+    record = _parts_record(spec, parts)
     size = sum(p.stat().st_size for p in parts)
-    if target.is_file() and target.stat().st_size == size:
+    try:
+        same = json.loads(sidecar.read_text()) == record
+    except (OSError, ValueError):
+        same = False
+    if same and target.is_file() and target.stat().st_size == size:
         return target
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
     try:
@@ -162,6 +182,11 @@ def _concatenate(spec: ModelSpec, parts: list[Path]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=sidecar.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+    os.chmod(tmp, 0o644 & ~umask)
+    os.replace(tmp, sidecar)
     return target
 
 
