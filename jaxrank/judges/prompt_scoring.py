@@ -49,6 +49,55 @@ def parse_score(text: str, low: float = 1, high: float = 10) -> float | None:
     return None
 
 
+# ------------------------------------------------------------------ sampling, shared with SampledGEvalJudge
+def check_sampled(judge, *, num_samples, temperature, top_p, max_new_tokens, fallback, fallback_none: bool = False):
+    """Check the sampling settings of a judge that samples and parses answers (``judge.decoder`` known).
+
+    Raises:
+        ValueError: naming the argument: ``num_samples < 1``, a bad ``temperature``, ``top_p`` or
+            ``max_new_tokens`` (:func:`~jaxrank.judges.textgen.check_sampling`), a ``fallback`` that is not a
+            finite number (or ``None`` where ``fallback_none``).
+        NotImplementedError: a t5 model with ``temperature > 0`` (t5 decodes greedily only).
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
+    check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    if not (fallback_none and fallback is None) and (
+            isinstance(fallback, bool) or not isinstance(fallback, (int, float, np.number))
+            or not np.isfinite(fallback)):
+        raise ValueError(f"fallback must be a finite number{' or None' if fallback_none else ''}, "
+                         f"got {fallback!r}")
+    if not judge.decoder and temperature > 0:
+        raise NotImplementedError(f"t5 generation is greedy only: {type(judge).__name__} with a t5 model "
+                                  "needs temperature=0")
+
+
+def sample_scores(judge, context: str, candidates: Sequence[str], pairs):
+    """Sample ``judge.num_samples`` answers per candidate and parse them with ``judge.parser``.
+
+    Candidate ``c``'s sample ``s`` is generated from its prompt ``pairs[c]`` (``(prefix_ids, suffix_ids)``)
+    with its own key ``row_keys(judge.seed, (context, c, s))``, so it does not depend on the batching or on the
+    other candidates; ``judge.batch_size`` candidates (times ``num_samples`` rows) go to each
+    :func:`~jaxrank.judges.textgen.generate_texts` call.
+
+    Returns:
+        ``(texts, values, parsed)``: the answers ``[N][K]`` (tuples), the parsed scores ``[N, K]`` float64
+        (``nan`` where ``parsed`` is false) and ``parsed`` ``[N, K]`` bool (the parser gave a number).
+    """
+    k, n = judge.num_samples, len(candidates)
+    rows = [p + s for p, s in pairs for _ in range(k)]
+    keys = row_keys(judge.seed, [(context, c, s) for c in candidates for s in range(k)])
+    texts = generate_texts(judge.lm, rows, batch_rows=judge.batch_size * k, max_new_tokens=judge.max_new_tokens,
+                           temperature=judge.temperature, top_p=judge.top_p, keys=keys)
+    values, parsed = np.full(len(texts), np.nan), np.zeros(len(texts), bool)
+    for r, t in enumerate(texts):
+        v = judge.parser(t)
+        if v is not None:
+            values[r], parsed[r] = float(v), True
+    grouped = tuple(tuple(texts[r * k:(r + 1) * k]) for r in range(n))
+    return grouped, values.reshape(n, k), parsed.reshape(n, k)
+
+
 # ------------------------------------------------------------------------ prompt scoring
 def scoring_prompt(aspect: str, *, kind: str = "summary", source: str = "article") -> str:
     """A simple 1-10 scoring prompt (llm-comparative-assessment §4.3.2 style): ``{context}``, ``{candidate}``."""
@@ -118,15 +167,8 @@ class PromptScoringJudge(_PointwiseBase):
                  parser: Callable[[str], float | None] | None = None, answer_prefix: str | None = None,
                  max_length: int | None = None):
         super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
-        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
-            raise ValueError(f"num_samples must be an integer >= 1, got {num_samples!r}")
-        check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-        if isinstance(fallback, bool) or not isinstance(fallback, (int, float, np.number)) \
-                or not np.isfinite(fallback):
-            raise ValueError(f"fallback must be a finite number, got {fallback!r}")
-        if not self.decoder and temperature > 0:
-            raise NotImplementedError("t5 generation is greedy only: PromptScoringJudge with a t5 model "
-                                      "needs temperature=0")
+        check_sampled(self, num_samples=num_samples, temperature=temperature, top_p=top_p,
+                      max_new_tokens=max_new_tokens, fallback=fallback)
         self._aspect = aspect
         self._text = text or scoring_prompt(aspect, kind=kind, source=source)
         check_prompt_text(self.text, "text")
@@ -168,19 +210,7 @@ class PromptScoringJudge(_PointwiseBase):
         if len(candidates) == 0:
             return PointwiseResult(np.zeros(0, np.float64), None, False, 0, ())
         pairs, truncated = self._pairs(context, candidates)
-        k = self.num_samples
-        rows = [p + s for p, s in pairs for _ in range(k)]
-        keys = row_keys(self.seed, [(context, c, s) for c in candidates for s in range(k)])
-        texts = generate_texts(self.lm, rows, batch_rows=self.batch_size * k, max_new_tokens=self.max_new_tokens,
-                               temperature=self.temperature, top_p=self.top_p, keys=keys)
-        vals, failures, parsed = [], 0, []
-        for t in texts:
-            v = self.parser(t)
-            parsed.append(v is not None)
-            if v is None:
-                v, failures = self.fallback, failures + 1
-            vals.append(float(v))
-        scores = np.asarray(vals, np.float64).reshape(len(candidates), k).mean(1)
-        grouped = tuple(tuple(texts[r * k:(r + 1) * k]) for r in range(len(candidates)))
-        share = np.asarray(parsed, np.float32).reshape(len(candidates), k).mean(1)
-        return PointwiseResult(scores, None, truncated, failures, grouped, label_mass=share)
+        grouped, values, parsed = sample_scores(self, context, candidates, pairs)
+        scores = np.where(parsed, values, self.fallback).mean(1)
+        share = parsed.astype(np.float32).mean(1)
+        return PointwiseResult(scores, None, truncated, int((~parsed).sum()), grouped, label_mass=share)
