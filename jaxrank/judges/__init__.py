@@ -6,8 +6,8 @@ of a pairwise prompt), :class:`SamplingJudge` (the fraction of sampled answers),
 :class:`CallableJudge` (any Python function), :class:`SimilarityJudge`
 (embedding similarity to a reference), :class:`ServerJudge` (the label
 log-probabilities returned by an OpenAI-compatible server) and the pointwise judges
-(:class:`GEvalJudge`, :class:`PromptScoringJudge`, whose scores become
-comparisons through :func:`pointwise_comparisons`). The language models they
+(:class:`GEvalJudge`, its sampled variant :class:`SampledGEvalJudge`, :class:`PromptScoringJudge`,
+whose scores become comparisons through :func:`pointwise_comparisons`). The language models they
 run are in :mod:`jaxrank.models`; judging a whole data set into a resumable
 store, active assessment and the report against human scores are the
 assessment pipeline, :mod:`jaxrank.assessment`.
@@ -23,6 +23,7 @@ from jaxrank import _deprecation
 from jaxrank.judges.pairwise import Judgement, PromptJudge
 from jaxrank.judges.pointwise import GEvalJudge, PointwiseResult, pointwise_comparisons
 from jaxrank.judges.prompt_scoring import PromptScoringJudge, parse_score
+from jaxrank.judges.geval_sampling import SampledGEvalJudge
 from jaxrank.judges.sampling import CallableJudge, SamplingJudge, label_parser, parser_key
 from jaxrank.judges.similarity import SimilarityJudge
 from jaxrank.judges.rating_replay import replay_comparisons, replay_probabilities, replay_scores
@@ -31,7 +32,8 @@ from jaxrank.judges.prompts import (G_EVAL_CRITERIA, TEMPLATES, ZEPO_SEED, Pairw
 
 __all__ = [
     "PromptJudge", "Judgement", "SamplingJudge", "CallableJudge", "label_parser", "parser_key", "SimilarityJudge",
-    "GEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score", "pointwise_comparisons",
+    "GEvalJudge", "SampledGEvalJudge", "PromptScoringJudge", "PointwiseResult", "parse_score",
+    "pointwise_comparisons",
     "PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "ZEPO_SEED", "G_EVAL_CRITERIA",
     "pairwise_template", "pointwise_template", "SoftPrompt", "train_soft_prompt",
     "replay_comparisons", "replay_probabilities", "replay_scores", "ServerJudge", "ServerGEvalJudge",
