@@ -128,7 +128,26 @@ def logit(p, eps: float = 1e-6) -> jax.Array:
     return jnp.log(p) - jnp.log1p(-p)
 
 
+def _check_params(params):
+    """Every per-judge array of ``params`` has one entry per judge (``bias``'s length); a ``ValueError`` naming the
+    field (indexing ``raw_scale[1]`` with judge 2 of ``bias[3]`` clamped silently to judge 0's slope)."""
+    if isinstance(params, TemperatureBias):
+        shapes = {"raw_scale": np.shape(params.raw_scale), "bias": np.shape(params.bias)}
+    elif isinstance(params, MonotoneSpline):
+        shapes = {"raw_slopes": np.shape(params.raw_slopes)[:-1], "bias": np.shape(params.bias)}
+        if np.ndim(params.raw_slopes) < 2 or np.shape(params.raw_slopes)[-1] != len(params.knots) + 1:
+            raise ValueError(f"params.raw_slopes must have shape [J, {len(params.knots) + 1}] (K + 1 segments of "
+                             f"{len(params.knots)} knots), got {np.shape(params.raw_slopes)}")
+    else:
+        raise ValueError(f"params must be a TemperatureBias or MonotoneSpline, got {type(params).__name__}")
+    (_, first), *rest = shapes.items()
+    if len(first) < 1 or first[-1] < 1 or any(v != first for _, v in rest):
+        raise ValueError("params must hold one entry per judge in every field, shape [J] with J >= 1; got "
+                         + ", ".join(f"{k} {v}" for k, v in shapes.items()))
+
+
 def _judge_ids(params: Calibration, x, judge):
+    _check_params(params)
     if judge is None:
         return jnp.zeros(jnp.shape(x), jnp.int32)
     if not isinstance(judge, jax.core.Tracer):
@@ -138,6 +157,13 @@ def _judge_ids(params: Calibration, x, judge):
         if ids.size and (ids.min() < 0 or ids.max() >= params.num_judges):
             raise ValueError(f"judge holds id {int(ids.max() if ids.max() >= params.num_judges else ids.min())}, "
                              f"outside [0, {params.num_judges}) for a calibration of {params.num_judges} judges")
+    try:
+        ok = np.broadcast_shapes(np.shape(judge), np.shape(x)) == np.shape(x)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"judge must be judge ids of shape {np.shape(x)} (one per comparison) or broadcastable to "
+                         f"it, got shape {np.shape(judge)}")
     return jnp.broadcast_to(jnp.asarray(judge, jnp.int32), jnp.shape(x))
 
 

@@ -70,7 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxrank import metrics
+from jaxrank import _validate, metrics
 from jaxrank.calibration import Calibration, calibrate, calibrate_logits, log_derivative, logit
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.experts import Expert
@@ -185,7 +185,17 @@ def marginal_nll(params: EvidenceParams, c: Comparisons, judge=None, *, noise_sc
 
     Returns:
         Scalar loss.
+
+    Raises:
+        ValueError: ``params`` not :class:`EvidenceParams`, ``c`` not comparisons, ``noise_scale`` not a finite
+            number > 0, ``eps`` outside ``(0, 0.5)`` (naming the argument).
     """
+    if not isinstance(params, EvidenceParams):
+        raise ValueError(f"params must be a learning.EvidenceParams(calibration, log_prior_scale), got "
+                         f"{type(params).__name__} (wrap a calibration: EvidenceParams(calibration, jnp.zeros(())))")
+    _validate.comparisons("c", c)
+    _validate.number("noise_scale", noise_scale, low=0.0, low_open=True)
+    _validate.number("eps", eps, low=0.0, high=0.5, low_open=True, high_open=True)
     x = logit(c.p, eps)
     y = calibrate_logits(params.calibration, x, judge)
     live = c.weight > 0
@@ -292,6 +302,19 @@ def _standardise(scores, mask):
     return jnp.where(mask & ~flat, (scores - mean) * jax.lax.rsqrt(jnp.where(flat, 1, var)), 0)
 
 
+def _check_per_item(scores, labels, mask, temperature):
+    """``labels`` and a bool ``mask`` of the scores' shape ``[..., N]``, ``temperature > 0`` (``ValueError`` naming it;
+    shapes and dtypes are static, so the checks hold under ``jit`` too)."""
+    shape = np.shape(scores)
+    for name, v in (("labels", labels), ("mask", mask)):
+        if np.shape(v) != shape:
+            raise ValueError(f"{name} must have the scores' shape {shape} ([contexts, items]), got {np.shape(v)}")
+    if jnp.asarray(mask).dtype != bool:
+        raise ValueError(f"mask must be a bool array of the real items, got dtype {jnp.asarray(mask).dtype} "
+                         "(pass mask.astype(bool))")
+    _validate.number("temperature", temperature, low=0.0, low_open=True)
+
+
 def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Array:
     """Eq. (L1) per context: mean over real pairs with ``h_a > h_b`` of ``softplus(-(z_a - z_b) / T)``.
 
@@ -302,7 +325,11 @@ def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Arra
 
     Returns:
         ``[...]``; NaN for a context without two different human scores.
+
+    Raises:
+        ValueError: ``labels`` or ``mask`` not of the scores' shape, ``mask`` not bool, ``temperature`` not > 0.
     """
+    _check_per_item(scores, labels, mask, temperature)
     z = _standardise(scores, mask)
     better = (labels[..., :, None] > labels[..., None, :]) & mask[..., :, None] & mask[..., None, :]
     loss = jax.nn.softplus(-(z[..., :, None] - z[..., None, :]) / temperature)
@@ -313,8 +340,10 @@ def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Arra
 def soft_spearman(scores, labels, mask, *, temperature=0.1) -> jax.Array:
     """Eq. (L2) without the sign: Pearson of the soft ranks of ``z`` with the human average ranks, per context.
 
-    Tends to the Spearman correlation as ``T -> 0``. NaN where either side is constant.
+    Tends to the Spearman correlation as ``T -> 0``. NaN where either side is constant. Raises ``ValueError`` as
+    :func:`pairwise_logistic_loss`.
     """
+    _check_per_item(scores, labels, mask, temperature)
     z = _standardise(scores, mask)
     pair = mask[..., :, None] & mask[..., None, :]
     soft = 0.5 + jnp.sum(jnp.where(pair, jax.nn.sigmoid((z[..., :, None] - z[..., None, :]) / temperature), 0), -1)
@@ -336,7 +365,15 @@ def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Calla
 
     Returns:
         Scalar; contexts with constant human scores are skipped.
+
+    Raises:
+        ValueError: a bad ``kind``; ``labels`` or ``mask`` not of the scores' shape ``[C, N]``, ``mask`` not bool,
+            ``temperature`` not a finite number > 0 (naming the argument).
     """
+    if kind not in ("pairwise", "spearman"):
+        raise ValueError(f"kind must be 'pairwise' or 'spearman', got {kind!r}")
+    if temperature is not None:
+        _validate.number("temperature", temperature, low=0.0, low_open=True)
     scores = (score_fn or CALIBRATED_POE_GAUSSIAN)(params, c, judge)
     if kind == "pairwise":
         per = pairwise_logistic_loss(scores, labels, mask, temperature=1.0 if temperature is None else temperature)

@@ -5,10 +5,13 @@ Independent references: a NumPy Adam on a quadratic; the float64 gradient of the
 argument names in the errors of bad input.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import jaxrank as jr
 from jaxrank import calibration as cal
@@ -101,3 +104,73 @@ def test_standardise_constant_and_ordinary_contexts():
     assert z[1, 3] == 0
     jac = jax.jacobian(lambda q: learning._standardise(q, mask))(s)
     assert np.all(np.isfinite(np.asarray(jac))) and np.all(np.asarray(jac)[0] == 0)
+
+
+# ------------------------------------------------------------------ bad input names the argument (review)
+def _bad_setup():
+    rng = np.random.default_rng(0)
+    C, N, R = 3, 4, 8
+    i = rng.integers(0, N, (C, R))
+    j = (i + rng.integers(1, N, (C, R))) % N
+    c = jr.Comparisons.from_pairs(i, j, rng.uniform(0.05, 0.95, (C, R)), num_items=N)
+    return c, rng.normal(size=(C, N)), np.ones((C, N), bool)
+
+
+def test_ranking_loss_bad_labels_mask_temperature():
+    c, labels, mask = _bad_setup()
+    tb = cal.identity_temperature_bias(1)
+    ok = float(learning.ranking_loss(tb, c, None, labels, mask))
+    assert np.isfinite(ok)
+    for kw, match in [(dict(labels=labels[:, :3]), "labels"), (dict(mask=mask[:2]), "mask"),
+                      (dict(mask=mask.astype(float)), "mask"), (dict(temperature=0.0), "temperature"),
+                      (dict(temperature=-1.0), "temperature"), (dict(temperature=float("nan")), "temperature"),
+                      (dict(kind="spearman", temperature=0.0), "temperature")]:
+        args = {"labels": labels, "mask": mask, **kw}
+        extra = {k: v for k, v in args.items() if k not in ("labels", "mask")}
+        with pytest.raises(ValueError, match=match):
+            learning.ranking_loss(tb, c, None, args["labels"], args["mask"], **extra)
+    # under jit the shape and dtype checks hold as well
+    with pytest.raises(ValueError, match="mask"):
+        jax.jit(learning.ranking_loss)(tb, c, None, labels, mask.astype(np.float32))
+    with pytest.raises(ValueError, match="labels"):
+        learning.pairwise_logistic_loss(jnp.zeros((3, 4)), labels[:, :3], mask)
+    with pytest.raises(ValueError, match="temperature"):
+        learning.soft_spearman(jnp.zeros((3, 4)), labels, mask, temperature=0.0)
+
+
+def test_marginal_nll_bad_params_and_noise_scale():
+    c, _, _ = _bad_setup()
+    tb = cal.identity_temperature_bias(1)
+    params = learning.EvidenceParams(tb, jnp.zeros(()))
+    assert np.isfinite(float(learning.marginal_nll(params, c)))
+    with pytest.raises(ValueError, match="params"):
+        learning.marginal_nll(tb, c)
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="noise_scale"):
+            learning.marginal_nll(params, c, noise_scale=bad)
+    with pytest.raises(ValueError, match="eps"):
+        learning.marginal_nll(params, c, eps=0.0)
+    with pytest.raises(ValueError, match="c must"):
+        learning.marginal_nll(params, np.zeros(3))
+
+
+def test_calibration_fields_one_entry_per_judge():
+    c, _, _ = _bad_setup()
+    judge = np.full(c.p.shape, 2)
+    with pytest.raises(ValueError, match="raw_scale"):
+        cal.calibrate(cal.TemperatureBias(jnp.zeros(1), jnp.zeros(3)), c, judge)
+    with pytest.raises(ValueError, match="raw_scale"):
+        cal.log_derivative(cal.TemperatureBias(jnp.zeros(3), jnp.zeros(2)), np.zeros(3))
+    spline = cal.identity_spline(3)
+    with pytest.raises(ValueError, match="raw_slopes"):
+        cal.calibrate(dataclasses.replace(spline, raw_slopes=spline.raw_slopes[:1]), c, judge)
+    with pytest.raises(ValueError, match="raw_slopes"):
+        cal.calibrate(dataclasses.replace(spline, raw_slopes=spline.raw_slopes[:, :3]), c, judge)
+    with pytest.raises(ValueError, match="judge"):
+        cal.calibrate(cal.identity_temperature_bias(3), c, np.zeros((3, 9), int))
+    # matching fields: judge 2's own slope and bias (NumPy: sigmoid(a_2 logit p + b_2))
+    tb = cal.TemperatureBias(jnp.asarray([0.1, 0.2, 0.7]), jnp.asarray([0.0, 0.1, -0.4]))
+    p = np.asarray(c.p, np.float64)
+    a2 = np.log1p(np.exp(0.7))
+    want = 1 / (1 + np.exp(-(a2 * np.log(p / (1 - p)) - 0.4)))
+    np.testing.assert_allclose(np.asarray(cal.calibrate(tb, c, judge).p), want, rtol=1e-5)
