@@ -337,7 +337,7 @@ def test_moved_names_forward_with_a_warning():
     # every name jaxrank.judges exported before the split is still there: a judge, or forwarded
     new_judges = {"SoftPrompt", "train_soft_prompt",                 # added after the split
                   "replay_comparisons", "replay_probabilities", "replay_scores",
-                  "ServerJudge", "ServerGEvalJudge", "parser_key"}
+                  "ServerJudge", "ServerGEvalJudge", "parser_key", "SampledGEvalJudge"}
     assert set(OLD_JUDGES_ALL) | new_judges == set(jaxrank.judges.__all__) | set(jaxrank.judges.MOVED_NAMES)
     assert not set(jaxrank.judges.__all__) & set(jaxrank.judges.MOVED_NAMES)
     with pytest.warns(DeprecationWarning, match="JudgeMatrix"):
