@@ -131,11 +131,26 @@ def _sharded(fn, devices, static, per_context_names, replicated_names):
     return run, NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
 
 
+def _run_or_scorer_error(run, c, per_context, replicated, scorer, c_user, scorer_kwargs):
+    """``run(c, per_context, replicated)``; a ``ValueError`` while it is traced is the scorer's own error on the
+    caller's shapes where the scorer refuses those (an option of the wrong length then names the caller's
+    context count, not one device's share of it), else the error as it was."""
+    try:
+        return run(c, per_context, replicated)
+    except ValueError:
+        try:     # the options concrete (the scorer checks their shapes and values), the comparisons abstract
+            jax.eval_shape(lambda cc: scorer(cc, **scorer_kwargs), c_user)
+        except ValueError as e:
+            raise e from None
+        raise
+
+
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def _flatten_and_pad(c: Comparisons, per_context, nb: int, pad: int):
     """One batch axis, then ``pad`` inert contexts (weight-0 comparisons, all items masked) appended.
 
-    A padding context's per-context options copy the last real context's (valid values).
+    A padding context's per-context options copy the last real context's (valid values), or are zeros where
+    there is none (a process with no contexts of its own, ``process_local=True``).
     """
     flat = lambda x: x.reshape((-1,) + x.shape[nb:])
     c, per_context = jax.tree.map(flat, (c, per_context))
@@ -146,7 +161,8 @@ def _flatten_and_pad(c: Comparisons, per_context, nb: int, pad: int):
         return jnp.concatenate([x, jnp.full((pad,) + x.shape[1:], value, x.dtype)])
     c = Comparisons(i=more(c.i, 0), j=more(c.j, 0), p=more(c.p, 0.5), weight=more(c.weight, 0),
                     item_mask=more(c.item_mask, False), num_items=c.num_items)
-    per_context = {k: jnp.concatenate([v, jnp.repeat(v[-1:], pad, axis=0)]) for k, v in per_context.items()}
+    per_context = {k: jnp.concatenate([v, jnp.repeat(v[-1:], pad, axis=0) if v.shape[0] else
+                                       jnp.zeros((pad,) + v.shape[1:], v.dtype)]) for k, v in per_context.items()}
     return c, per_context
 
 
@@ -185,7 +201,7 @@ def _shard_process_local(scorer, c, devices, scorer_kwargs, gather):
     c_global, per_context_global = jax.tree.map(
         lambda x: jax.make_array_from_process_local_data(split, np.asarray(x)), local)
     replicated = jax.tree.map(lambda x: jax.make_array_from_process_local_data(copy, np.asarray(x)), replicated)
-    out = run(c_global, per_context_global, replicated)
+    out = _run_or_scorer_error(run, c_global, per_context_global, replicated, scorer, c, scorer_kwargs)
     if gather:
         full = multihost_utils.process_allgather(out, tiled=True)
         rows = np.concatenate([np.arange(p * per_process, p * per_process + int(n)) for p, n in enumerate(counts)])
@@ -248,7 +264,9 @@ def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] |
             :class:`~jaxrank.Comparisons` with at least one context, ``devices`` is
             empty or holds something other than distinct jax devices, an option
             is neither an array nor hashable, or the scorer returns an array
-            without the context axis first.
+            without the context axis first; the scorer's own errors are those
+            of ``c`` unsplit (an option of the wrong length names ``c``'s
+            context count, not one device's share).
 
     Example::
 
@@ -274,8 +292,8 @@ def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] |
     run, split, copy = _sharded(scorer, devices, static, tuple(sorted(per_context)), tuple(sorted(replicated)))
 
     pad = -b % len(devices)
-    c, per_context = jax.device_put(_flatten_and_pad(c, per_context, len(shape), pad), split)
-    out = run(c, per_context, jax.device_put(replicated, copy))
+    flat, per_context = jax.device_put(_flatten_and_pad(c, per_context, len(shape), pad), split)
+    out = _run_or_scorer_error(run, flat, per_context, jax.device_put(replicated, copy), scorer, c, scorer_kwargs)
     if not pad and len(shape) == 1:
         return out                       # split evenly over the devices, as it is
     return _trim_and_unflatten(out, shape)
