@@ -52,7 +52,7 @@ def tiny_decoder(**overrides) -> LoadedModel:
                tie_word_embeddings=False, model_type="llama")
     cfg = LlamaConfig.from_hf({**cfg, **overrides})
     lm = LoadedModel(LlamaModel(cfg, rngs=nnx.Rngs(1)), cfg, ByteTokenizer(), CHAT_TEMPLATE,
-                     f"tiny-{cfg.model_type}", "llama", Path("."), (EOS,), PAD)
+                     f"tiny-{cfg.model_type}", "llama", None, (EOS,), PAD)
     return sharpen(lm, 3.0)
 
 

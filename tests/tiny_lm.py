@@ -1,6 +1,5 @@
 """A tiny random-weight Llama judge with a byte-level tokenizer, for fast logic tests of the judges."""
 
-from pathlib import Path
 
 from flax import nnx
 
@@ -40,7 +39,7 @@ def tiny_lm(*, chat=False, seed=0, layers=2, hidden=32, max_len=4096) -> LoadedM
                       max_position_embeddings=max_len)
     model = LlamaModel(cfg, rngs=nnx.Rngs(seed))
     return LoadedModel(model, cfg, ByteTokenizer(), CHAT_TEMPLATE if chat else None, "tiny", "llama",
-                       Path("."), (EOS,), PAD)
+                       None, (EOS,), PAD)
 
 
 def sharpen(lm: LoadedModel, factor: float = 4.0) -> LoadedModel:

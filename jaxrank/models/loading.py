@@ -79,7 +79,7 @@ class LoadedModel:
         chat_template: Jinja chat template, if any.
         name: registry name, or the file / directory name.
         architecture: ``model_type`` (a key of :data:`ARCHITECTURES`).
-        path: where the weights were read.
+        path: where the weights were read; ``None`` for a model built in memory (no checkpoint).
         eos_token_ids: every id that ends generation.
         pad_token_id: padding id, always a row of the embedding table (:func:`load_model` replaces one
             past it); the Llama-family decoders read masked slots as id 0 whatever they hold.
@@ -91,7 +91,7 @@ class LoadedModel:
     chat_template: str | None
     name: str
     architecture: str
-    path: Path
+    path: Path | None
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int = 0
 
@@ -99,20 +99,35 @@ class LoadedModel:
     def fingerprint(self) -> str:
         """What the model is, for the keys of stored judgements: the content hash of the checkpoint it was
         read from (:func:`~jaxrank.models.fingerprint.checkpoint_fingerprint`: weights and tokenizer, cached
-        by path, size, inode, mtime and ctime), or of its parameters and tokenizer when no file is behind it; then the
+        by path, size, inode, mtime and ctime), or of its parameters and tokenizer when no file is behind it
+        (``path=None``, a missing path, or a folder with no ``*.safetensors`` / ``*.gguf`` file at its top level,
+        which is not hashed: a model built in memory with ``path=Path(".")`` is not keyed by the working
+        directory's files); then the
         parameters' dtype (``"3f2a...-float32"``). Computed once per object: parameters changed in memory
         after loading are not seen (build a new ``LoadedModel``)."""
         fp = self.__dict__.get("_fingerprint")
         if fp is None:
-            try:
-                content = checkpoint_fingerprint(self.path)
-            except (FileNotFoundError, TypeError):
+            content = None
+            if self.path is not None and _holds_weights(Path(self.path)):
+                try:
+                    content = checkpoint_fingerprint(self.path)
+                except FileNotFoundError:
+                    pass
+            if content is None:
                 content = parameters_fingerprint(self.model, self.tokenizer)
             fp = f"{content}-{parameters_dtype(self.model)}"
             if getattr(self.model, "quantised", False):
                 fp += "-quantised"
             self.__dict__["_fingerprint"] = fp
         return fp
+
+
+def _holds_weights(path: Path) -> bool:
+    """Whether ``path`` is a file, or a folder with a ``*.safetensors`` or ``*.gguf`` file at its top level."""
+    if path.is_file():
+        return True
+    return path.is_dir() and any(p.suffix.lower() in (".safetensors", ".gguf") and p.is_file()
+                                 for p in path.iterdir())
 
 
 def _bf16():
