@@ -118,47 +118,12 @@ SEPARATED_STDERR = 10.0
 maximum-likelihood score runs off: it never lost or never won."""
 
 
-def gaussian_residual_variance(c, scores, judged, labels, *, debias, hard):
-    """``sigma^2-hat = sum_k w_k r_k^2 / (R - N + C)``: PoE-g's expert variance estimated from its residuals.
-
-    :func:`jaxrank.poe_gaussian_posterior` returns the covariance ``(W^T D W)^+`` in units of the experts'
-    variance ``sigma^2`` (taken as 1); ``jaxrank rank`` multiplies it by this estimate, the weighted
-    least-squares residual variance, so that the printed s.e. is in the units of the scores (on p-scale
-    targets sigma is near 0.1-0.3, and sigma = 1 made the s.e. several times too large).
-
-    ``r_k = y_k - (s_i - s_j)`` with ``y_k`` PoE-g's target (``p - 0.5``, ``p - mean p`` when debiased, the
-    decisions for ``hard``), ``R`` the comparisons of weight > 0, ``N`` the judged items, ``C`` their connected
-    components (``N - C`` free scores) and one more degree of freedom taken by a fitted ``beta = mean p``.
-
-    Args:
-        c: the comparisons PoE-g was fitted on (``[..., R]``).
-        scores: ``[..., N]`` its posterior mean.
-        judged: bool ``[..., N]``, the real items in some comparison of weight > 0.
-        labels: ``[..., N]`` component labels (:meth:`jaxrank.Comparisons.components`: the smallest index).
-        debias: whether ``beta = mean p`` was fitted; hard: whether the targets are the decisions.
-
-    Returns:
-        ``[...]`` the estimate, NaN where the degrees of freedom ``R - N + C (- 1)`` are not positive
-        (as many free parameters as comparisons: no residual to estimate sigma from).
-    """
-    import jax.numpy as jnp
-
-    from jaxrank.scoring.gaussian import _targets
-
-    y = _targets(c, debias, hard)
-    d = jnp.take_along_axis(scores, c.i, axis=-1) - jnp.take_along_axis(scores, c.j, axis=-1)
-    live = c.weight > 0
-    rss = jnp.sum(jnp.where(live, c.weight * (y - d) ** 2, 0), axis=-1)
-    roots = judged & (labels == jnp.arange(labels.shape[-1]))
-    dof = jnp.sum(live, axis=-1) - jnp.sum(judged, axis=-1) + jnp.sum(roots, axis=-1) - int(debias)
-    return jnp.where(dof > 0, rss / jnp.maximum(dof, 1), jnp.nan)
-
-
 def _rank_scores(c, method, debias, score_prior):
     """Every number ``jaxrank rank`` prints, from one traced program (a single cache entry, no eager ops)."""
     import jax.numpy as jnp
 
     import jaxrank as jr
+    from jaxrank.scoring.gaussian import residual_variance
 
     # games, connectivity and P(A) describe the comparisons as given, before any debiasing; connectivity of the
     # judged items only (an item in no judged comparison is its own component but is listed apart, unranked)
@@ -178,7 +143,7 @@ def _rank_scores(c, method, debias, score_prior):
     elif method in ("poe_gaussian", "poe_gaussian_hard"):
         mean_beta, hard = debias == "mean", method.endswith("hard")
         post = jr.poe_gaussian_posterior(c, debias=mean_beta, hard=hard, covariance="auto")
-        sigma2 = gaussian_residual_variance(c, post.mean, judged, labels, debias=mean_beta, hard=hard)
+        sigma2 = residual_variance(c, post.mean, judged, labels, debias=mean_beta, hard=hard)
         out.update(scores=post.mean, stderr=post.stderr * jnp.sqrt(sigma2)[..., None])
     else:
         entry = scorer_table.SCORERS[method]      # c is transformed already: only the model term is left

@@ -106,6 +106,38 @@ def _targets(c: Comparisons, debias, hard):
     return x - jnp.where(debias, mean, 0.5).astype(x.dtype)
 
 
+def residual_variance(c, scores, judged, labels, *, debias, hard):
+    """``sigma^2-hat = sum_k w_k r_k^2 / (R - N + C)``: PoE-g's expert variance estimated from its residuals.
+
+    :func:`jaxrank.poe_gaussian_posterior` returns the covariance ``(W^T D W)^+`` in units of the experts'
+    variance ``sigma^2`` (taken as 1); ``jaxrank rank`` multiplies it by this estimate, the weighted
+    least-squares residual variance, so that the printed s.e. is in the units of the scores (on p-scale
+    targets sigma is near 0.1-0.3, and sigma = 1 made the s.e. several times too large).
+
+    ``r_k = y_k - (s_i - s_j)`` with ``y_k`` PoE-g's target (``p - 0.5``, ``p - mean p`` when debiased, the
+    decisions for ``hard``), ``R`` the comparisons of weight > 0, ``N`` the judged items, ``C`` their connected
+    components (``N - C`` free scores) and one more degree of freedom taken by a fitted ``beta = mean p``.
+
+    Args:
+        c: the comparisons PoE-g was fitted on (``[..., R]``).
+        scores: ``[..., N]`` its posterior mean.
+        judged: bool ``[..., N]``, the real items in some comparison of weight > 0.
+        labels: ``[..., N]`` component labels (:meth:`jaxrank.Comparisons.components`: the smallest index).
+        debias: whether ``beta = mean p`` was fitted; hard: whether the targets are the decisions.
+
+    Returns:
+        ``[...]`` the estimate, NaN where the degrees of freedom ``R - N + C (- 1)`` are not positive
+        (as many free parameters as comparisons: no residual to estimate sigma from).
+    """
+    y = _targets(c, debias, hard)
+    d = jnp.take_along_axis(scores, c.i, axis=-1) - jnp.take_along_axis(scores, c.j, axis=-1)
+    live = c.weight > 0
+    rss = jnp.sum(jnp.where(live, c.weight * (y - d) ** 2, 0), axis=-1)
+    roots = judged & (labels == jnp.arange(labels.shape[-1]))
+    dof = jnp.sum(live, axis=-1) - jnp.sum(judged, axis=-1) + jnp.sum(roots, axis=-1) - int(debias)
+    return jnp.where(dof > 0, rss / jnp.maximum(dof, 1), jnp.nan)
+
+
 CG_TOL = 1e-6
 """Relative residual at which the conjugate-gradient solve of a large sparse pool stops."""
 
