@@ -139,3 +139,24 @@ def test_experiments_hanna_llm_judge_matrix_by_hand(raw, systems):
         hand = sum(1.0 if x > y else 0.5 if x == y else 0.0 for x, y in zip(ra, rb)) / 4
         assert jm.observed[k, a, b] and float(jm.probs[k, a, b]) == pytest.approx(hand)
         assert float(jm.probs[k, b, a]) == pytest.approx(1 - hand)
+
+
+@needs_data
+@pytest.mark.parametrize("judge", ["Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT"])
+def test_below_scale_cells_are_marked_and_counted_as_a_pandas_read(judge, systems):
+    """The release averages a -1 "no rating" code into its means; ``valid`` and ``num_below_scale`` vs pandas."""
+    import pandas as pd
+
+    df = pd.read_csv(DATA / "hanna" / "hanna_metric_scores_llm.csv")
+    total = 0
+    for aspect, code in (("relevance", "RE"), ("coherence", "CH"), ("empathy", "EM"), ("surprise", "SU"),
+                         ("engagement", "EG"), ("complexity", "CX")):
+        cells = np.array([[json.loads(v) for v in df[f"{judge} {code} {k}"]] for k in range(1, 5)])  # [4, 11, 96]
+        r = load_llm_ratings(judge, aspect, systems=systems)
+        want = int((cells < 1).sum())
+        assert r.num_below_scale == want == int((~r.valid).sum())
+        np.testing.assert_array_equal(r.valid, r.ratings >= 1)
+        # the stored values are kept (reproducible results): same multiset of cells below 1
+        np.testing.assert_allclose(np.sort(r.ratings[~r.valid]), np.sort(cells[cells < 1]).astype(np.float32))
+        total += want
+    assert total == {"Beluga-13B": 173, "OrcaPlatypus": 203, "Mistral-7B": 402, "Llama-13B": 259, "ChatGPT": 14}[judge]

@@ -14,8 +14,16 @@ larger ``Text length``; over all uniquely matched stories the two agree with Spe
 that does not give a bijection stories <-> systems per prompt raises ``ValueError``.
 
 The LLM columns are ``"<judge> <AS> <v>"`` (judge in :data:`LLM_JUDGES`, aspect code
-in :data:`ASPECT_CODES`, prompt variant ``v`` in 1..4); each value is already a mean of
-that LLM's repeated 1-5 ratings as released.
+in :data:`ASPECT_CODES`, prompt variant ``v`` in 1..4); each value is the release's mean
+of that LLM's repeated ratings of the story on the 1-5 scale, **with a failed rating
+(no parsable answer) coded -1 and averaged in**. So some cells lie below 1, down to -1
+(e.g. -0.333 = mean(-1, -1, 1)): of the 25,344 cells per LLM (96 x 11 stories x 6 aspects
+x 4 variants), Beluga-13B 173, OrcaPlatypus 203, Mistral-7B 402, Llama-13B 259, ChatGPT 14.
+A cell >= 1 may hold a -1 code as well (mean(-1, 5, 5) = 3); the means cannot tell.
+:func:`load_llm_ratings` returns the cells as stored (what the experiments' recorded
+results were computed from) with :attr:`LLMRatings.valid` marking the cells on the
+scale (``>= 1``) and :attr:`LLMRatings.num_below_scale` counting the others, so a
+study can report them or leave them out.
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ class LLMRatings(NamedTuple):
         systems: per prompt, the system that wrote each story (``Model`` of the CSV).
         context_ids: the prompt ids ``P0`` .. ``P95``.
         judge: the LLM's name; aspect: the aspect.
+        valid: ``bool [96, 11, 4]``, True where ``ratings`` is on the 1-5 scale (``>= 1``) at a
+            real story; False where the stored mean is below 1, i.e. averages in the release's
+            -1 "no rating" code (module docstring).
     """
 
     ratings: np.ndarray
@@ -57,6 +68,12 @@ class LLMRatings(NamedTuple):
     context_ids: list[str]
     judge: str
     aspect: str
+    valid: np.ndarray
+
+    @property
+    def num_below_scale(self) -> int:
+        """Cells (story x variant) of real stories whose stored mean is below 1 (``~valid``)."""
+        return int((self.mask[..., None] & ~self.valid).sum())
 
 
 def _read_release(file: Path) -> list[dict[str, str]]:
@@ -160,7 +177,9 @@ def load_llm_ratings(judge: str, aspect: str, *, path: str | os.PathLike | None 
     Returns:
         :class:`LLMRatings` aligned with ``label_matrix(load_dataset("hanna"), aspect)``:
         ``ratings[k, c, v]`` is the CSV cell ``"<judge> <AS> <v+1>"`` of the row
-        ``systems[k][c]`` at list position ``k``.
+        ``systems[k][c]`` at list position ``k``, as stored (cells below 1, which average in
+        the release's -1 "no rating" code, are kept; ``valid`` marks them and
+        ``num_below_scale`` counts them).
 
     Raises:
         ValueError: unknown ``judge`` or ``aspect``; malformed CSV; failed system match.
@@ -182,4 +201,5 @@ def load_llm_ratings(judge: str, aspect: str, *, path: str | os.PathLike | None 
         ratings[k, : len(names)] = cols[[index[n] for n in names], k]
     if not np.all(np.isfinite(ratings)):
         raise ValueError(f"{file}: non-finite {judge} {aspect} ratings")
-    return LLMRatings(ratings, lm.mask, lm.labels, systems, lm.context_ids, judge, aspect)
+    valid = np.asarray(lm.mask, bool)[..., None] & (ratings >= 1)
+    return LLMRatings(ratings, lm.mask, lm.labels, systems, lm.context_ids, judge, aspect, valid)
