@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrank import _deprecation, metrics, scorer_table
+from jaxrank import _deprecation, _validate, metrics, scorer_table
 from jaxrank.comparisons import Comparisons
 from jaxrank.debias import debias_threshold
 from jaxrank.scoring import win_ratio
@@ -93,8 +93,18 @@ def simulated_judge(labels, mask, *, accuracy: float, p_a: float, seed: int = 0,
 
     See :func:`jaxrank.simulate.calibrate_judge` (expected statistics equal the
     targets) and :func:`jaxrank.simulate.simulate_judge` (one draw, all contexts).
+
+    Raises:
+        ValueError: ``seed`` not an int; ``mask`` not of the labels' shape; bad targets or
+            noises (:func:`jaxrank.simulate.calibrate_judge`).
     """
+    seed = _validate.integer("seed", seed)
     labels, mask = np.asarray(labels, np.float32), np.asarray(mask, bool)
+    try:
+        mask = np.array(np.broadcast_to(mask, labels.shape))
+    except ValueError:
+        raise ValueError(f"mask must have the shape of labels {labels.shape} (or broadcast to it), "
+                         f"got {mask.shape}") from None
     params = calibrate_judge(labels, mask, accuracy=accuracy, p_a=p_a, item_noise=item_noise,
                              pair_noise=pair_noise)
     sim = simulate_judge(jax.random.key(seed), labels, mask, params=params)
@@ -111,9 +121,12 @@ def budget_grid(num_items: int, *, step: int | None = None, extra=(), symmetric:
     Symmetric budgets are rounded up to even numbers and start at ``2(N - 1)``
     (both orders of a spanning tree). ``most`` caps the grid (e.g. ``N(N-1)/2``
     for greedy selection without repeats).
+
+    Raises:
+        ValueError: ``num_items < 2`` or ``step < 1`` (or not integers).
     """
-    n = int(num_items)
-    step = step or n - 1
+    n = _validate.integer("num_items", num_items, low=2)
+    step = n - 1 if step is None else _validate.integer("step", step, low=1)
     top = n * (n - 1) if most is None else min(most, n * (n - 1))
     least = 2 * (n - 1) if symmetric else n - 1
     grid = set(range(n - 1, top + 1, step)) | {top} | {int(r) for r in extra}
@@ -262,11 +275,20 @@ def run_study(judge: JudgeMatrix, *, scorers, budgets, num_subsets: int, seed: i
     Returns:
         ``(rows, curves)``: :func:`summarise` rows (with ``selection`` and
         ``symmetric``), and ``{scorer: [budgets, subsets]}`` for the budgets kept.
+
+    Raises:
+        ValueError: ``num_subsets < 1``; no budget in ``budgets`` at or below the
+            scheme's maximum (named in the message); see :func:`efficiency_curves`.
     """
+    num_subsets = _validate.integer("num_subsets", num_subsets, low=1)
     n = judge.mask.shape[-1]
     full = n * (n - 1) if judge.complete else int(judge.observed.sum((1, 2)).max())
     most = n * (n - 1) // 2 if (selection == "greedy" and not symmetric) else full
-    budgets = [int(r) for r in budgets if r <= most]
+    asked = [int(r) for r in budgets]
+    budgets = [r for r in asked if r <= most]
+    if not budgets:
+        raise ValueError(f"budgets must hold at least one budget <= {most} (the maximum of selection="
+                         f"{selection!r}, symmetric={bool(symmetric)} for N={n}); got {asked}")
     key = jax.random.fold_in(jax.random.key(seed), 2 * (selection == "greedy") + bool(symmetric))
     sel = select_nested(judge, num_subsets=num_subsets, max_budget=most, key=key, selection=selection,
                         symmetric=symmetric)
