@@ -232,13 +232,35 @@ class HumanCeiling:
 
 
 def _restrict(rs: RaterScores, contexts, candidates) -> RaterScores:
-    """``rs`` cut to the given contexts (ids) and, per context, candidates (ids), in that order."""
+    """``rs`` cut to the given contexts (ids) and, per context, candidates (ids), in that order.
+
+    Raises:
+        ValueError: ``candidates`` without ``contexts``, or not one list per context; a context
+            or candidate id repeated or not in the data set.
+    """
     if contexts is None:
+        if candidates is not None:
+            raise ValueError("candidates needs contexts: pass the context ids its lists belong to")
         return rs
+    if isinstance(contexts, str):
+        raise ValueError(f"contexts must be a list of context ids, got the string {contexts!r}")
+    contexts = list(contexts)
     pos = {c: k for k, c in enumerate(rs.context_ids)}
     missing = [c for c in contexts if c not in pos]
     if missing:
         raise ValueError(f"contexts {missing[:5]} are not in the data set")
+    repeated = sorted({c for c in contexts if contexts.count(c) > 1})
+    if repeated:
+        raise ValueError(f"contexts repeats {repeated[:5]}; give each context once")
+    if candidates is not None:
+        candidates = [list(x) for x in candidates]
+        if len(candidates) != len(contexts):
+            raise ValueError(f"candidates must hold one list per context of contexts ({len(contexts)}), "
+                             f"got {len(candidates)}")
+        for ctx, ids in zip(contexts, candidates):
+            twice = sorted({cid for cid in ids if ids.count(cid) > 1})
+            if twice:
+                raise ValueError(f"candidates of context {ctx} repeats {twice[:5]}")
     cands = candidates if candidates is not None else [rs.candidate_ids[pos[c]] for c in contexts]
     width = max((len(x) for x in cands), default=0)
     scores = np.full((len(contexts), width, rs.scores.shape[-1]), np.nan)
@@ -325,8 +347,10 @@ def human_ceiling(name: str, aspect: str, *, path: str | os.PathLike | None = No
         name: a data set of :data:`PER_RATER`.
         aspect: one of ``ASPECTS[name]``.
         path: data folder (default :func:`jaxrank.data.data_dir`).
-        contexts: context ids to measure on (default all), e.g. the contexts a judge was assessed on.
-        candidates: per context of ``contexts``, the candidate ids to use (default all).
+        contexts: context ids to measure on (default all), e.g. the contexts a judge was assessed on;
+            each at most once.
+        candidates: per context of ``contexts`` (required with it), the candidate ids to use, one
+            list per context, each id at most once (default all).
         level: coverage of the bootstrap intervals.
         num_bootstrap: bootstrap resamples.
         seed: the bootstrap's seed.
@@ -337,7 +361,8 @@ def human_ceiling(name: str, aspect: str, *, path: str | os.PathLike | None = No
 
     Raises:
         ValueError: a data set of :data:`MEANS_ONLY` (its file holds means only), an unknown data set,
-            aspect, context or candidate.
+            aspect, context or candidate; a repeated context or candidate; ``candidates`` without
+            ``contexts`` or not one list per context.
     """
     rs = _restrict(rater_scores(name, aspect, path=path), contexts, candidates)
     x, y, use = _leave_one_out(rs.scores, rs.mask)
