@@ -46,6 +46,9 @@ import numpy as np
 from scipy import optimize
 from scipy.special import ndtr
 
+from jaxrank import _validate
+from jaxrank.bootstrap import _key
+
 __all__ = ["JudgeParams", "SimulatedJudge", "calibrate_judge", "simulate_judge", "expected_judge_stats",
            "judge_stats", "sparse_pool", "PRESETS"]
 
@@ -95,12 +98,22 @@ class SimulatedJudge(NamedTuple):
 def _labels_and_mask(labels, mask):
     if hasattr(labels, "labels") and hasattr(labels, "mask") and mask is None:   # a LabelMatrix
         labels, mask = labels.labels, labels.mask
+    elif hasattr(labels, "labels") and hasattr(labels, "mask"):
+        raise ValueError("mask must be None when labels is a LabelMatrix (its own mask is used)")
     h = np.asarray(labels, np.float64)
     if h.ndim == 1:
         h = h[None]
     if h.ndim != 2:
         raise ValueError(f"labels must be [contexts, N] (or a LabelMatrix), got shape {h.shape}")
-    m = np.ones(h.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), h.shape)
+    if mask is None:
+        m = np.ones(h.shape, bool)
+    else:
+        m = np.asarray(mask, bool)
+        try:
+            m = np.broadcast_to(m, h.shape)
+        except ValueError:
+            raise ValueError(f"mask must have the shape of labels {h.shape} (or broadcast to it), "
+                             f"got {m.shape}") from None
     if not np.isfinite(h[m]).all():
         raise ValueError("labels has non-finite values at real (unmasked) candidates")
     return h, m
@@ -167,14 +180,19 @@ def calibrate_judge(labels, mask=None, *, accuracy: float, p_a: float = 0.5, ite
         (to 1e-9); a draw from :func:`simulate_judge` matches them up to sampling error.
 
     Raises:
-        ValueError: targets out of range, or an accuracy that the noise split cannot
-            reach (item noise bounds it however sharp the judge; lower ``item_noise``).
+        ValueError: targets or noises out of range or not finite (naming the argument); ``mask``
+            not of the labels' shape, or given with a LabelMatrix; an accuracy that the noise split
+            cannot reach (item noise bounds it however sharp the judge; lower ``item_noise``).
     """
+    _validate.number("accuracy", accuracy, low=0.5, high=1, low_open=True, high_open=True)
+    _validate.number("p_a", p_a, low=0, high=1, low_open=True, high_open=True)
     if not 0.5 < accuracy < 1:
         raise ValueError(f"accuracy must lie in (0.5, 1), got {accuracy!r}")
     if not 0 < p_a < 1:
         raise ValueError(f"p_a must lie in (0, 1), got {p_a!r}")
-    if item_noise < 0 or pair_noise < 0 or (item_noise == 0 and pair_noise == 0):
+    _validate.number("item_noise", item_noise, low=0)
+    _validate.number("pair_noise", pair_noise, low=0)
+    if item_noise == 0 and pair_noise == 0:
         raise ValueError(f"item_noise and pair_noise must be >= 0 and not both 0; got {item_noise!r}, {pair_noise!r}")
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
@@ -224,7 +242,8 @@ def simulate_judge(key, labels, mask=None, *, params: JudgeParams) -> SimulatedJ
     """Draw the simulated judge's full probability matrices for every context (one vmapped call).
 
     Args:
-        key: a ``jax.random`` key (the judge is drawn once: deterministic afterwards).
+        key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``, as
+            :func:`jaxrank.bootstrap.bootstrap_outcomes`); the judge is drawn once: deterministic afterwards.
         labels: human scores ``[C, N]`` or a :class:`jaxrank.data.LabelMatrix`.
         mask: bool ``[C, N]`` real candidates (taken from a LabelMatrix).
         params: from :func:`calibrate_judge` (its ``scale`` standardises the labels).
@@ -233,9 +252,13 @@ def simulate_judge(key, labels, mask=None, *, params: JudgeParams) -> SimulatedJ
         :class:`SimulatedJudge` with ``probs [C, N, N]``; use
         ``Comparisons.from_matrix(probs, mask=...)`` for the full set, or a selection
         with :func:`jaxrank.selection.gather_comparisons`.
+
+    Raises:
+        ValueError: ``key`` is neither a key nor an int; ``mask`` not of the labels' shape; bad ``params``.
     """
     if not isinstance(params, JudgeParams):
         raise ValueError(f"params must be JudgeParams (from calibrate_judge), got {type(params).__name__}")
+    key = _key(key)
     h, m = _labels_and_mask(labels, mask)
     cnt = m.sum(1, keepdims=True)
     mean = np.where(m, h, 0).sum(1, keepdims=True) / np.maximum(cnt, 1)
@@ -284,8 +307,6 @@ def sparse_pool(num_items: int, *, per_item: int = 10, seed: int = 0):
     Raises:
         ValueError: ``num_items < 2`` or ``per_item < 1`` (or not integers).
     """
-    from jaxrank import _validate
-
     n = _validate.integer("num_items", num_items, low=2)
     r = _validate.integer("per_item", per_item, low=1) * n
     rng = np.random.default_rng(seed)
