@@ -336,15 +336,14 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
             pandas DataFrame (one comparison a row; pandas is not imported for a path).
         item_a, item_b: columns naming the items in positions A and B (default: the first
             of ``item_a, a, model_a, left, i, candidate_a`` there, likewise for B).
-        p: probability column (default ``p``/``prob``/``probability``/``p_a``).
+        p: probability column (default ``p``/``prob``/``probability``/``p_a``). At most one of
+            ``p``, ``outcome`` and ``score_a``/``score_b`` is given.
         outcome: hard-outcome column (default ``outcome``/``winner``/``result``/``decision``);
             values as in the module docstring.
         score_a, score_b: two numeric columns compared to give the outcome
             (e.g. goals: higher wins, equal is a tie).
         context: optional context column (one ranking per context).
         weight: optional non-negative weight column.
-
-        At most one of ``p``, ``outcome`` and ``score_a``/``score_b`` is given.
 
     Returns:
         :class:`ComparisonTable`; with ``P(A better) = 1, 0, 0.5`` for a win, loss, tie.
