@@ -312,7 +312,8 @@ def test_registry_errors_and_concatenation(tmp_path, monkeypatch):
     spec = registry.ModelSpec("x", "x", (), cache_file="joined.gguf")
     out = registry._concatenate(spec, parts)
     assert out == tmp_path / "cache" / "joined.gguf" and out.read_bytes() == b"abcdefg"
-    assert [p.name for p in out.parent.iterdir()] == ["joined.gguf"]   # no temporary left
+    # the joined file and its sidecar of the parts it was joined from; no temporary left
+    assert sorted(p.name for p in out.parent.iterdir()) == ["joined.gguf", "joined.gguf.parts.json"]
     stamp = out.stat().st_mtime_ns
     assert registry._concatenate(spec, parts).stat().st_mtime_ns == stamp   # reused
     out.write_bytes(b"abc")                                                # a stale / partial file
