@@ -13,28 +13,7 @@ import pytest
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import fit_bradley_terry, poe_bradley_terry
 from jaxrank.scoring.bradley_terry import FIXED_POINT_TOL
-
-
-def newton64(i, j, a, b, n):
-    """Maximise ``sum_k a_k log sigmoid(d_k) + b_k log sigmoid(-d_k)`` (``d_k = s_i - s_j``) by Newton's method in
-    float64 NumPy (pseudo-inverse of the Laplacian Hessian; one connected component), centred."""
-    s = np.zeros(n)
-    for _ in range(100):
-        q = 1 / (1 + np.exp(-(s[i] - s[j])))
-        r = (a + b) * q - a
-        g = np.bincount(i, r, n) - np.bincount(j, r, n)
-        h = (a + b) * q * (1 - q)
-        lap = np.zeros((n, n))
-        np.add.at(lap, (i, i), h)
-        np.add.at(lap, (j, j), h)
-        np.add.at(lap, (i, j), -h)
-        np.add.at(lap, (j, i), -h)
-        step = np.linalg.pinv(lap) @ g
-        s = s - step
-        s -= s.mean()
-        if np.max(np.abs(step)) < 1e-13:
-            break
-    return s
+from test_bt_ties import float64_fit as newton64   # Newton in float64 NumPy, centred
 
 
 def newton_distance64(i, j, a, b, n, s):
