@@ -27,16 +27,32 @@ candidate in file order. Per data set (see ``shared/data/SOURCES.md`` for the fi
 * ``newsroom``: 60 articles x 7 summaries; ids are ``article_id`` / ``summary_id``.
 * ``webnlg2017``: 223 inputs x 10 teams; context ids ``C0``..``C222``; the context is
   the ``mr`` triples with ``<br>`` replaced by newlines; ``candidate_id`` is ``team``.
-  The 25 empty system outputs are kept as ``""``. No reference column in the file.
-* ``webnlg2020``: 178 inputs x 17 systems (one input has 16: 3025 rows), read from
+  No reference column in the file. The 193 missing system outputs are left out (see
+  below): 168 of team ``vietnam`` whose text is the word ``null`` and 25 empty ones of
+  ``tilburg-pipe`` (their human scores are all 1), so 2037 rows, 8 to 10 per input.
+* ``webnlg2020``: 178 inputs x 17 systems (one input has 16: 3025 rows in the file), read from
   ``webnlg2020_en_humeval_merged.jsonl``; ``context_id`` is ``sample_id``; the context
   is the triples joined by newlines; ``reference`` is all references joined by
   newlines. The ``WebNLG-2020-reference`` system has no text in the file, so its
-  candidate is ``references[0]``. Scores are 0-100.
+  candidate is ``references[0]``. Scores are 0-100. The one empty output
+  (``Baseline-FORGE2017`` on sample ``533``) is left out: 3024 rows, two inputs of 16.
 * ``personachat``: USR PersonaChat (file ``personachat_usr/topicalchat_usr.json``),
   60 dialogue histories x 5 responses; context ids ``C0``..``C59``; ``candidate_id``
   is ``model``; ``reference`` is the persona ``fact``; each aspect is the mean of the
-  3 raters. The trailing newline every response carries in the file is stripped.
+  3 raters.
+
+Candidate texts are stripped of leading and trailing whitespace: some systems' texts
+carry a mark no other has, which would tell a judge who wrote them (every PersonaChat
+response ends in a newline, every WebNLG 2017 ``webnlg`` reference text too, every
+TopicalChat ``Original Ground Truth`` response in a space). A candidate left with no
+text, or the text ``null``, is a missing system output: its row is left out of the data
+set (a judge cannot read it), with a :class:`UserWarning` that counts the rows left out
+(``webnlg2017``: 193 = 168 ``null`` + 25 empty; ``webnlg2020``: 1; the others: none).
+Context ids stay those of the full file (``C0``, ``C1``, ... count every context).
+
+Human scores must be numbers; an infinite score is refused (a :class:`ValueError`
+naming the file and row), and a NaN (``nan`` in the file) is read as "no score" for that
+row, as in :func:`jaxrank.data.read_records`. The files hold none.
 
 Example:
     >>> ds = load_dataset("summeval")
@@ -49,7 +65,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -202,9 +220,21 @@ def _flat(rec: Record, context_id: str, context: str, candidate_id: str, candida
           aspects: tuple[str, ...], reference: str = "") -> Record:
     """A row with the shared schema; scores are read from ``rec`` under the aspect names."""
     row = {"context_id": context_id, "context": context, "candidate_id": candidate_id,
-           "candidate": candidate, "reference": reference}
-    row.update({a: float(rec[a]) for a in aspects})
+           "candidate": candidate.strip(), "reference": reference}
+    row.update({a: _score(rec[a], a) for a in aspects})
     return row
+
+
+_MISSING_TEXTS = frozenset({"", "null"})
+"""Candidate texts (after stripping) that mark a missing system output: such rows are left out."""
+
+
+def _score(value: Any, aspect: str) -> float:
+    """A human score as a float: NaN is "no score"; an infinite one (or a non-number) is an error."""
+    x = float(value)
+    if math.isinf(x):
+        raise ValueError(f"aspect {aspect!r}: the human score is {value!r}, not finite")
+    return x
 
 
 def _by_keys(name: str, context_id: str, context: str, candidate_id: str,
@@ -249,7 +279,7 @@ def _personachat(rec: Record) -> list[Record]:
     for resp in rec["responses"]:
         scores = {a: float(np.mean(resp[key])) for a, key in _PERSONACHAT_KEYS.items()}
         rows.append(_flat(scores, rec["context"], rec["context"], resp["model"],
-                          resp["response"].rstrip("\n"), ASPECTS["personachat"],
+                          resp["response"], ASPECTS["personachat"],
                           reference=rec["fact"]))
     return rows
 
@@ -282,8 +312,13 @@ def load_dataset(name: str, *, path: str | os.PathLike | None = None) -> dataset
         ``candidate_id``, ``candidate``, ``reference`` and one float64 column per aspect
         in ``ASPECTS[name]``, ordered by context (first appearance) then candidate.
 
+    Warns:
+        UserWarning: rows were left out as missing system outputs (their candidate text is
+            empty or ``null``; the module docstring gives the counts), naming how many.
+
     Raises:
-        ValueError: unknown ``name``, or a malformed line / record in the file.
+        ValueError: unknown ``name``, or a malformed line / record in the file (an
+            infinite human score included), naming the file and the line or record.
         FileNotFoundError: the data folder or file is missing.
     """
     import datasets
@@ -301,13 +336,21 @@ def load_dataset(name: str, *, path: str | os.PathLike | None = None) -> dataset
                                 f"({origin}). {_HOW}")
     read, parse = _PARSERS[name]
     groups: dict[str, list[Record]] = {}
+    missing = 0
     for where, rec in read(file):
         try:
             rows = parse(rec)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise ValueError(f"{file}: {where}: bad record ({type(e).__name__}: {e})") from e
         for row in rows:
-            groups.setdefault(row["context_id"], []).append(row)
+            kept = groups.setdefault(row["context_id"], [])      # numbered even when all its rows are missing
+            if row["candidate"] in _MISSING_TEXTS:
+                missing += 1
+            else:
+                kept.append(row)
+    if missing:        # warned from this line, so shown once per process and data set (Python's default filter)
+        warnings.warn(f"{name}: left out {missing} row(s) of {file} whose candidate text is empty or 'null' "
+                      "(missing system outputs a judge cannot read)", UserWarning)
     ordered = []
     for k, rows in enumerate(groups.values()):
         for row in rows:
