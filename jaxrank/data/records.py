@@ -330,7 +330,9 @@ def _json_rows(path: Path, text: str) -> list[Located]:
             raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
         return [(f"{path}: record {k}", r) for k, r in enumerate(records)]
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" only (a "\r" before it is JSON whitespace): str.splitlines() would also cut at
+    # U+2028, U+0085, form feed, ... which JSON allows unescaped inside a string
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
