@@ -331,7 +331,7 @@ def _json_rows(path: Path, text: str) -> list[Located]:
         return [(f"{path}: record {k}", r) for k, r in enumerate(records)]
     rows = []
     # lines end at "\n" only (a "\r" before it is JSON whitespace): str.splitlines() would also cut at
-    # U+2028, U+0085, form feed, ... which JSON allows unescaped inside a string
+    # U+2028, U+2029 and U+0085, which JSON allows unescaped inside a string
     for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
