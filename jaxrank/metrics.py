@@ -305,6 +305,15 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
     systems with a positive weight (Spearman, Kendall tau-b, Pearson; NaN when undefined, e.g. fewer than
     two systems).
 
+    **Means equal within rounding are tied.** A mean of rounded scores carries their rounding: two systems
+    whose scores average to the same number (win ratios ``29/72`` from different fractions, stored in float32)
+    get means a few ulps apart, which a rank correlation would read as an order. So, per side, means that
+    differ by at most ``4 eps`` of the side's input dtype (float32's for float32 input) times its largest used
+    ``|value|``, plus the float64 sums' own rounding, are one tie, each given the smallest of its run
+    (consecutive sorted means within that tolerance chain into one run). Each input is its dtype's rounding
+    of a real number, so two equal means differ by at most ``eps`` times that largest value. Integer input
+    has exact sums: only the float64 sums' rounding is allowed for.
+
     Args:
         pred: ``[C, N]`` predicted scores.
         gold: ``[C, N]`` human scores.
@@ -319,6 +328,7 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
     Raises:
         ValueError: shapes that disagree, or a NaN among the used entries.
     """
+    dtypes = [np.asarray(x).dtype for x in (pred, gold)]
     pred, gold = np.asarray(pred, np.float64), np.asarray(gold, np.float64)
     system = np.asarray(system)
     if not (pred.shape == gold.shape == system.shape) or pred.ndim != 2:
@@ -338,8 +348,40 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
     safe = np.where(ok, count, 1.0)
     m = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, pred, 0.0))) / safe, 0.0)
     h = np.where(ok, (w @ np.einsum("cns,cn->cs", member, np.where(use, gold, 0.0))) / safe, 0.0)
+    terms = int(use.sum()) * max(1.0, float(np.abs(w).max(initial=0.0)))
+    m = _tie_close(m, ok, _tie_tolerance(pred, use, dtypes[0], terms))
+    h = _tie_close(h, ok, _tie_tolerance(gold, use, dtypes[1], terms))
     names = tuple(CORRELATIONS) if names is None else tuple(names)
     unknown = [n for n in names if n not in CORRELATIONS]
     if unknown:
         raise ValueError(f"names: unknown correlations {unknown}; known: {', '.join(CORRELATIONS)}")
     return {name: np.asarray(CORRELATIONS[name](m, h, where=ok), np.float64) for name in names}
+
+
+def _tie_tolerance(x, use, dtype, terms) -> float:
+    """How far apart two means of ``x``'s ``use`` entries may lie and still be equal before rounding.
+
+    Each input value is its dtype's rounding of a real number (relative error at most ``eps / 2``), so a
+    weighted mean of them is off by at most ``eps / 2`` times the largest ``|value|``, and two equal means
+    differ by at most ``eps`` times it; four ``eps`` leave a margin. The float64 sums of ``terms`` products add
+    ``terms`` float64 ulps. Integer (or bool) input is exact.
+    """
+    scale = float(np.abs(np.where(use, x, 0.0)).max(initial=0.0))
+    eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else 0.0
+    return scale * (4.0 * eps + 4.0 * terms * float(np.finfo(np.float64).eps))
+
+
+def _tie_close(x, ok, tol):
+    """``x [..., S]`` with each run of ``ok`` values whose sorted neighbours lie within ``tol`` set to the run's
+    smallest value (other entries unchanged)."""
+    if tol <= 0:
+        return x
+    order = np.argsort(np.where(ok, x, np.inf), axis=-1, kind="stable")
+    xs = np.take_along_axis(np.where(ok, x, np.inf), order, -1)
+    with np.errstate(invalid="ignore"):
+        start = np.concatenate([np.ones(xs.shape[:-1] + (1,), bool), ~(np.diff(xs, axis=-1) <= tol)], -1)
+    idx = np.broadcast_to(np.arange(xs.shape[-1]), xs.shape)
+    first = np.maximum.accumulate(np.where(start, idx, 0), axis=-1)
+    out = np.empty_like(xs)
+    np.put_along_axis(out, order, np.take_along_axis(xs, first, -1), -1)
+    return np.where(ok, out, x)

@@ -85,7 +85,8 @@ class ReportMarkdown:
         return lines
 
     def context_table(self, extra: dict[str, list[str]] | None = None) -> str:
-        """Per-context markdown table: ``P(A)``, accuracy, Spearman per scorer (``const`` where undefined)."""
+        """Per-context markdown table: ``P(A)``, accuracy, Spearman per scorer (where undefined: ``const``, or
+        ``const (humans)``, ``no humans`` or ``one human`` for the human scores)."""
         extra = extra or {}
         cols = list(extra) + list(self.methods)
         out = ["| context | items | comparisons | P(A) | accuracy | " + " | ".join(cols) + " |",
@@ -95,11 +96,16 @@ class ReportMarkdown:
             for m in self.methods:
                 v = self.spearman[m][r]
                 cells.append(f"{v:+.3f}" if np.isfinite(v) else
-                             "const (humans)" if self.constant_humans[r] else "const")
+                             self._human_gap(r) if self.constant_humans[r] else "const")
             acc = f"{self.accuracy[r]:.2f}" if np.isfinite(self.accuracy[r]) else "—"
             out.append(f"| {ctx} | {int(self.num_items[r])} | {int(self.num_comparisons[r])} | "
                        f"{self.positional_bias[r]:.2f} | {acc} | " + " | ".join(cells) + " |")
         return "\n".join(out)
+
+    def _human_gap(self, r: int) -> str:
+        """Why context ``r``'s human scores give no Spearman: none, one, or constant."""
+        count = None if self.human_counts is None else int(self.human_counts[r])
+        return "no humans" if count == 0 else "one human" if count == 1 else "const (humans)"
 
     def markdown(self, title: str, *, preamble: list[str] | tuple[str, ...] = (),
                  extra: dict[str, list[str]] | None = None) -> str:

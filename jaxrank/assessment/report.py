@@ -6,8 +6,10 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   averaged over the contexts where it is defined, with a percentile bootstrap
   interval over contexts (contexts resampled with replacement). A context where
   a scorer gives constant scores (a hard scorer when the judge chose the same
-  position in every comparison) or the humans gave constant scores has no
-  Spearman: it is counted and named, never shown as a bare NaN.
+  position in every comparison), or where the humans gave constant scores or
+  fewer than two of its candidates have a human score, has no Spearman: it is
+  counted and named (``no human scores`` apart from ``constant``), never shown
+  as a bare NaN.
 * **Agreement as the field reports it**: Spearman, Kendall tau-b and Pearson per
   context (:data:`jaxrank.metrics.CORRELATIONS`), each averaged over the contexts
   where it is defined with the same bootstrap interval; and, when the data set
@@ -56,6 +58,7 @@ import dataclasses
 import numpy as np
 
 from jaxrank import _validate, metrics, scorer_table
+from jaxrank.comparisons import stack_contexts
 from jaxrank.data.raters import HumanCeiling
 from jaxrank.debias import positional_bias
 from jaxrank.assessment._report_markdown import ReportMarkdown
@@ -80,7 +83,8 @@ class Assessment(ReportMarkdown):
         interval: ``{method: (low, high)}`` bootstrap interval of ``mean`` over contexts.
         scores: ``{method: [C, N]}`` scores (padded items 0 / 0.5).
         constant_scores: ``{method: [C]}`` True where the scorer's scores are constant.
-        constant_humans: ``[C]`` True where the human scores are constant.
+        constant_humans: ``[C]`` True where the human scores are constant (or fewer than two of the
+            context's candidates have one: see ``human_counts``).
         positional_bias: ``[C]`` ``P(A)`` per context.
         overall_positional_bias: ``P(A)`` over all comparisons.
         consistency: ``[C]`` order consistency per context (NaN without pairs in both orders).
@@ -117,6 +121,8 @@ class Assessment(ReportMarkdown):
         system_note: why there is no system level (``None`` when there is one, or nothing to say).
         ceiling: the human ceiling on the same contexts and candidates, or ``None``.
         ceiling_note: why there is no human ceiling (``None`` when there is one, or nothing to say).
+        human_counts: ``[C]`` the candidates of each context with a human score (0: no human scores
+            there, not constant ones); ``None`` when not known.
     """
 
     methods: tuple[str, ...]
@@ -155,6 +161,7 @@ class Assessment(ReportMarkdown):
     system_note: str | None = None
     ceiling: HumanCeiling | None = None
     ceiling_note: str | None = None
+    human_counts: np.ndarray | None = None
 
     # ------------------------------------------------------------ plain words
     def verdict(self, method: str) -> str:
@@ -202,10 +209,17 @@ class Assessment(ReportMarkdown):
             return None
         top = tied[0]
         pct = f"{self.level:.0%}"
+        ok = [m for m in self.methods if np.isfinite(self.mean[m])]
+        if len(self.methods) == 1:
+            return (f"**Verdict.** One scorer: {top}, mean Spearman {self.mean[top]:+.3f}: {self.verdict(top)}; "
+                    "no other scorer to compare it with.")
+        if len(ok) == 1:
+            rest = ", ".join(m for m in self.methods if m != top)
+            return (f"**Verdict.** Only {top} has a defined mean Spearman ({self.mean[top]:+.3f}): "
+                    f"{self.verdict(top)}; no comparison with the others ({rest}), which have none.")
         if len(tied) == 1:
             return (f"**Verdict.** Best scorer: {top}, mean Spearman {self.mean[top]:+.3f}: {self.verdict(top)}; "
                     f"ahead of every other scorer ({pct} paired bootstrap interval of each difference above 0).")
-        ok = [m for m in self.methods if np.isfinite(self.mean[m])]
         names = [f"{m} ({self.mean[m]:+.3f})" for m in tied]
         every = "" if len(ok) == len(self.methods) else " with a defined mean Spearman"
         who = (f"all {len(tied)} scorers{every}" if len(tied) == len(ok) else
@@ -228,9 +242,13 @@ class Assessment(ReportMarkdown):
         """Why some Spearman values are undefined, one line per affected scorer."""
         out = []
         hum = self.constant_humans
-        if hum.any():
-            out.append(f"humans gave constant scores in {int(hum.sum())} of {len(hum)} contexts "
-                       f"({', '.join(self.contexts[k] for k in np.nonzero(hum)[0][:5])}): no Spearman there")
+        counts = self.human_counts if self.human_counts is not None else np.full(len(hum), 2)
+        for which, words in ((hum & (counts == 0), "no human scores"),
+                             (hum & (counts == 1), "a single human score"),
+                             (hum & (counts >= 2), "humans gave constant scores")):
+            if which.any():
+                names = ", ".join(self.contexts[k] for k in np.nonzero(which)[0][:5])
+                out.append(f"{words} in {int(which.sum())} of {len(hum)} contexts ({names}): no Spearman there")
         for m in self.methods:
             const = self.constant_scores[m] & ~hum
             if not const.any():
@@ -255,17 +273,20 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     """Score ``comparisons`` ``[C, R]`` with each method and compare with ``labels`` ``[C, N]``.
 
     Args:
-        comparisons: a padded :class:`~jaxrank.Comparisons` batch.
+        comparisons: a padded :class:`~jaxrank.Comparisons` batch, or one context (``batch_shape ()``, as
+            :func:`jaxrank.assessment.judge_comparisons` returns it): read as a batch of one, with ``labels`` ``[N]``
+            (or ``[1, N]``), ``contexts`` one id (or a list of one) and ``candidates``, ``systems`` and
+            ``texts`` one row of per-item ids (or a list of one row).
         labels: human scores aligned with the items (NaN for a missing score:
             that item is left out of its context's correlation and accuracy).
         contexts: context ids for the report.
-        methods: names of :data:`jaxrank.scorer_table.SCORERS`.
+        methods: names of :data:`jaxrank.scorer_table.SCORERS` (one name: that scorer alone).
         debias: ``"none"``, or a transform of the comparisons applied before
             scoring (:data:`jaxrank.scorer_table.TRANSFORMS`): ``"permutation"``
             (average both orders) or ``"threshold"`` (LCA eq. 9-10).
         level: coverage of the bootstrap intervals, in (0, 1).
         num_bootstrap: bootstrap resamples of the contexts.
-        seed: seed of the bootstrap (and of the posterior draws of the rank intervals).
+        seed: seed of the bootstrap (and of the posterior draws of the rank intervals), an int ``>= 0``.
         candidates: per context, the candidate id of each item, for the ranking of a report
             without human scores (default: item positions), and to find each item's system and
             raters in a built-in ``dataset``.
@@ -287,15 +308,25 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     intervals (see :class:`Assessment`).
 
     Raises:
-        ValueError: an unknown method or debias, labels of the wrong shape or infinite, ``contexts``,
+        ValueError: ``comparisons`` not a Comparisons of one or ``[C]`` contexts, no methods, an unknown or
+            repeated method, an unknown debias, labels of the wrong shape or infinite, ``contexts``,
             ``candidates`` or ``systems`` not one entry per context (or a candidates / systems row shorter
-            than the context's real items or longer than ``N``), a bad level.
+            than the context's real items or longer than ``N``), a bad level, num_bootstrap or seed.
     """
-    unknown = [m for m in methods if m not in scorer_table.SCORERS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; known: {', '.join(scorer_table.SCORERS)}")
+    methods = _check_methods(methods)
     _validate.number("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
     _validate.integer("num_bootstrap", num_bootstrap, low=1)
+    _validate.integer("seed", seed, low=0)
+    _validate.comparisons("comparisons", comparisons)
+    if len(comparisons.batch_shape) > 1:
+        raise ValueError(f"comparisons must be one context or a [C] batch of contexts, got batch shape "
+                         f"{comparisons.batch_shape} (flatten the batch axes into one)")
+    if comparisons.batch_shape == ():               # one context, as judge_comparisons returns it: a batch of one
+        comparisons = stack_contexts([comparisons])
+        if np.ndim(labels) == 1:
+            labels = np.asarray(labels)[None]
+        contexts = [contexts] if isinstance(contexts, str) else contexts
+        candidates, systems, texts = (_one_row(x) for x in (candidates, systems, texts))
     c = comparisons
     with np.errstate(over="ignore"):               # beyond float32's range: refused below as infinite
         labels = np.asarray(labels, np.float32)
@@ -355,12 +386,43 @@ def assess_comparisons(comparisons, labels, *, contexts=None, methods=DEFAULT_ME
     ids = list(contexts) if contexts is not None else [str(k) for k in range(labels.shape[0])]
     has_humans = bool(where.any())
     ranking = None if has_humans else _ranking(c, level=level, seed=seed)
-    rep = Assessment(tuple(methods), spear, mean, interval, scores, const, human_const, pa, overall_pa,
+    rep = Assessment(methods, spear, mean, interval, scores, const, human_const, pa, overall_pa,
                      consistency, overall_cons, accuracy, overall_acc, acc_ci, ids, active.sum(-1),
                      np.asarray(c.item_mask).sum(-1), _constant(p, active), debias, level, num_bootstrap, seed,
                      has_humans, None if candidates is None else [list(map(str, x)) for x in candidates], ranking,
-                     deb_acc, deb_ci)
+                     deb_acc, deb_ci, human_counts=where.sum(-1))
     if has_humans:
         _field_agreement(rep, gold, where, human_const, contexts=contexts, candidates=candidates, systems=systems,
                          dataset=dataset, aspect=aspect, data_path=data_path)
     return rep
+
+
+def _check_methods(methods) -> tuple[str, ...]:
+    """``methods`` as a tuple of known, distinct scorer names (one name alone: that scorer); ValueError naming
+    ``methods`` otherwise."""
+    known = ", ".join(scorer_table.SCORERS)
+    if isinstance(methods, str):
+        methods = (methods,)
+    try:
+        methods = tuple(methods)
+    except TypeError:
+        raise ValueError(f"methods must be a scorer name or a sequence of them (known: {known}), got "
+                         f"{type(methods).__name__}") from None
+    if not methods:
+        raise ValueError(f"methods is empty: name at least one scorer (known: {known})")
+    unknown = [m for m in methods if not isinstance(m, str) or m not in scorer_table.SCORERS]
+    if unknown:
+        raise ValueError(f"methods: unknown {unknown}; known: {known}")
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    if twice:
+        raise ValueError(f"methods names {', '.join(twice)} more than once")
+    return methods
+
+
+def _one_row(value):
+    """Per-item ids of one context as a list of one row: a flat row is wrapped, a list of one row kept."""
+    if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return value                       # refused (or passed) by the checks of a batch
+    if len(value) == 1 and hasattr(value[0], "__len__") and not isinstance(value[0], (str, bytes)):
+        return value
+    return [value]
