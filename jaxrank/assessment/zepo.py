@@ -26,6 +26,7 @@ arguments, reads both back and judges or generates nothing twice.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -44,8 +45,8 @@ from jaxrank.judges.textgen import as_loaded, check_sampling, generate_texts
 
 __all__ = ["PARAPHRASE_INSTRUCTION", "CONTENT_FREE", "instruction_of", "with_instruction", "check_candidate",
            "aspect_forms", "aspect_keyword",
-           "Paraphraser", "SearchSample", "sample_pairs", "score_templates", "zepo_search", "ZepoResult",
-           "save_template", "load_template"]
+           "Paraphraser", "SearchSample", "sample_pairs", "sample_digest", "score_templates", "zepo_search",
+           "ZepoResult", "save_template", "load_template"]
 
 PARAPHRASE_INSTRUCTION = ('Paraphrase the following instruction for a pairwise comparison task. '
                           'Do not change the keyword "[ASPECT]". Be diverse and creative in paraphrasing. '
@@ -233,6 +234,20 @@ def sample_pairs(cs, *, num_contexts: int, pairs_per_context: int | None, seed: 
                         [cs.candidate_ids[k] for k in pick], [cs.candidates[k] for k in pick], pairs)
 
 
+def sample_digest(sample: SearchSample) -> str:
+    """A hash of everything a search judges (the first 16 hex digits of a SHA-256): the context ids and
+    texts, the candidate ids and texts and the ordered pairs. Two samples with the same contexts but other
+    candidates (``--candidates``), other pairs or edited texts differ."""
+    blob = json.dumps([sample.ids, sample.texts, sample.candidate_ids, sample.candidates,
+                       [np.asarray(p).tolist() for p in sample.pairs]], ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+_LOG_NOTES = {"sample": "The sampled pairs differ: other contexts, candidates (--candidates), pairs, seed or "
+                        "texts.",
+              "max_instruction_tokens": "Candidates were accepted or rejected under another token limit."}
+
+
 def stored_key(judge, template: PairwiseTemplate) -> str:
     """The store's template key of ``judge`` reading ``template``: the judge's own ``template_key`` for it
     (a :class:`~jaxrank.judges.PromptJudge`'s covers how the answer is read), else the template's key."""
@@ -341,7 +356,9 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
         log: the JSONL search log, resumed when it exists and its config is this search's: the judge's
             name, fingerprint and reading (its template key of the seed), the paraphraser's name,
             fingerprint and sampling settings (temperature, top_p, max_new_tokens, seed), the seed
-            template, aspect, objective, population and sample; another search's log is refused.
+            template, aspect, objective, population, ``max_instruction_tokens`` and the sample
+            (:func:`sample_digest`: its contexts, candidates, texts and pairs). Another search's log is
+            refused (a ``ValueError`` naming the file and the settings that differ), never mixed in.
         epochs, population: the search's size (the paper: 5 and 5).
         objective: a name of :data:`jaxrank.fairness.OBJECTIVES` to maximise.
         max_instruction_tokens: longer candidates are rejected.
@@ -375,11 +392,12 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
               "paraphraser": getattr(paraphraser, "name", type(paraphraser).__name__),
               "paraphraser_fingerprint": getattr(paraphraser, "fingerprint", None),
               "seed_key": seed.key, "aspect": aspect, "objective": objective, "population": population,
-              "contexts": sample.ids, "comparisons": sample.size,
+              "contexts": sample.ids, "comparisons": sample.size, "sample": sample_digest(sample),
+              "max_instruction_tokens": max_instruction_tokens,
               "temperature": getattr(paraphraser, "temperature", None), "top_p": getattr(paraphraser, "top_p", None),
               "max_new_tokens": getattr(paraphraser, "max_new_tokens", None),
               "paraphrase_seed": getattr(paraphraser, "seed", None)}
-    lg = SearchLog(log, config)
+    lg = SearchLog(log, config, notes=_LOG_NOTES)
     before = len(store)
 
     def scored(templates, instructions, epoch):
@@ -403,8 +421,8 @@ def zepo_search(judge, paraphraser, seed: PairwiseTemplate, sample: SearchSample
     if on_epoch:
         on_epoch(summary)
     for e in range(1, epochs + 1):
-        prop = lg.find("proposals", e)
-        if prop is None or prop.get("from") != best_instr:
+        prop = lg.find("proposals", e, **{"from": best_instr})
+        if prop is None:
             prop = {"event": "proposals", "epoch": e, "from": best_instr,
                     "instructions": list(paraphraser.propose(best_instr, population, e))}
             lg.write(prop)
