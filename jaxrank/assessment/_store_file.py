@@ -1,7 +1,9 @@
 """The file machinery of the judgement store (:mod:`jaxrank.assessment.store`): what a line is, how a
 file is scanned, locked, rewritten atomically and cleaned of damaged lines; the file-level checks
-(:func:`check_regular_file`, :func:`check_store`, :func:`repair_store`). The public names are re-exported
-there."""
+(:func:`check_regular_file`, :func:`check_store`, :func:`repair_store`); and what the store and the run
+read off records: texts mixed under one context (:func:`refuse_mixed_texts`), judgements under a run's ids
+that are not its own (:func:`mismatch_note`), and copying another store's records (:func:`copy_held`). The
+public names are re-exported there."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Sequence
 
 from jaxrank._faults import Fault
 
@@ -385,3 +387,62 @@ def repair_store(path: str | os.PathLike, *, lock_timeout: float = 60.0) -> Stor
         if moved or scan.unterminated:
             _move_aside(path, data, sorted(moved))
     return scan
+
+
+def refuse_mixed_texts(path, recs: Sequence[dict]) -> None:
+    """Refuse records of one context made of different texts under the same ids (the hash of its text, or of
+    one candidate id's text, differs): :meth:`JudgementStore.comparisons` would count each pair twice."""
+    seen: dict[tuple, str] = {}
+    for r in recs:
+        ctx = str(r["context"])
+        for cid, sha in ((None, r.get("context_sha")), (str(r["a"]), r.get("a_sha")), (str(r["b"]), r.get("b_sha"))):
+            sha = str(sha or "")
+            first = seen.setdefault((ctx, cid), sha)
+            if first != sha:
+                what = "its context text" if cid is None else f"candidate {cid!r}"
+                raise ValueError(f"{path}: context {ctx!r} holds judgements of different texts under the same ids "
+                                 f"({what} has the hashes {first or 'none'!r} and {sha or 'none'!r}: a text edited "
+                                 "and judged again); choose the texts with hashes= (per context, "
+                                 "jaxrank.assessment.run.text_hashes of the texts you mean)")
+
+
+def mismatch_note(store, keys: Sequence[Key]) -> str | None:
+    """What the store holds under these keys' ids that is not these judgements, in one sentence (or None):
+    judgements by another checkpoint, of other texts, from before fingerprints, and judgements of these very
+    texts by this judge under another template key (another prompt, or another ``"auto"`` answer prefix)."""
+    legacy = judge = texts = 0
+    templates: dict[str, int] = {}
+    for key in keys:
+        for other in store.variants(key):
+            if other.legacy:
+                legacy += 1
+            elif other.fingerprint != key.fingerprint:
+                judge += 1
+            else:
+                texts += 1
+        for other in store.other_templates(key):
+            templates[other.template] = templates.get(other.template, 0) + 1
+    tmpl = sum(templates.values())
+    if not legacy + judge + texts + tmpl:
+        return None
+    parts = [f"{judge} by another checkpoint or setting of judge {keys[0].judge!r}" if judge else "",
+             f"{texts} of other texts (another data set or edited texts under the same ids)" if texts else "",
+             f"{legacy} written before judgements carried fingerprints (`jaxrank store adopt` reuses them once "
+             "you know they are this judge's judgements of these texts)" if legacy else "",
+             f"{tmpl} of these very texts by this judge under another template key "
+             f"({', '.join(sorted(templates))}; this run's is {keys[0].template!r}): another prompt or answer "
+             "prefix" if tmpl else ""]
+    return (f"{store.path} holds {legacy + judge + texts + tmpl} judgement(s) of this run's comparisons that are "
+            f"not this run's: {'; '.join(x for x in parts if x)}. They are not reused; this run judges its own.")
+
+
+def copy_held(store, reuse, keys: Sequence[Key]) -> int:
+    """Copy into ``store`` the records of ``keys`` that the store ``reuse`` holds and ``store`` lacks (``reuse``
+    is only read, under its lock; an absent file holds nothing); how many were copied."""
+    if Path(reuse).resolve() == store.path.resolve() or not Path(reuse).is_file():
+        return 0
+    held = check_store(reuse, lock_timeout=store.lock_timeout).records
+    found = [held[key][1] for key in dict.fromkeys(keys) if key not in store and key in held]
+    if found:
+        store.append(found)
+    return len(found)

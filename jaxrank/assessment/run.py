@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import warnings
 import zlib
 from typing import Sequence
@@ -21,14 +22,16 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from jaxrank import _validate
 from jaxrank.assessment.progress import progress_bar
+from jaxrank.assessment._store_file import copy_held, mismatch_note
 from jaxrank.assessment.store import JudgementStore, Key, StoredComparisons, TextHashes, text_sha
 from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.selection import random_comparisons
 
 __all__ = ["ContextSet", "contexts_of", "plan_pairs", "judge_contexts", "judge_comparisons", "judge_chunk",
            "stored_labels", "template_key", "judge_fingerprint", "text_hashes", "judgement_key",
-           "StoreMismatchWarning", "check_budget"]
+           "StoreMismatchWarning", "check_budget", "check_seed", "SEED_LIMIT"]
 
 
 class StoreMismatchWarning(UserWarning):
@@ -81,8 +84,33 @@ def _parse_slice(spec: str | slice | Sequence[int] | None, n: int) -> list[int]:
                              f"0..{n - 1})") from None
         if not out:
             raise ValueError(f"contexts {spec!r} selects none of the {n} contexts (positions 0..{n - 1})")
-        return out
-    return [int(x) for x in spec]
+    else:
+        out = [int(x) for x in spec]
+    _refuse_repeats("contexts", spec, out)
+    return out
+
+
+def _refuse_repeats(name: str, spec, positions: Sequence[int]) -> None:
+    """A context selected twice would be judged and scored as two contexts: refuse it, naming ``name``."""
+    twice = sorted({k for k in positions if positions.count(k) > 1})
+    if twice:
+        shown = spec if isinstance(spec, str) else list(positions)
+        raise ValueError(f"{name} {shown!r} selects context position(s) {twice} more than once; give each "
+                         "context once")
+
+
+SEED_LIMIT = 2 ** 32
+"""Seeds of the planned pairs lie in ``[0, SEED_LIMIT)``: the PRNG key takes 32 bits, so a larger seed would
+wrap onto a smaller one and plan its very pairs."""
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int in ``[0, 2**32)`` (:data:`SEED_LIMIT`), or a ValueError naming ``name``."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or \
+            not 0 <= int(seed) < SEED_LIMIT:
+        raise ValueError(f"{name} must be an int in [0, 2**32) (a 32-bit PRNG seed: a larger one would wrap onto "
+                         f"a smaller one's pairs), got {seed!r}")
+    return int(seed)
 
 
 def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates: int | None = None) -> ContextSet:
@@ -185,8 +213,10 @@ def plan_pairs(num_items: int, *, budget: int | None = None, selection: str = "r
     else ``context_index``; a rerun plans the same pairs.
 
     Raises:
-        ValueError: a budget that cannot be planned (:func:`check_budget`).
+        ValueError: a budget that cannot be planned (:func:`check_budget`), or a seed outside
+            ``[0, 2**32)`` (:func:`check_seed`).
     """
+    seed = check_seed(seed)
     if budget is None or budget >= num_items * (num_items - 1):
         a, b = np.nonzero(~np.eye(num_items, dtype=bool))
         return a.astype(np.int32), b.astype(np.int32)
@@ -246,36 +276,6 @@ def judgement_key(name: str, tkey: str, fingerprint: str, context_id: str, hashe
     """The store key of judging candidate ``a`` against ``b`` of one context: names, fingerprint, text hashes."""
     return Key(name, tkey, str(context_id), str(a), str(b), fingerprint, hashes.context, hashes.candidates[str(a)],
                hashes.candidates[str(b)])
-
-
-def _mismatch_note(store: JudgementStore, keys: Sequence[Key]) -> str | None:
-    """What the store holds under these keys' ids that is not these judgements, in one sentence (or None):
-    judgements by another checkpoint, of other texts, from before fingerprints, and judgements of these very
-    texts by this judge under another template key (another prompt, or another ``"auto"`` answer prefix)."""
-    legacy = judge = texts = 0
-    templates: dict[str, int] = {}
-    for key in keys:
-        for other in store.variants(key):
-            if other.legacy:
-                legacy += 1
-            elif other.fingerprint != key.fingerprint:
-                judge += 1
-            else:
-                texts += 1
-        for other in store.other_templates(key):
-            templates[other.template] = templates.get(other.template, 0) + 1
-    tmpl = sum(templates.values())
-    if not legacy + judge + texts + tmpl:
-        return None
-    parts = [f"{judge} by another checkpoint or setting of judge {keys[0].judge!r}" if judge else "",
-             f"{texts} of other texts (another data set or edited texts under the same ids)" if texts else "",
-             f"{legacy} written before judgements carried fingerprints (`jaxrank store adopt` reuses them once "
-             "you know they are this judge's judgements of these texts)" if legacy else "",
-             f"{tmpl} of these very texts by this judge under another template key "
-             f"({', '.join(sorted(templates))}; this run's is {keys[0].template!r}): another prompt or answer "
-             "prefix" if tmpl else ""]
-    return (f"{store.path} holds {legacy + judge + texts + tmpl} judgement(s) of this run's comparisons that are "
-            f"not this run's: {'; '.join(x for x in parts if x)}. They are not reused; this run judges its own.")
 
 
 def template_key(judge) -> str:
@@ -352,7 +352,8 @@ def judge_chunk(judge, store: JudgementStore, name: str, tkey: str, context_id: 
 
 def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget: int | None = None,
                    selection: str = "random", seed: int = 0, chunk: int | None = None,
-                   progress: bool = True, positions: Sequence[int] | None = None) -> StoredComparisons:
+                   progress: bool = True, positions: Sequence[int] | None = None,
+                   reuse: str | os.PathLike | None = None) -> StoredComparisons:
     """Judge the planned comparisons of every context, appending each chunk to ``store`` as it is done.
 
     Args:
@@ -371,6 +372,9 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             :func:`jaxrank.distributed.process_share`); each context's pairs are
             keyed by its id, so a share (or a ``--contexts`` slice) plans exactly
             the pairs a whole run would. Default: every context.
+        reuse: another store, only read (a sharded run's main store, while ``store`` is this
+            process's shard): the planned judgements it holds under their full key are copied
+            into ``store`` and not judged again. An absent file holds nothing.
 
     An ``answer_prefix="auto"`` judge chooses its prefix on ``cs.prefix_sample``
     (:func:`prepare_judge`), the same for every slice and share. Before every
@@ -385,8 +389,10 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         adds nothing to them.
 
     Raises:
-        ValueError: a position outside ``cs``; a budget that cannot be planned for
-            a context (:func:`check_budget`), before anything is judged.
+        ValueError: a position outside ``cs`` or given twice; a budget that cannot be
+            planned for a context (:func:`check_budget`); a ``chunk`` or ``budget`` not an
+            int >= 1, a ``seed`` outside ``[0, 2**32)``, an unknown ``selection`` (each named),
+            before anything is judged.
 
     Warns:
         StoreMismatchWarning: the store holds judgements of this run's comparisons
@@ -394,11 +400,17 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             other texts, before fingerprints, or of these very texts under another
             template key; they are not reused, and the warning says how many of each.
     """
+    chunk = _validate.integer("chunk", chunk, low=1, none=True)
+    budget = _validate.integer("budget", budget, low=1, none=True)
+    seed = check_seed(seed)
+    if selection not in ("random", "no_repeat", "symmetric"):
+        raise ValueError(f"selection must be 'random', 'no_repeat' or 'symmetric', got {selection!r}")
     if not isinstance(store, JudgementStore):
         store = JudgementStore(store)
     if positions is None:
         positions = range(len(cs.ids))
     positions = [int(k) for k in positions]
+    _refuse_repeats("positions", positions, positions)
     bad = [k for k in positions if not 0 <= k < len(cs.ids)]
     if bad:
         raise ValueError(f"positions {bad} outside [0, {len(cs.ids)}) (the contexts of cs)")
@@ -409,7 +421,7 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
     prepare_judge(judge, cs)
     name, tkey, fp = judge.name, template_key(judge), judge_fingerprint(judge)
     chunk = int(chunk or getattr(judge, "chunk", None) or 4 * (getattr(judge, "batch_size", None) or 8))
-    todo, hashes, absent, planned = [], {}, [], []
+    todo, hashes, absent, planned, lists = [], {}, [], [], []
     for k in positions:
         ctx = cs.ids[k]
         i, j = plan_pairs(len(cs.candidates[k]), budget=budget, selection=selection, seed=seed, context_id=ctx)
@@ -418,11 +430,15 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
         keys = [judgement_key(name, tkey, fp, ctx, h, ca[a], ca[b]) for a, b in zip(i.tolist(), j.tolist())]
         if keys:
             planned.append((k, i, j, keys))
+        lists.append((k, i, j, keys))
+    if reuse is not None:
+        copy_held(store, reuse, [key for *_, keys in lists for key in keys])
+    for k, i, j, keys in lists:
         keep = [(a, b) for a, b, key in zip(i.tolist(), j.tolist(), keys) if key not in store]
         absent += [key for key in keys if key not in store]
         if keep:
             todo.append((k, np.array(keep, np.int32)))
-    note = _mismatch_note(store, absent)
+    note = mismatch_note(store, absent)
     if note:
         warnings.warn(note, StoreMismatchWarning, stacklevel=2)
     prefetch = getattr(judge, "prefetch", None)   # a judge that reads each text once (SimilarityJudge): all in one plan

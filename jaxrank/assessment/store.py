@@ -65,13 +65,20 @@ from jaxrank.assessment._store_file import (READABLE_SCHEMAS, SCHEMA_VERSION, TE
                                             StoreDamageWarning, StoreLockedError, StoreScan,
                                             TextHashes, _damaged_path, _FIELDS, _fsync_write, _key_of, _Lock,
                                             _move_aside, _parse, _scan_bytes, _STAMP, check_regular_file,
-                                            check_store, refuse_non_store, repair_store, text_sha)
+                                            check_store, refuse_mixed_texts, refuse_non_store, repair_store,
+                                            text_sha)
 from jaxrank.comparisons import Comparisons, stack_contexts
 
 __all__ = ["JudgementStore", "merge_stores", "Key", "StoredComparisons", "StoreLockedError", "StoreDamageWarning",
            "StoreScan", "DamagedLine", "Conflict", "check_store", "repair_store", "text_sha", "TextHashes",
            "adopt_store", "Adopted", "SCHEMA_VERSION", "READABLE_SCHEMAS", "TEXT_SHA_LENGTH", "NotAStoreError",
-           "StoreConflictError", "check_regular_file"]
+           "StoreConflictError", "check_regular_file", "MERGE_TOLERANCE"]
+
+MERGE_TOLERANCE = 1e-5
+"""How far (absolute, in ``p``) two stores' judgements of one key may differ and still merge
+(:func:`merge_stores`): the same judge on one device and on a mesh of several differs by float rounding
+(about ``1e-7``); the first value written is kept, as for concurrent writers. A larger difference is a
+real disagreement (another model, other settings) and stops the merge."""
 
 
 class StoredComparisons(NamedTuple):
@@ -310,7 +317,9 @@ class JudgementStore:
                 contexts.
 
         Raises:
-            ValueError: no matching records, or several judges/templates/fingerprints mixed.
+            ValueError: no matching records, several judges/templates/fingerprints mixed, or (without
+                ``hashes``) one context's judgements made of different texts under the same ids (a text
+                edited and judged again): pass ``hashes=`` to choose the texts.
         """
         self.refresh()
         recs = self.records(judge=judge, template=template, fingerprint=fingerprint, hashes=hashes)
@@ -323,6 +332,8 @@ class JudgementStore:
             if chosen is None and len(seen) > 1:
                 shown = ", ".join(sorted(x or "'' (written before fingerprints)" for x in seen))
                 raise ValueError(f"{self.path} holds several {field}s ({shown}); choose one with {field}=")
+        if hashes is None:
+            refuse_mixed_texts(self.path, recs)
         by_ctx: dict[str, list[dict]] = {}
         for r in recs:
             by_ctx.setdefault(str(r["context"]), []).append(r)
@@ -353,7 +364,9 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
     in a shard (a torn last line of a killed writer included) is not merged and
     a :class:`StoreDamageWarning` names it; ``jaxrank store repair SHARD`` moves
     it aside. Rerunning the merge (or merging a shard that grew since) appends
-    only what is new, so a merge is safe to repeat.
+    only what is new, so a merge is safe to repeat. Two judgements of one key
+    whose ``p`` differ by at most :data:`MERGE_TOLERANCE` (float rounding: the
+    same judge on one device and on a mesh) merge, the first one written kept.
 
     Args:
         path: the merged store (created if absent).
@@ -365,8 +378,9 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
 
     Raises:
         ValueError: no shards, a shard that does not exist, one key with
-            different ``p`` in two stores (names both), or one key stored twice
-            with different records within a shard.
+            ``p`` more than :data:`MERGE_TOLERANCE` apart in two stores (names
+            both; a :class:`StoreConflictError`), or one key stored twice with
+            different records within a shard.
     """
     if not shards:
         raise ValueError("shards is empty: give the store shards to merge")
@@ -393,9 +407,9 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
         for rec in recs:
             key = _key_of(rec)
             old = out.get(key)
-            if old is not None and float(old["p"]) != float(rec["p"]):
+            if old is not None and not abs(float(old["p"]) - float(rec["p"])) <= MERGE_TOLERANCE:
                 raise StoreConflictError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in "
-                                         f"{shard}")
+                                         f"{shard} (more than MERGE_TOLERANCE={MERGE_TOLERANCE:g} apart)")
             source.setdefault(key, str(shard))
         out.append(recs)
     return len(out) - before

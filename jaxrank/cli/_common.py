@@ -95,6 +95,10 @@ def reading_options(p):
                    help="LLM judges: stop instead of warning when the labels hold less than --min-label-mass")
 
 
+SERVER_DEFAULTS = {"api_key_env": "OPENAI_API_KEY", "max_concurrency": 8, "timeout": 60.0, "max_retries": 5}
+"""The defaults of the server options (:func:`server_options`) other than ``--base-url``."""
+
+
 def server_options(p):
     """``--base-url``, ``--api-key-env``, ``--max-concurrency``: a judge behind an OpenAI-compatible server."""
     p.add_argument("--base-url", default=None, metavar="URL",
@@ -102,15 +106,15 @@ def server_options(p):
                         "hosted API), e.g. http://127.0.0.1:8000/v1; p is read from the labels' returned "
                         "log-probabilities (or sampled answers where it gives none); --answer-prefix TEXT sends "
                         "the completions endpoint a raw prompt, else the chat endpoint is used")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+    p.add_argument("--api-key-env", default=SERVER_DEFAULTS["api_key_env"], metavar="NAME",
                    help="--judge server:MODEL: the environment variable holding the API key (default "
                         "OPENAI_API_KEY; none sent when unset; never written to a store or report)")
-    p.add_argument("--max-concurrency", type=int, default=8, metavar="N",
+    p.add_argument("--max-concurrency", type=int, default=SERVER_DEFAULTS["max_concurrency"], metavar="N",
                    help="--judge server:MODEL: requests in flight at most (default 8; halved after a timeout)")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=float, default=SERVER_DEFAULTS["timeout"], metavar="SECONDS",
                    help="--judge server:MODEL: seconds to wait for one answer, time queued at the server included "
                         "(default 60)")
-    p.add_argument("--max-retries", type=int, default=5, metavar="N",
+    p.add_argument("--max-retries", type=int, default=SERVER_DEFAULTS["max_retries"], metavar="N",
                    help="--judge server:MODEL: times a failed request is sent again, with backoff (default 5)")
 
 
@@ -125,6 +129,80 @@ def server_settings(args) -> dict:
         raise UsageError(f"jaxrank: --max-retries must be >= 0, got {args.max_retries}")
     return dict(api_key_env=args.api_key_env, max_concurrency=args.max_concurrency, timeout=args.timeout,
                 max_retries=args.max_retries)
+
+
+def check_run_options(args) -> None:
+    """``judge``/``assess``: the options checked before any data or model is read (once per ``args``):
+    ``--seed`` in ``[0, 2**32)`` (the PRNG takes 32 bits: a larger seed would plan a smaller one's pairs), and
+    the server options' values (:func:`server_settings`) whatever the judge, with a note on stderr when they
+    are given with a local judge, which does not use them."""
+    if getattr(args, "run_options_checked", False):
+        return
+    if getattr(args, "seed", None) is not None and not 0 <= args.seed < 2 ** 32:
+        raise UsageError(f"jaxrank: --seed must lie in [0, 2**32) (a 32-bit PRNG seed), got {args.seed}")
+    if hasattr(args, "max_concurrency"):
+        server_settings(args)
+        given = [f"--{n.replace('_', '-')}" for n, default in SERVER_DEFAULTS.items() if getattr(args, n) != default]
+        if given and not str(args.judge).startswith("server:"):
+            print(f"note: {', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to a judge behind a server "
+                  f"(--judge server:MODEL); --judge {args.judge} is a local model and does not use "
+                  f"{'it' if len(given) == 1 else 'them'}", file=sys.stderr)
+    args.run_options_checked = True
+
+
+def check_budget_option(args, cs) -> None:
+    """``--budget`` (with ``--selection``) against every context's candidates, before any model loads:
+    a one-line usage error naming the option when a context's comparisons cannot be planned
+    (:func:`jaxrank.assessment.run.check_budget`)."""
+    from jaxrank.assessment.run import check_budget
+
+    if args.budget is None:
+        return
+    selection = args.selection or "random"
+    for ctx, cands in zip(cs.ids, cs.candidates):
+        why = check_budget(len(cands), args.budget, selection)
+        if why:
+            why = why.replace(f"budget {args.budget}", f"--budget {args.budget}", 1)
+            raise UsageError(f"jaxrank: context {ctx} (--selection {selection}): {why}")
+
+
+def option_message(error) -> str:
+    """An error of :func:`jaxrank.assessment.run.contexts_of` in the words of the command line: its
+    ``contexts`` argument is ``--contexts``."""
+    text = str(error)
+    return "--" + text if text.startswith("contexts ") else text
+
+
+REPORT_DEFAULTS = {"contexts": ":", "candidates": None, "budget": None, "selection": None, "seed": 0,
+                   "template": "poe", "soft_prompt": None, "weights": "float", "answer_prefix": "auto",
+                   "min_label_mass": 0.5, "strict": False, "debias": "none", "active_batch": 4,
+                   "rank_confidence": 0.9, "stop_rule": "spearman", "score_prior": 0.0}
+"""The ``assess`` options that change its report (beyond ``--data``, ``--aspect``, ``--judge`` and
+``--active``, which its file name spells out), with their defaults (the ``--active`` ones as filled in)."""
+
+
+def report_stem(args, methods, default_methods, *, active: bool) -> str:
+    """The file name (without suffix) of ``assess``'s report and scores: ``assess-DATA-ASPECT-JUDGE``
+    (``-active``), and, where any option that changes the report (:data:`REPORT_DEFAULTS`, ``--methods``)
+    differs from its default, a short hash of those options, so two runs that differ in them do not
+    overwrite each other's files (the default run keeps the plain name)."""
+    import hashlib
+    import json
+
+    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}" + ("-active" if active else "")
+    chosen = {}
+    for name, default in REPORT_DEFAULTS.items():
+        value = getattr(args, name, default)
+        if name == "template" and (isinstance(value, DefaultName) or getattr(args, "template_builtin", False)):
+            continue                                  # the default prompt (for a data file: its generic seed)
+        if value != default and (active or name not in ("active_batch", "rank_confidence", "stop_rule",
+                                                        "score_prior")):
+            chosen[name] = str(value)
+    if tuple(methods) != tuple(default_methods):
+        chosen["methods"] = ",".join(methods)
+    if not chosen:
+        return stem
+    return f"{stem}-{hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:8]}"
 
 
 def server_judge(args, *, answer_prefix=None):
@@ -179,7 +257,8 @@ def make_judge(args, *, answer_prefix=None):
     if lm.architecture == "bert":
         own_file = getattr(args, "data_file", None) is not None and args.template == "zepo"   # set for a file
         ignored = [o for o, on in (("--template", args.template != "poe" and not own_file),
-                                    ("--answer-prefix", getattr(args, "answer_prefix", "auto") != "auto"),
+                                    ("--answer-prefix", getattr(args, "answer_prefix", "auto") != "auto"
+                                     and not isinstance(args.answer_prefix, DefaultName)),
                                     ("--strict", getattr(args, "strict", False)),
                                     ("--min-label-mass", getattr(args, "min_label_mass", 0.5) != 0.5)) if on]
         if ignored:
@@ -255,7 +334,7 @@ def contexts(args):
         ds = load_dataset(args.data)
         cs = contexts_of(ds, aspect=args.aspect, contexts=args.contexts, max_candidates=args.candidates)
     except (ValueError, FileNotFoundError) as e:
-        raise UsageError(f"jaxrank: {e}")
+        raise UsageError(f"jaxrank: {option_message(e)}")
     if args.budget is not None and args.budget < 1:
         raise UsageError("jaxrank: --budget must be >= 1")
     return cs

@@ -169,10 +169,11 @@ def data_contexts(args, *, labels: bool = True):
     try:
         cs = contexts_of(ds, aspect=column, contexts=args.contexts, max_candidates=args.candidates)
     except ValueError as e:
-        _fail(f"--data {args.data_file}: {e}")
+        _fail(f"--data {args.data_file}: {common.option_message(e)}")
     if column is None or not any(np.isfinite(x).any() for x in cs.labels):
         cs = dataclasses.replace(cs, labels=[np.full(len(c), np.nan, np.float32) for c in cs.candidates])
         column = None
+    args.score_column = column                   # the report's title names the scores it compares with
     if labels:
         print(f"--data {args.data_file}: {len(cs.ids)} context{'s' * (len(cs.ids) != 1)}, "
               f"{sum(map(len, cs.candidates))} candidates, " +
@@ -250,6 +251,7 @@ def run_diagnose(args):
 
     if args.diagnose < 1:
         raise UsageError(f"jaxrank: --diagnose must be >= 1 pair, got {args.diagnose}")
+    common.check_run_options(args)
     cs = data_contexts(args)
     judge = common.make_judge(args)
     if not hasattr(judge, "reading"):
@@ -270,22 +272,6 @@ def run_diagnose(args):
         print(f"\n# {args.data} {args.aspect}, {title}\n\n{d.markdown()}", flush=True)
 
 
-def check_budget_option(args, cs) -> None:
-    """``--budget`` (with ``--selection``) against every context's candidates, before any model loads:
-    a one-line usage error naming the option when a context's comparisons cannot be planned
-    (:func:`jaxrank.assessment.run.check_budget`)."""
-    from jaxrank.assessment.run import check_budget
-
-    if args.budget is None:
-        return
-    selection = args.selection or "random"
-    for ctx, cands in zip(cs.ids, cs.candidates):
-        why = check_budget(len(cands), args.budget, selection)
-        if why:
-            why = why.replace(f"budget {args.budget}", f"--budget {args.budget}", 1)
-            raise UsageError(f"jaxrank: context {ctx} (--selection {selection}): {why}")
-
-
 def run_judge(args, judge=None, cs=None):
     """Run ``jaxrank judge``: the whole data set, or this process's share of it into its own store shard.
 
@@ -298,14 +284,15 @@ def run_judge(args, judge=None, cs=None):
     from jaxrank.assessment.run import judge_contexts
     from jaxrank.distributed import process_share, shard_store_path
 
+    common.check_run_options(args)
     num_processes, process_id, coordinator = common.processes(args)
     if cs is None:
         cs = data_contexts(args)
-        check_budget_option(args, cs)
+        common.check_budget_option(args, cs)
     judge = common.make_judge(args) if judge is None else judge
-    store = common.store_path(args, judge)
+    store = main = common.store_path(args, judge)
     positions = None
-    if num_processes > 1:
+    if num_processes > 1:       # into its own shard; what the main store holds already is copied, not judged
         positions = process_share(cs.ids, process_id, num_processes)
         store = shard_store_path(store, process_id, num_processes)
         if not positions:
@@ -316,7 +303,8 @@ def run_judge(args, judge=None, cs=None):
             return cs, None, judge
     t0 = time.perf_counter()
     sel = judge_contexts(judge, cs, store, budget=args.budget, selection=args.selection or "random",
-                         seed=args.seed, progress=not args.no_progress, positions=positions)
+                         seed=args.seed, progress=not args.no_progress, positions=positions,
+                         reuse=None if positions is None else main)
     n = int(np.sum(np.asarray(sel.comparisons.weight) > 0))
     share = "" if positions is None else f" (process {process_id} of {num_processes}: {len(positions)} of them)"
     print(f"{n} judgements of {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}{share} in {store} "
@@ -341,9 +329,10 @@ def _judge_shares_then_merge(args, num_processes, process_id):
     from jaxrank.assessment.store import merge_stores
     from jaxrank.distributed import shard_store_path
 
+    common.check_run_options(args)
     common.processes(args)                  # join JAX's runtime before any JAX work: the model loads after
     cs = data_contexts(args)
-    check_budget_option(args, cs)           # before the model loads
+    common.check_budget_option(args, cs)    # before the model loads
     judge = common.make_judge(args)
     cs, _, _ = run_judge(args, judge, cs)      # ends at a barrier: every share is judged when it returns
     if process_id != 0:
@@ -422,7 +411,8 @@ def _truncation_lines(args, judge, cs, sel) -> list[str]:
 
 
 def run_assess(args):
-    """Run ``jaxrank assess``."""
+    """Run ``jaxrank assess``: the report and scores go to ``--output`` under the name
+    :func:`jaxrank.cli._common.report_stem` gives (another name for other options that change the report)."""
     from jaxrank.assessment.report import assess_comparisons
     from jaxrank.assessment.run import stored_labels
 
@@ -439,6 +429,7 @@ def run_assess(args):
         raise UsageError(f"jaxrank: --methods names {', '.join(m for m in methods if names.count(m) > 1)} more "
                          "than once")
     _active_options(args)
+    common.check_run_options(args)
     resolve_data(args)
     if not str(args.output).strip():
         raise UsageError("jaxrank: --output is empty; give the folder for the report and scores")
@@ -486,13 +477,14 @@ def run_assess(args):
                  "stopped": [str(run.stopped[r]) for r in range(len(rep.contexts))],
                  "confidence": [f"{run.confidence[r]:.3f}" for r in range(len(rep.contexts))]}
     data = f"{args.data_file.name} ({args.data})" if getattr(args, "data_file", None) else args.data
-    title = f"{data} {args.aspect}: judge {args.judge}, {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}"
+    scores = getattr(args, "score_column", None) or args.aspect      # a file's human scores: the column read
+    title = f"{data} {scores}: judge {args.judge}, {len(sel.contexts)} context{'s' * (len(sel.contexts) != 1)}"
     text = rep.markdown(title, preamble=([run.summary(), ""] if run else []) + _reading_lines(args, judge, cs, sel)
                         + _truncation_lines(args, judge, cs, sel), extra=extra)
     print("\n" + text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}" + ("-active" if run else "")
+    stem = common.report_stem(args, methods, _report_methods(), active=bool(run))
     (out / f"{stem}.md").write_text(text + "\n")
     with (out / f"{stem}-scores.csv").open("w", newline="") as fh:
         w = csv.writer(fh)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from jaxrank.cli._common import DefaultName
 from jaxrank.cli._errors import UsageError
 
 
@@ -29,8 +30,10 @@ def add_parser(sub):
                          "(.csv, .jsonl, ... as for jaxrank judge --data)")
     st.add_argument("--template-key", dest="template_key", default=None,
                     help="adopt: only the judgements of this stored template key (default: all of the judge's)")
-    st.set_defaults(template="poe", aspect=None, batch_size=8, soft_prompt=None, answer_prefix="none",
-                    min_label_mass=0.5, strict=False)
+    # what make_judge reads, as defaults adopt has no option for: DefaultName marks them unwritten, so a file
+    # named poe in this folder is no ambiguous --template and no note calls them given to a similarity judge
+    st.set_defaults(template=DefaultName("poe"), aspect=None, batch_size=8, soft_prompt=None,
+                    answer_prefix=DefaultName("none"), min_label_mass=0.5, strict=False)
 
 
 def run(args):
@@ -94,7 +97,7 @@ def _adopt(args):
         raise SystemExit(f"jaxrank: {args.path}: no such file")
     from jaxrank.assessment.run import contexts_of, judge_fingerprint, text_hashes
     from jaxrank.assessment.store import adopt_store
-    from jaxrank.cli._common import DefaultName, make_judge
+    from jaxrank.cli._common import make_judge
     from jaxrank.cli.assess import resolve_data
     from jaxrank.data import load_dataset
 
