@@ -36,10 +36,11 @@ def add_parser(sub):
                    help="poe_bradley_terry: s.e. by the Laplace approximation; poe_gaussian(_hard): s.e. from the "
                         "posterior (W^T D W)^+ scaled by the residual variance sigma^2 = sum w r^2 / "
                         "(R - N + components) (n/a without residual degrees of freedom); others: no s.e.")
-    r.add_argument("--debias", choices=DEBIAS, default="none",
+    r.add_argument("--debias", choices=DEBIAS, default=None,
                    help="mean/learn: PoE bias terms (beta or gamma; d = s_A - s_B - gamma, so a bias towards "
                         "position A is a negative gamma); threshold: eq. 9-10 reweighting; "
-                        "permutation: average both orders")
+                        "permutation: average both orders (default none; learn for the football default "
+                        "with poe_bradley_terry)")
     r.add_argument("--output", "-o", help="write every score (rank, item, score, stderr, games) to this .csv, "
                                           ".json (one array of objects) or .jsonl file (one object a line); with a "
                                           "context column when the input has one; an item in no judged "
@@ -54,7 +55,13 @@ def add_parser(sub):
 
 
 def _default_football(args):
+    """Point ``args`` at the football results (no INPUT); ``--debias`` learn unless given (``None`` = not given)."""
     from jaxrank.data import data_dir
+    for option in ("p", "outcome"):
+        if getattr(args, option):
+            raise UsageError(f"jaxrank: --{option} {getattr(args, option)!r} names a column of your INPUT, but no "
+                             "INPUT was given: the embedded football results are read from their score columns "
+                             f"(home_score, away_score); give the comparison file, or leave out --{option}")
     try:
         args.input = str(data_dir() / "international_football" / "results.csv")
     except FileNotFoundError as e:
@@ -62,8 +69,9 @@ def _default_football(args):
     args.item_a, args.item_b = args.item_a or "home_team", args.item_b or "away_team"
     args.score_a, args.score_b = args.score_a or "home_score", args.score_b or "away_score"
     if args.method == "poe_bradley_terry":
-        args.debias = "learn" if args.debias == "none" else args.debias
+        args.debias = "learn" if args.debias is None else args.debias      # an explicit --debias none is kept
         args.score_prior = 0.1 if args.score_prior is None else args.score_prior
+    args.debias = args.debias or "none"
     print(f"no INPUT given: ranking the embedded default {args.input}\n"
           f"  (home team in position A; --debias {args.debias}"
           + ("" if args.score_prior is None else f"; --score-prior {args.score_prior}") + ")", file=sys.stderr)
@@ -78,7 +86,7 @@ def _check_rank_options(args):
     if args.score_prior is not None and not 0 <= args.score_prior < float("inf"):
         raise UsageError(f"jaxrank: --score-prior must be a finite number >= 0, got {args.score_prior}")
     try:
-        scorer_table.check_debias(args.method, args.debias, argument="--debias")
+        scorer_table.check_debias(args.method, args.debias or "none", argument="--debias")
     except ValueError as e:
         raise UsageError(f"jaxrank: {e}")
     if args.output is not None and not args.output.strip():
@@ -232,6 +240,7 @@ def run(args):
     _check_rank_options(args)
     if args.input is None:
         _default_football(args)
+    args.debias = args.debias or "none"                  # not given: none
     t0 = time.perf_counter()
     from jaxrank.io import read_comparisons
     try:
