@@ -29,7 +29,12 @@ from memory once a call) plus ~2.85 ms a token: ~31 tokens' worth. ``0`` with ``
 def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
     """The batch size of one call: ``judge.batch_size``, or with ``batch_size="auto"`` on an accelerator the
     largest of :data:`~jaxrank.judges._buckets.AUTO_ROWS` whose rows (:func:`decoder_row_bytes`) fit in
-    60% of the device memory free now (rows split over a mesh's data axis, heads over its model axis)."""
+    60% of the device memory free now (rows split over a mesh's data axis, heads over its model axis).
+
+    On a mesh whose model axis does not divide ``num_key_value_heads`` the cache and the new keys and
+    values are held whole on every device (:func:`~jaxrank.models.partition.kv_heads_split`), and the
+    logits read where it does not divide the vocabulary: those terms count whole per device, the rest
+    divided by the model axis."""
     if not getattr(judge, "auto_batch", False):
         return judge.batch_size
     mesh = getattr(model, "mesh", None)
@@ -38,13 +43,21 @@ def rows_per_call(judge, model, cache_slots: int, new_tokens: int) -> int:
     if "bytes_limit" not in stats:
         return judge.batch_size
     free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    config = judge.lm.config
     wq = judge.lm.model.weights()["wq"]
-    fused = attention_kernel(judge.lm.config, None if isinstance(wq, QuantisedWeight) else wq.dtype) == "fused"
-    row = decoder_row_bytes(judge.lm.config, cache_slots, new_tokens,
-                            np.dtype(judge.cache_dtype or np.float32).itemsize, width=judge.reading.width,
-                            fused_attention=fused)
+    fused = attention_kernel(config, None if isinstance(wq, QuantisedWeight) else wq.dtype) == "fused"
+    itemsize = np.dtype(judge.cache_dtype or np.float32).itemsize
+    width = judge.reading.width
+    row = decoder_row_bytes(config, cache_slots, new_tokens, itemsize, width=width, fused_attention=fused)
     data, split = getattr(model, "data_size", 1), getattr(model, "model_size", 1)
-    return data * rows_that_fit(-(-row // split), free)
+    whole = 0                                 # bytes of a row every device holds in full
+    if split > 1 and config.num_key_value_heads % split:
+        # the cache row and the new keys and values, as decoder_row_bytes counts them
+        whole += 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * (
+            int(cache_slots) * itemsize + int(new_tokens) * 4)
+    if split > 1 and config.vocab_size % split:
+        whole += 4 * width * config.vocab_size
+    return data * rows_that_fit(whole + -(-(row - whole) // split), free)
 
 
 def padded(judge, rows: list[list[int]], b: int, length: int | None = None) -> tuple[np.ndarray, np.ndarray]:

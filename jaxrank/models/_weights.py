@@ -26,17 +26,80 @@ def release_pages(array: Any) -> None:
     Reading a tensor out of a memory-mapped file leaves its pages resident and
     counted in the process RSS; after the tensor has been copied into its
     parameter they are not needed again (a later read faults them back in
-    from the file). Page-aligned interior only; a no-op for arrays that are
-    not views of a ``np.memmap`` or where ``madvise`` is unavailable.
+    from the file). ``array`` may be a ``np.memmap`` or any view of one (the
+    chain of ``.base`` is followed: :func:`~jaxrank.models.loading.read_safetensors`
+    returns ``np.frombuffer`` views of its file's map). Page-aligned interior
+    only; a no-op for other arrays or where ``madvise`` is unavailable.
     """
-    mm = getattr(array, "_mmap", None)
-    if not isinstance(mm, mmap.mmap) or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    mm = _mapping(array)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return
     start = array.ctypes.data - np.frombuffer(mm, np.uint8).ctypes.data
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     last = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
     if 0 <= first < last <= len(mm):
         mm.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def _mapping(array: Any) -> mmap.mmap | None:
+    """The ``mmap.mmap`` under ``array`` (its own ``_mmap``, or one along its chain of ``.base``), or ``None``."""
+    if not isinstance(array, np.ndarray):
+        return None
+    b: Any = array
+    for _ in range(64):
+        if b is None:
+            return None
+        if isinstance(b, mmap.mmap):
+            return b
+        mm = getattr(b, "_mmap", None)
+        if isinstance(mm, mmap.mmap):
+            return mm
+        b = getattr(b, "base", None)
+        if isinstance(b, memoryview):
+            b = b.obj
+    return None
+
+
+QUANT_SUFFIXES = ("_scale", "_zero_point", "_scale_inv", ".scales", ".qweight", ".qzeros", ".g_idx", ".absmax",
+                  ".quant_map", ".quant_state")
+"""Name endings of the extra tensors quantised checkpoints carry (compressed-tensors, FP8, GPTQ, AWQ,
+bitsandbytes): a checkpoint holding one is refused, not loaded without them."""
+
+
+def float_tensor(name: str, value: Any) -> Any:
+    """``value`` after checking that it is not an integer or boolean array (a quantised checkpoint's
+    codes, which a cast to float would turn into wrong weights without an error).
+
+    Raises:
+        ValueError: naming the tensor and its dtype.
+    """
+    dt = getattr(value, "dtype", None)
+    if dt is not None and np.dtype(dt).kind in "iub":
+        raise ValueError(f"checkpoint tensor {name!r} has dtype {np.dtype(dt).name}: the checkpoint is quantised "
+                         "(integer codes with scales), which jaxrank does not read; load its float (bfloat16 / "
+                         "float16 / float32) safetensors or a GGUF file (weights='quantised' quantises on load)")
+    return value
+
+
+def check_leftovers(extra: Collection[str], *, owner: str) -> None:
+    """Refuse or report checkpoint tensors the loader did not take.
+
+    Args:
+        extra: the names left over.
+        owner: the model's name for the message.
+
+    Raises:
+        ValueError: a leftover is a quantisation tensor (:data:`QUANT_SUFFIXES`): the weights beside it
+            are not what they seem.
+    """
+    extra = sorted(extra)
+    quant = [k for k in extra if k.endswith(QUANT_SUFFIXES)]
+    if quant:
+        raise ValueError(f"{owner}: the checkpoint holds quantisation tensors jaxrank does not read "
+                         f"({len(quant)}, e.g. {quant[:3]}): it is a quantised checkpoint; load its float "
+                         "safetensors or a GGUF file")
+    if extra:
+        warnings.warn(f"{owner}: ignoring {len(extra)} unexpected checkpoint tensors: {extra[:10]}", stacklevel=4)
 
 
 def stacked_param(tensors: list, dtype) -> jax.Array:

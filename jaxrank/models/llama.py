@@ -55,7 +55,7 @@ from ._llama_core import (  # noqa: F401  (_pick: used by the tests; _key_rows: 
 )
 from . import _quant, _quant_layers
 from ._quant import QuantisedWeight  # noqa: F401  (re-exported: weights kept quantised)
-from ._weights import checked_array, release_pages, stacked_param
+from ._weights import check_leftovers, checked_array, float_tensor, release_pages, stacked_param
 from .llama_config import SUPPORTED_MODEL_TYPES, SUPPORTED_ROPE_TYPES, LlamaConfig  # noqa: F401  (re-exported)
 
 __all__ = [
@@ -305,15 +305,22 @@ def extend_with_vectors(config: LlamaConfig, weights: Mapping[str, jax.Array], c
 
 # ------------------------------------------------------------------------ loading
 def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float32) -> dict[str, jax.Array]:
-    """Parameters in ``dtype``, built one at a time (lean: see :func:`load_state_dict`)."""
+    """Parameters in ``dtype``, built one at a time (lean: see :func:`load_state_dict`); an integer
+    tensor is refused, tensors left over reported (:func:`~jaxrank.models._weights.check_leftovers`)."""
+    used: set[str] = set()
+
     def key_of(name):
         for key in (name, "model." + name if not name.startswith("lm_head") else name):
             if key in t:
+                used.add(key)
                 return key
         raise ValueError(f"checkpoint lacks tensor {name!r}")
 
+    def read(key):
+        return float_tensor(key, t[key])
+
     def get(name):
-        value = t[key_of(name)]
+        value = read(key_of(name))
         if isinstance(value, QuantisedWeight):
             return _quant.to_device(value)
         arr = np.asarray(value)
@@ -324,8 +331,8 @@ def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float
     def stack(fmt, rows=None):
         keys = [key_of(fmt.format(i)) for i in range(cfg.num_hidden_layers)]
         if rows is None:
-            return _stack([lambda k=k: t[k] for k in keys], dtype)
-        return _stack([lambda k=k: _rows(t[k], rows) for k in keys], dtype)
+            return _stack([lambda k=k: read(k) for k in keys], dtype)
+        return _stack([lambda k=k: _rows(read(k), rows) for k in keys], dtype)
 
     a = "model.layers.{}.self_attn."
     m = "model.layers.{}.mlp."
@@ -361,6 +368,8 @@ def _hf_to_params(cfg: LlamaConfig, t: Mapping[str, np.ndarray], dtype=jnp.float
     if cfg.mlp_bias:
         p.update(b_gate=stack(m + "gate_proj.bias"), b_up=stack(m + "up_proj.bias"),
                  b_down=stack(m + "down_proj.bias"))
+    check_leftovers([k for k in t if k not in used and not k.endswith("rotary_emb.inv_freq")
+                     and not (k == "lm_head.weight" and cfg.tie_word_embeddings)], owner=cfg.model_type)
     return p
 
 
@@ -396,13 +405,19 @@ def load_state_dict(model_or_config: LlamaModel | LlamaConfig,
             accelerator ever holds the whole model, so a model larger than one device loads. Host memory
             holds the weights in ``dtype`` once while loading.
 
+    Tensors no parameter takes are reported with a ``UserWarning`` (a tied checkpoint's
+    ``lm_head.weight`` and RoPE ``inv_freq`` buffers excepted).
+
     Raises:
-        ValueError: a tensor is missing or has the wrong shape, or ``mesh`` does not fit the model
-            (:func:`~jaxrank.models.partition.param_specs`).
+        ValueError: a tensor is missing, has the wrong shape or an integer dtype; the checkpoint holds
+            quantisation tensors (``*_scale``, ``*_zero_point``...); or ``mesh`` is not a mesh with axes
+            ``"data"`` / ``"model"`` only (:func:`~jaxrank.models.partition.gspmd_mesh`) or does not fit
+            the model (:func:`~jaxrank.models.partition.param_specs`), checked before any tensor is read.
     """
     if isinstance(model_or_config, LlamaConfig) and mesh is not None:
-        from jaxrank.models.partition import param_shardings   # partition imports this module
+        from jaxrank.models.partition import check_mesh, param_shardings   # partition imports this module
 
+        mesh = check_mesh(model_or_config, mesh)
         with jax.default_device(jax.devices("cpu")[0]):
             params = _hf_to_params(model_or_config, tensors, dtype)
         for n in list(params):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,10 @@ __all__ = ["LlamaConfig", "SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "SUPP
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "longrope")
+_ROPE_KEYS = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                                "original_max_position_embeddings")}
+"""The keys each scaled RoPE type reads (transformers' ``_compute_linear_scaling_rope_parameters``,
+``_compute_llama3_parameters``)."""
 SUPPORTED_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
                          "gelu_tanh": "gelu_tanh"}
 """Hugging Face ``hidden_act`` / ``hidden_activation`` names -> the core's activation."""
@@ -93,14 +98,19 @@ class LlamaConfig:
             multiplied by it (Gemma: ``sqrt(hidden_size)``).
         query_scale: attention scores are ``q.k * query_scale`` (``None``:
             ``head_dim ** -0.5``; Gemma: ``query_pre_attn_scalar ** -0.5``).
-        attn_softcap: attention scores become ``c * tanh(s / c)`` (Gemma 2).
+        attn_softcap: attention scores become ``c * tanh(s / c)`` (Gemma 2; a
+            Gemma 3 config's ``attn_logit_softcapping`` is ignored, as
+            transformers' ``Gemma3Attention`` ignores it).
         final_softcap: output logits become ``c * tanh(z / c)`` (Gemma 2).
         qk_norm: per-head RMSNorm of queries and keys before RoPE (Qwen3,
             Gemma 3).
         sandwich_norms: RMSNorm of the attention and MLP outputs before their
             residual adds (Gemma 2/3: four norms per layer).
-        local_rope_theta: RoPE base of the sliding-window layers, unscaled
+        local_rope_theta: RoPE base of the sliding-window layers
             (Gemma 3; ``None``: every layer uses ``rope_theta`` and the scaling).
+        local_rope_scaling: the sliding-window layers' own scaling, as
+            ``rope_scaling`` (Gemma 3 in the transformers 5 layout,
+            ``rope_parameters["sliding_attention"]``; ``None``: unscaled).
         rotary_dim: RoPE turns the first ``rotary_dim`` channels of a head
             (``None``: all; Phi's ``partial_rotary_factor``).
         hard_window: positions past ``max_position_embeddings`` need maths this
@@ -144,6 +154,7 @@ class LlamaConfig:
     qk_norm: bool = False
     sandwich_norms: bool = False
     local_rope_theta: float | None = None
+    local_rope_scaling: tuple[tuple[str, Any], ...] | None = None
     rotary_dim: int | None = None
     hard_window: bool = False
     attention_kernel: str = "auto"
@@ -154,6 +165,8 @@ class LlamaConfig:
         if self.attention_kernel == "fused" and self.attn_softcap is not None:
             raise ValueError("attention_kernel='fused' cannot soft-cap attention scores (attn_softcap is set): "
                              "use attention_kernel='einsum'")
+        _check_scaling(dict(self.rope_scaling or ()), "rope_scaling")
+        _check_scaling(dict(self.local_rope_scaling or ()), "local_rope_scaling")
 
     @classmethod
     def from_hf(cls, cfg: Mapping[str, Any]) -> LlamaConfig:
@@ -170,9 +183,17 @@ class LlamaConfig:
         e.g. Gemma 2's soft-caps 50 / 30, Phi-3's ``rms_norm_eps`` 1e-5, a 4096
         window for Mistral and Gemma, the family's ``max_position_embeddings``).
 
+        As transformers: ``attention_bias`` is ignored for Phi-3 and Mistral
+        (no biases), ``mlp_bias`` read for Llama alone, Gemma 3's
+        ``attn_logit_softcapping`` ignored; a ``llama3`` scaling without
+        ``original_max_position_embeddings`` takes ``max_position_embeddings``.
+
         Raises:
-            ValueError: unknown ``model_type``, activation or rope scaling type; a
-                required size missing or null (names every such key).
+            ValueError: unknown ``model_type``, activation or rope scaling type
+                (Gemma 3's sliding layers: ``default``, ``linear`` or ``llama3``); a
+                scaling lacking a key it reads or with a factor that is not a
+                positive number (names the key); a required size missing or null
+                (names every such key).
         """
         missing = [k for k in _REQUIRED if cfg.get(k) is None]
         if missing:
@@ -202,12 +223,22 @@ class LlamaConfig:
         longrope = _longrope(cfg, scaling, head_dim, rp, mt) if rtype == "longrope" else None
         if longrope is not None:
             rtype = "default"
-        scaling = None if rtype == "default" else tuple(sorted(
-            (k, v) for k, v in dict(scaling, rope_type=rtype).items()
-            if k not in ("type", "rope_theta", "partial_rotary_factor") and not isinstance(v, (list, dict))))
+        max_pos = int(_get(cfg, mt, "max_position_embeddings"))
+        scaling = _scaling_items(scaling, rtype, max_pos, "rope_scaling" if cfg.get("rope_scaling") else
+                                 "rope_parameters")
+        local_scaling = None
+        if local_rp:
+            ltype = local_rp.get("rope_type", local_rp.get("type", "default"))
+            if ltype not in ("default", *_ROPE_KEYS):
+                raise ValueError(f"rope_parameters['sliding_attention'] has rope_type {ltype!r}, which is not "
+                                 f"supported for the sliding-window layers; supported: default, "
+                                 f"{', '.join(_ROPE_KEYS)}")
+            local_scaling = _scaling_items(local_rp, ltype, max_pos, "rope_parameters['sliding_attention']")
         n_layers = int(cfg["num_hidden_layers"])
         if mt == "qwen2":
             qkv_bias, o_bias = True, False
+        elif mt in ("phi3", "mistral"):     # transformers' Phi3Attention / MistralAttention: never a bias
+            qkv_bias = o_bias = False
         else:
             qkv_bias = o_bias = bool(cfg.get("attention_bias", False))
         factors = cfg.get("rope_freq_factors")
@@ -220,8 +251,8 @@ class LlamaConfig:
             rope_scaling=scaling,
             rope_freq_factors=tuple(float(f) for f in factors) if factors is not None else None,
             tie_word_embeddings=bool(_get(cfg, mt, "tie_word_embeddings")),
-            max_position_embeddings=int(_get(cfg, mt, "max_position_embeddings")),
-            attention_bias=qkv_bias, o_bias=o_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
+            max_position_embeddings=max_pos,
+            attention_bias=qkv_bias, o_bias=o_bias, mlp_bias=mt == "llama" and bool(cfg.get("mlp_bias", False)),
             sliding_windows=_windows(mt, cfg, n_layers), model_type=mt, hidden_act=SUPPORTED_ACTIVATIONS[act],
             qk_norm=mt in ("qwen3", "gemma3_text"))
         if longrope is not None:
@@ -231,6 +262,8 @@ class LlamaConfig:
             kw["rotary_dim"] = None if prf == 1.0 else int(head_dim * prf)
         if gemma:
             caps = [_get(cfg, mt, k) for k in ("attn_logit_softcapping", "final_logit_softcapping")]
+            if mt == "gemma3_text":        # transformers' Gemma3Attention never soft-caps its scores
+                caps[0] = None
             kw.update(norm_offset=1.0, embed_scale=float(hidden ** 0.5), sandwich_norms=True,
                       query_scale=float(_get(cfg, mt, "query_pre_attn_scalar")) ** -0.5,
                       attn_softcap=None if caps[0] is None else float(caps[0]),
@@ -238,6 +271,7 @@ class LlamaConfig:
         if mt == "gemma3_text":
             kw["local_rope_theta"] = float(cfg.get("rope_local_base_freq",
                                                    (local_rp or {}).get("rope_theta", 10000.0)))
+            kw["local_rope_scaling"] = local_scaling
         return cls(**kw)
 
     def inv_freq(self, local: bool = False) -> np.ndarray:
@@ -245,28 +279,67 @@ class LlamaConfig:
 
         Args:
             local: the frequencies of the sliding-window layers: base
-                ``local_rope_theta`` without scaling, where the config has one.
+                ``local_rope_theta`` and ``local_rope_scaling``, where the config has
+                a local base.
         """
-        if local and self.local_rope_theta is not None:
-            d = self.rotary_dim or self.head_dim
-            return (1.0 / (self.local_rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))).astype(np.float32)
         d = self.rotary_dim or self.head_dim
+        if local and self.local_rope_theta is not None:
+            inv = 1.0 / (self.local_rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
+            return _scaled(inv, dict(self.local_rope_scaling or ()))
         inv = 1.0 / (self.rope_theta ** (np.arange(0, d, 2, dtype=np.float32) / d))
         if self.rope_freq_factors is not None:
             inv = inv / np.asarray(self.rope_freq_factors, np.float32)
-        s = dict(self.rope_scaling or ())
-        if s.get("rope_type") == "linear":
-            inv = inv / float(s["factor"])
-        elif s.get("rope_type") == "llama3":  # as transformers' _compute_llama3_parameters
-            factor, lo, hi = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
-            old = float(s["original_max_position_embeddings"])
-            wavelen = 2 * math.pi / inv
-            scaled = np.where(wavelen > old / lo, inv / factor, inv)
-            smooth = (old / wavelen - lo) / (hi - lo)
-            smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-            medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
-            inv = np.where(medium, smoothed, scaled)
-        return inv.astype(np.float32)
+        return _scaled(inv, dict(self.rope_scaling or ()))
+
+
+def _scaled(inv: np.ndarray, s: Mapping[str, Any]) -> np.ndarray:
+    """Inverse frequencies ``inv`` under the scaling ``s`` (``rope_type`` linear or llama3; else unchanged)."""
+    if s.get("rope_type") == "linear":
+        inv = inv / float(s["factor"])
+    elif s.get("rope_type") == "llama3":  # as transformers' _compute_llama3_parameters
+        factor, lo, hi = float(s["factor"]), float(s["low_freq_factor"]), float(s["high_freq_factor"])
+        old = float(s["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        inv = np.where(medium, smoothed, scaled)
+    return inv.astype(np.float32)
+
+
+def _scaling_items(scaling: Mapping[str, Any] | None, rtype: str, max_pos: int,
+                   where: str) -> tuple[tuple[str, Any], ...] | None:
+    """A scaling dict as the config's sorted items (``None`` for ``default``), after checking it
+    (:func:`_check_scaling`); a ``llama3`` scaling lacking ``original_max_position_embeddings`` takes
+    ``max_pos``, as transformers' config does."""
+    if rtype == "default":
+        return None
+    items = {k: v for k, v in dict(scaling or {}, rope_type=rtype).items()
+             if k not in ("type", "rope_theta", "partial_rotary_factor") and not isinstance(v, (list, dict))}
+    if rtype == "llama3" and items.get("original_max_position_embeddings") is None:
+        items["original_max_position_embeddings"] = max_pos
+    _check_scaling(items, where)
+    return tuple(sorted(items.items()))
+
+
+def _check_scaling(s: Mapping[str, Any], where: str) -> None:
+    """Refuse a scaling that :func:`_scaled` cannot compute: a key it reads missing or not a finite
+    positive number, or a ``llama3`` ``high_freq_factor`` not above ``low_freq_factor``.
+
+    Raises:
+        ValueError: naming ``where`` and the key.
+    """
+    rtype = s.get("rope_type")
+    for key in _ROPE_KEYS.get(rtype, ()):
+        v = s.get(key)
+        if v is None:
+            raise ValueError(f"{where}: rope_type {rtype!r} needs {key!r}, which is missing")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{where}: {key!r} must be a finite number > 0, got {v!r}")
+    if rtype == "llama3" and not s["high_freq_factor"] > s["low_freq_factor"]:
+        raise ValueError(f"{where}: 'high_freq_factor' ({s['high_freq_factor']!r}) must be greater than "
+                         f"'low_freq_factor' ({s['low_freq_factor']!r})")
 
 
 def _longrope(cfg: Mapping[str, Any], scaling: Mapping[str, Any], head_dim: int,

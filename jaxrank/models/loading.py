@@ -40,6 +40,7 @@ import numpy as np
 
 from jaxrank._notices import quiet_torch_notice
 from jaxrank.models import _quant, gguf
+from jaxrank.models._weights import float_tensor, release_pages
 from jaxrank.models import registry
 from jaxrank.models.fingerprint import checkpoint_fingerprint, parameters_dtype, parameters_fingerprint
 
@@ -225,6 +226,20 @@ def build_model(model_type: str, config_dict: Mapping[str, Any], tensors: Mappin
     return mod.load_state_dict(config, tensors, **kw), config
 
 
+def _check_mesh(model_type: str, config, mesh) -> None:
+    """Refuse a ``mesh`` the model cannot load onto, before any weight is read: a model outside the Llama
+    family, axes other than ``"data"`` / ``"model"``, or a ``"model"`` size not dividing the heads or the
+    MLP (:func:`jaxrank.models.partition.check_mesh`)."""
+    if mesh is None:
+        return
+    if ARCHITECTURES.get(model_type, ("",))[0] != "jaxrank.models.llama":
+        raise ValueError(f"mesh: {model_type} models load on one device; a mesh needs a decoder of the "
+                         "Llama family")
+    from jaxrank.models.partition import check_mesh
+
+    check_mesh(config, mesh)
+
+
 def _config_of(model_type: str, config_dict: Mapping[str, Any]):
     """``(module, config)`` of a supported ``model_type``: the config parsed by its class's ``from_hf``."""
     mod_name, cls_name = ARCHITECTURES[model_type]
@@ -293,9 +308,11 @@ class _Int8Tensors(Mapping):
         self._t = tensors
 
     def __getitem__(self, name: str):
-        arr = self._t[name]
+        arr = float_tensor(name, self._t[name])
         if name.endswith(_LINEAR) and np.ndim(arr) == 2:
-            return _quant.quantise_int8(np.asarray(arr, np.float32))
+            out = _quant.quantise_int8(np.asarray(arr, np.float32))
+            release_pages(arr)
+            return out
         return arr
 
     def __iter__(self):
@@ -320,8 +337,15 @@ def _load_hf_dir(d: Path, name: str, dtype, want_tokenizer: bool, weights: str =
     if mt not in ARCHITECTURES:
         raise ValueError(f"unsupported architecture {mt!r} in {cfg_path}; "
                          f"supported: {', '.join(ARCHITECTURES)}")
+    quant = cfg.get("quantization_config")
+    if quant is not None:
+        method = quant.get("quant_method", "unnamed") if isinstance(quant, Mapping) else quant
+        raise ValueError(f"{cfg_path}: the checkpoint is quantised (quantization_config, quant_method "
+                         f"{method!r}), which jaxrank does not read; load its float safetensors (weights="
+                         "'quantised' quantises them on load to int8) or a GGUF file")
     try:            # before any weight is read: a config lacking a size fails at once, naming the file
         _, config = _config_of(mt, cfg)
+        _check_mesh(mt, config, mesh)
     except ValueError as e:
         raise ValueError(f"{cfg_path}: {e}") from e
     tok = None
@@ -355,6 +379,7 @@ def _load_gguf(p: Path, name: str, dtype, want_tokenizer: bool, weights: str = "
     meta, gts = gguf.read_gguf(p)
     try:
         cfg = gguf.gguf_config(meta, [t.name for t in gts])
+        _check_mesh(cfg["model_type"], _config_of(cfg["model_type"], cfg)[1], mesh)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from e
     tensors = (gguf.gguf_tensors(gts, cfg, keep_quantised=True) if weights == "quantised"
@@ -398,8 +423,11 @@ def load_model(path_or_name: str | os.PathLike, *, dtype=jnp.float32, tokenizer:
             (names the file; for registry models, gives the ``pip`` command).
         ValueError: a corrupt file, an unsupported architecture (lists the
             supported ones), a config or GGUF lacking a size (names the file and the
-            keys), or a tokenizer with ids past the embedding table (names the
-            folder or file, the tokenizer's size and the table's rows).
+            keys), a tokenizer with ids past the embedding table (names the
+            folder or file, the tokenizer's size and the table's rows), a quantised
+            safetensors checkpoint (``quantization_config``, names its method; integer
+            weights; ``*_scale`` / ``*_zero_point`` tensors), or a ``mesh`` with other
+            axes or a ``"model"`` size not dividing the heads (checked before any weight is read).
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")

@@ -53,7 +53,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from jaxrank.models.llama import ExtendOutput, KVCache, LlamaConfig, LlamaModel
 
-__all__ = ["DATA_AXIS", "MODEL_AXIS", "gspmd_mesh", "axis_size", "kv_heads_split", "param_specs",
+__all__ = ["DATA_AXIS", "MODEL_AXIS", "gspmd_mesh", "check_mesh", "axis_size", "kv_heads_split", "param_specs",
            "param_shardings", "shard_params", "cache_shardings", "batch_sharding", "ShardedLlama", "shard_model"]
 
 DATA_AXIS = "data"
@@ -95,6 +95,21 @@ def _auto(mesh: Mesh) -> Mesh:
     if all(t == AxisType.Auto for t in mesh.axis_types):
         return mesh
     return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def check_mesh(config: LlamaConfig, mesh: Mesh, *, data_axis: str = DATA_AXIS,
+               model_axis: str = MODEL_AXIS) -> Mesh:
+    """``mesh`` made automatic (:func:`gspmd_mesh`) after checking that it fits ``config``: what a loader
+    runs before it reads any weight.
+
+    Raises:
+        ValueError: a bad mesh (:func:`gspmd_mesh`: not a mesh, or an axis other than ``data_axis`` /
+            ``model_axis``), or a ``model_axis`` size that does not divide the heads or the MLP
+            (:func:`param_specs`).
+    """
+    mesh = gspmd_mesh(mesh, data_axis=data_axis, model_axis=model_axis)
+    param_specs(config, {}, mesh, model_axis=model_axis)
+    return mesh
 
 
 def axis_size(mesh: Mesh, axis: str) -> int:
