@@ -3,9 +3,12 @@
 Moved unchanged out of :mod:`jaxrank.judges.pairwise` (which kept its public names): the prompt frame
 around the context and candidates, the labels' first differing tokens, and the body of
 :meth:`~jaxrank.judges.pairwise.PromptJudge.compare_templates` (several templates sharing their prefix in
-one batched job). Each function takes the judge as its first argument. Since then the frame heals a trailing
-space into the label (:func:`~jaxrank.judges.reading.healed_tail`), the labels' lead follows
-:func:`~jaxrank.judges.reading.label_lead`, and compare_templates reads with the templates' own label tokens.
+one batched job), and the soft-prompt path of ``compare`` (:func:`compare_soft`). Each function takes the
+judge as its first argument. Since then the frame heals a trailing space into the label
+(:func:`~jaxrank.judges.reading.healed_tail`), the labels' lead follows
+:func:`~jaxrank.judges.reading.label_lead`, compare_templates reads with the templates' own label tokens,
+and both cut a too-long context per row, by as much as that row needs
+(:func:`~jaxrank.judges._truncation.fit_each`), so a row's ``p`` depends on its own texts only.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxrank.judges._truncation import fit_each
 from jaxrank.judges.judgement import Judgement, _empty, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import healed_tail, label_lead
 
-__all__ = ["render_frame", "label_tokens", "compare_templates"]
+__all__ = ["render_frame", "label_tokens", "compare_templates", "compare_soft"]
 
 _SENT_A, _SENT_B, _SENT_CUT = "\ue000", "\ue001", "\ue002"
 
@@ -96,29 +100,48 @@ def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str
     if n == 0:
         return [_empty() for _ in judges]
     width = first.reading.width
-    ctx_len = len(judge._encode(context, False)) if judge.has_context else 0
-    rows, truncated = [], False
-    for jd in judges:                       # one cut for all: the shortest context any template needs
-        r, t = jd.prompt_rows(context, candidates, i, j, extra=width)
-        rows.append(r)
-        truncated |= t
-    if truncated:
-        need = max(len(x) for r in rows for x in r) + width - judge.max_length
-        keep = ctx_len - max(0, need)
-        rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=keep)[0]
-                for jd in judges]
-        keep = min(keep, ctx_len)
-        while max(len(x) for r in rows for x in r) + width > judge.max_length and keep > 0:
-            keep -= max(len(x) for r in rows for x in r) + width - judge.max_length
-            rows = [jd.prompt_rows(context, candidates, i, j, extra=width, max_context_tokens=max(keep, 0))[0]
-                    for jd in judges]
-    judge._warned = judge._warned or truncated
-    flat = [x for r in rows for x in r]
-    logp, ti, tp = first._read(flat, i.tolist() * len(judges), progress)   # the templates' reading
+    rows, groups, cut = [], [], []
+    for jd in judges:             # each template's row cut as far as that row needs (as its own compare cuts it)
+        jd._warned = judge._warned
+        r, k, t = jd.fitted_rows(context, candidates, i, j, extra=width, stacklevel=4)
+        judge._warned = judge._warned or t
+        rows += r
+        groups += list(zip(i.tolist(), k))     # rows cut alike share their A cache
+        cut.append(t)
+    logp, ti, tp = first._read(rows, groups, progress)   # the templates' reading
     out = []
     for k, jd in enumerate(judges):
         sl = slice(k * n, (k + 1) * n)
         jd._mass_warned = judge._mass_warned
-        out.append(jd._judgement(logp[sl], ti[sl], tp[sl], truncated))
+        out.append(jd._judgement(logp[sl], ti[sl], tp[sl], cut[k]))
         judge._mass_warned = jd._mass_warned
     return out
+
+
+def compare_soft(judge, context: str, candidates: Sequence[str], i, j, progress=None) -> Judgement:
+    """:meth:`PromptJudge.compare <jaxrank.judges.pairwise.PromptJudge.compare>` with a soft prompt: each row's
+    context cut by as much as that row needs (:func:`~jaxrank.judges._truncation.fit_each`), the rows of one
+    cut read against their shared prefix cache (:meth:`~jaxrank.judges.soft_prompt.SoftPrompt.logits`)."""
+    ab = list(zip(i.tolist(), j.tolist()))
+    pairs = [judge.token_ids(context, candidates[a], candidates[b]) for a, b in ab]
+    pairs, cuts, truncated = fit_each(
+        pairs, need=lambda t: len(t[0]) + len(t[1]) + len(t[2]) + judge.soft_prompt.length + 1,
+        max_length=judge.max_length,
+        context_len=lambda: len(judge._encode(context, False)) if judge.has_context else 0,
+        rebuild=lambda k, idx: [judge.token_ids(context, candidates[ab[r][0]], candidates[ab[r][1]],
+                                                max_context_tokens=k) for r in idx],
+        warn=not judge._warned, kept="candidates and question",
+        error_tail=": the candidates and question alone do not fit", stacklevel=4)
+    judge._warned = judge._warned or truncated
+    by_cut: dict = {}                           # one prefix cache per cut (every row's own; fit_each)
+    for r, k in enumerate(cuts):
+        by_cut.setdefault(k, []).append(r)
+    n = len(pairs)
+    logp, top_ids, top_probs = np.zeros((n, 2), np.float32), None, None
+    for idx in by_cut.values():
+        lp, ti, tp = judge.soft_prompt.logits(judge, [pairs[r] for r in idx], progress)
+        if top_ids is None:
+            top_ids = np.zeros((n,) + np.shape(ti)[1:], np.int32)
+            top_probs = np.zeros((n,) + np.shape(tp)[1:], np.float32)
+        logp[idx], top_ids[idx], top_probs[idx] = lp, ti, tp
+    return judge._judgement(logp, top_ids, top_probs, truncated)

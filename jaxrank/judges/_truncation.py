@@ -1,7 +1,10 @@
 """Context truncation shared by the prompt judges (private).
 
 A prompt that does not fit the model window keeps its candidate(s) and
-instructions whole and loses tokens from the end of the context only.
+instructions whole and loses tokens from the end of the context only:
+:func:`fit_context` cuts every prompt of a call alike (so the longest fits),
+:func:`fit_each` cuts each prompt by as much as it alone needs (the pairwise
+judges: a comparison's ``p`` then never depends on the others of its call).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Callable, TypeVar
 
-__all__ = ["fit_context"]
+__all__ = ["fit_context", "fit_each"]
 
 Rows = TypeVar("Rows")
 
@@ -65,3 +68,65 @@ def fit_context(rows: Rows, need: int, *, max_length: int, context_len: Callable
         warnings.warn(f"prompt longer than the model's {max_length} tokens: the context was cut by "
                       f"{excess} tokens ({kept} kept whole)", stacklevel=stacklevel + 1)
     return rebuild(ctx_len - excess), True
+
+
+def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, context_len: Callable[[], int],
+             rebuild: Callable[[int, list[int]], list], warn: bool, kept: str, need_note: str = "",
+             error_tail: str = "", stacklevel: int = 2) -> tuple[list, list[int | None], bool]:
+    """Cuts the context of each prompt that does not fit the window, by as much as that prompt needs.
+
+    Unlike :func:`fit_context` (one cut, set by the longest prompt), each prompt
+    keeps as much of the context as fits with its own candidates: its cut, so
+    its judgement, is a function of that prompt's own texts, never of the other
+    prompts judged in the same call (store keys name one comparison). A prompt
+    needing ``need(row) = n > max_length`` tokens is rebuilt with the first
+    ``context_len() - (n - max_length)`` context tokens, then cut further while
+    a token merged across the cut leaves it too long (:func:`fit_context`'s
+    loop, run on that prompt alone). Prompts that fit are returned as they are.
+
+    Args:
+        rows: the prompts built with the whole context.
+        need: tokens a prompt needs, appended tokens included.
+        max_length: the model window.
+        context_len: returns the number of context tokens (called only when a
+            prompt is too long; ``0`` when the template has no context).
+        rebuild: ``rebuild(k, idx)`` builds the prompts ``idx`` (indices into
+            ``rows``) again keeping only the first ``k`` context tokens.
+        warn, kept, need_note, error_tail, stacklevel: as :func:`fit_context`.
+
+    Returns:
+        ``(rows, cuts, truncated)``: the prompts that fit, each prompt's kept
+        context tokens (``None``: the whole context) and whether any was cut.
+
+    Raises:
+        ValueError: a prompt that does not fit even with the whole context
+            removed (the message gives the tokens it needs without the context).
+    """
+    rows = list(rows)
+    cuts: list[int | None] = [None] * len(rows)
+    over = {r: need(row) - max_length for r, row in enumerate(rows)}
+    over = {r: o for r, o in over.items() if o > 0}
+    if not over:
+        return rows, cuts, False
+    ctx_len = context_len()
+    worst = max(over.values())
+    if worst > ctx_len:
+        raise ValueError(f"a prompt needs {worst + max_length - ctx_len} tokens{need_note} without the context's "
+                         f"share; the model allows {max_length}{error_tail}")
+    if warn:
+        warnings.warn(f"prompt longer than the model's {max_length} tokens: the context was cut by up to {worst} "
+                      f"tokens in {len(over)} of {len(rows)} prompts, each only as far as it needs ({kept} kept "
+                      "whole)", stacklevel=stacklevel + 1)
+    todo = {r: ctx_len - o for r, o in over.items()}
+    while todo:                      # boundary merges can leave a token too many: cut that prompt again
+        by_cut: dict[int, list[int]] = {}
+        for r, k in sorted(todo.items()):
+            by_cut.setdefault(k, []).append(r)
+        todo = {}
+        for k, idx in by_cut.items():
+            for r, row in zip(idx, rebuild(k, idx)):
+                rows[r], cuts[r] = row, k
+                o = need(row) - max_length
+                if o > 0 and k > 0:
+                    todo[r] = max(0, k - o)
+    return rows, cuts, True

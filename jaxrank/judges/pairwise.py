@@ -26,7 +26,9 @@ Encoder-decoders (T5) encode each prompt (bidirectional attention cannot share
 a prefix) and read the decoder's first step.
 
 Prompts longer than the model's context window keep the candidates and the
-question whole and truncate the context (the article) from its end; the
+question whole and truncate the context (the article) from its end, each
+prompt only as far as it needs (so a comparison's ``p`` never depends on the
+other comparisons of its call; rows cut alike share their caches); the
 judgement then carries ``truncated=True`` and a warning says so once.
 """
 
@@ -44,8 +46,9 @@ import numpy as np
 
 from jaxrank.judges._buckets import ACCELERATOR_BATCH_COST, BUCKETS, batch_sizes, bucket, plan_batches
 from jaxrank.judges._forward import read_decoder, read_t5, rows_per_call
-from jaxrank.judges._pairwise_templates import _SENT_A, _SENT_B, compare_templates, label_tokens, render_frame
-from jaxrank.judges._truncation import fit_context
+from jaxrank.judges._pairwise_templates import (_SENT_A, _SENT_B, compare_soft, compare_templates, label_tokens,
+                                                render_frame)
+from jaxrank.judges._truncation import fit_each
 from jaxrank.judges.answer_prefix import find_answer_prefix
 from jaxrank.judges._pointwise_checks import fixed
 from jaxrank.judges.judgement import AnswerPrefixChoice, Judgement, _empty, check_pairs
@@ -294,7 +297,9 @@ class PromptJudge:
 
         A prompt that would not fit the window with ``extra`` more tokens (the
         labels' tokens; a generated answer) has its context cut from the end,
-        on a token boundary, until the longest fits.
+        on a token boundary, by as much as that prompt needs
+        (:meth:`fitted_rows`): each comparison's prompt depends on its own texts
+        only, never on the other comparisons asked for with it.
 
         Args:
             context, candidates: the texts.
@@ -306,30 +311,37 @@ class PromptJudge:
         Returns:
             ``(rows, truncated)``.
         """
+        rows, _, truncated = self.fitted_rows(context, candidates, i, j, extra=extra,
+                                              max_context_tokens=max_context_tokens, stacklevel=4)
+        return rows, truncated
+
+    def fitted_rows(self, context: str, candidates: Sequence[str], i, j, *, extra: int | None = None,
+                    max_context_tokens: int | None = None, stacklevel: int = 3):
+        """:meth:`prompt_rows` with each row's cut: ``(rows, cuts, truncated)``, ``cuts[r]`` the context tokens
+        row ``r`` keeps (``None``: all of them, up to ``max_context_tokens``), set by that row alone
+        (:func:`~jaxrank.judges._truncation.fit_each`); warns once per judge when a row is cut."""
         extra = self.reading.width if extra is None else int(extra)
         tok = self.lm.tokenizer
         eos = [tok.eos_token_id] if not self.decoder and tok.eos_token_id is not None else []
+        pairs = list(zip(np.asarray(i).tolist(), np.asarray(j).tolist()))
 
-        def build(k):
+        def build(k, idx):
             ctx = context if k is None or not self.has_context else cut_text(tok, context, k)
-            texts = [self.prompt_text(ctx, candidates[a], candidates[b]) for a, b in zip(i, j)]
+            texts = [self.prompt_text(ctx, candidates[pairs[r][0]], candidates[pairs[r][1]]) for r in idx]
             return [r + eos for r in whole_text_ids(tok, texts, add_special_tokens=self._special)]
 
-        def rebuild(k):                  # boundary merges can leave a token too many: cut again until it fits
-            while True:
-                rows = build(k)
-                over = max(map(len, rows)) + extra - self.max_length
-                if over <= 0 or k <= 0:
-                    return rows
-                k = max(0, k - over)
-
-        rows = build(max_context_tokens)
+        rows = build(max_context_tokens, range(len(pairs)))
         if not rows:
-            return rows, False
-        return fit_context(rows, max(map(len, rows)) + extra, max_length=self.max_length,
-                           context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
-                           rebuild=rebuild, warn=not self._warned, kept="candidates and question",
-                           error_tail=": the candidates and question alone do not fit", stacklevel=3)
+            return rows, [], False
+
+        def context_len():
+            n = len(self._encode(context, False)) if self.has_context else 0
+            return n if max_context_tokens is None else min(n, max(0, int(max_context_tokens)))
+
+        return fit_each(rows, need=lambda row: len(row) + extra, max_length=self.max_length,
+                        context_len=context_len, rebuild=build, warn=not self._warned,
+                        kept="candidates and question", error_tail=": the candidates and question alone do not fit",
+                        stacklevel=stacklevel)
 
     def token_ids(self, context: str, a: str, b: str, *, max_context_tokens: int | None = None):
         """``(prefix, a_part, b_part)`` of one comparison tokenised piece by piece (soft prompts only).
@@ -407,23 +419,13 @@ class PromptJudge:
         self.prepare(context, candidates)
         if self.soft_prompt is not None:      # the learnt vectors' own path (soft_prompt.py)
             return self._compare_soft(context, candidates, i, j, progress)
-        rows, truncated = self.prompt_rows(context, candidates, i, j)
+        rows, cuts, truncated = self.fitted_rows(context, candidates, i, j)
         self._warned = self._warned or truncated
-        out = self._read(rows, i.tolist(), progress)
+        out = self._read(rows, list(zip(i.tolist(), cuts)), progress)     # rows cut alike share their A cache
         return self._judgement(*out, truncated)
 
     def _compare_soft(self, context, candidates, i, j, progress) -> Judgement:
-        pairs = [self.token_ids(context, candidates[a], candidates[b]) for a, b in zip(i, j)]
-        longest = max(len(p) + len(x) + len(y) for p, x, y in pairs) + self.soft_prompt.length
-        pairs, truncated = fit_context(
-            pairs, longest + 1, max_length=self.max_length,
-            context_len=lambda: len(self._encode(context, False)) if self.has_context else 0,
-            rebuild=lambda k: [self.token_ids(context, candidates[a], candidates[b], max_context_tokens=k)
-                               for a, b in zip(i, j)],
-            warn=not self._warned, kept="candidates and question",
-            error_tail=": the candidates and question alone do not fit")
-        self._warned = self._warned or truncated
-        return self._judgement(*self.soft_prompt.logits(self, pairs, progress), truncated)
+        return compare_soft(self, context, candidates, i, j, progress)
 
     def _read(self, rows, groups, progress):
         if self.decoder:
