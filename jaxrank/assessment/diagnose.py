@@ -14,6 +14,10 @@ reports for one judge and template:
   orders averaged, ``p = (p_ab + 1 - p_ba) / 2``, human ties left out), with its
   95% Clopper-Pearson interval,
 
+where a judge's tie (``p = 0.5``) counts one half, as in the assessment report
+(:mod:`jaxrank.assessment.report`): a judge indifferent everywhere has
+``P(A) = 0.5``, never a preference for B,
+
 and a verdict in plain words.
 """
 
@@ -58,26 +62,38 @@ class Diagnosis:
 
     @property
     def p_a(self) -> float:
-        """Share of prompts answered "A" (``p > 0.5``), both orders."""
-        return float(np.mean(self.p > 0.5))
+        """Share of prompts answered "A" (``p > 0.5``; ``p = 0.5`` counts one half), both orders."""
+        return float(np.mean(_won(self.p)))
+
+    @property
+    def ties(self) -> int:
+        """Prompts answered neither way (``p = 0.5``)."""
+        return int(np.sum(self.p == 0.5))
 
     @property
     def order_consistency(self) -> float:
-        """Share of pairs whose two orders agree (``(p_ab > 0.5) == (p_ba < 0.5)``)."""
-        return float(np.mean((self.p[:, 0] > 0.5) == (self.p[:, 1] < 0.5)))
+        """Share of pairs whose two orders pick the same candidate (``p_ab > 0.5`` and ``p_ba < 0.5``, or the
+        reverse), as the assessment report counts it: ``1 - |won_ab + won_ba - 1|`` with ``won = 1, 0.5, 0``
+        for ``p`` above, at, below 0.5 (a pair with one tie counts one half)."""
+        won = _won(self.p)
+        return float(np.mean(1.0 - np.abs(won[:, 0] + won[:, 1] - 1.0)))
 
     def accuracy(self) -> tuple[float, float, float, int]:
         """``(accuracy, low, high, n)``: agreement with the humans over ``n`` untied pairs, both orders
-        averaged, with the 95% Clopper-Pearson interval (NaN without human scores)."""
+        averaged, with the 95% Clopper-Pearson interval (NaN without human scores). A pair averaged to
+        exactly 0.5 counts one half; the interval then runs from the Clopper-Pearson low of the agreements
+        rounded down to the high of the agreements rounded up."""
         h = self.human
         keep = np.isfinite(h).all(1) & (h[:, 0] != h[:, 1])
         n = int(keep.sum())
         if n == 0:
             return float("nan"), float("nan"), float("nan"), 0
         avg = (self.p[keep, 0] + 1.0 - self.p[keep, 1]) / 2.0
-        k = int(np.sum((avg > 0.5) == (h[keep, 0] > h[keep, 1])))
-        ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
-        return k / n, float(ci.low), float(ci.high), n
+        won = _won(avg)
+        k = float(np.sum(np.where(h[keep, 0] > h[keep, 1], won, 1.0 - won)))
+        low = stats.binomtest(int(np.floor(k)), n).proportion_ci(0.95, method="exact").low
+        high = stats.binomtest(int(np.ceil(k)), n).proportion_ci(0.95, method="exact").high
+        return k / n, float(low), float(high), n
 
     def verdict(self) -> str:
         """The diagnosis in plain words."""
@@ -86,6 +102,9 @@ class Diagnosis:
             return (f"the labels hold {mass:.1%} of the model's answer: it is not reading what the model says; "
                     "set an answer prefix (--answer-prefix auto for a local judge, or the words the model writes before "
                     "the label, e.g. --answer-prefix Summary), other labels, or use another model")
+        if self.ties == self.p.size:
+            return (f"reads the answer (labels hold {mass:.1%}), but gives p = 0.5 in every prompt: it prefers "
+                    "neither candidate, so it cannot rank them; use other labels, another template or model")
         if self.p_a >= 0.9 or self.p_a <= 0.1:
             side = "A" if self.p_a >= 0.5 else "B"
             return (f"reads the answer (labels hold {mass:.1%}), but answers {side} in "
@@ -117,12 +136,19 @@ class Diagnosis:
                  f"- most common top token: {common}",
                  f"- label mass: median {np.median(m):.4f}, min {m.min():.4f}, max {m.max():.4f} "
                  f"(threshold {self.threshold:g})",
-                 f"- P(A): {self.p_a:.2f} (mean p {float(self.p.mean()):.3f})",
+                 f"- P(A): {self.p_a:.2f} (mean p {float(self.p.mean()):.3f}; ties p = 0.5 count one half: "
+                 f"{self.ties} of {self.p.size} prompts)",
                  f"- order consistency: {self.order_consistency:.2f}",
                  (f"- pairwise accuracy (both orders averaged): {acc:.2f} [{lo:.2f}, {hi:.2f}] on {n} untied pairs"
                   if n else "- pairwise accuracy: no human scores"),
                  "", f"**Verdict:** {self.verdict()}"]
         return "\n".join(lines)
+
+
+def _won(p) -> np.ndarray:
+    """1 where ``p > 0.5``, 0.5 where ``p = 0.5``, 0 below: a decision for A, a tie counted one half."""
+    p = np.asarray(p, np.float64)
+    return (p > 0.5) + 0.5 * (p == 0.5)
 
 
 def sample_pairs(cs: ContextSet, num_pairs: int, *, seed: int = 0) -> list[tuple[int, int, int]]:
