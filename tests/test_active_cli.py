@@ -62,7 +62,10 @@ def setup(monkeypatch, tmp_path):
         cli.main(["assess", "--active", "--judge", "smollm2-135m", "--aspect", "coherence", "--contexts", "0:2",
                   "--store", str(tmp_path / store), "--output", str(tmp_path / out), "--no-progress", "--budget", "40", "--active-batch", "4",
                   "--methods", "average_probability,poe_gaussian", *extra])
-        stem = tmp_path / out / "assess-summeval-coherence-smollm2-135m-active"
+        # the file name ends in a hash of the options that change the report (jaxrank.cli._common.report_stem)
+        md = max((tmp_path / out).glob("assess-summeval-coherence-smollm2-135m-active-*.md"),
+                 key=lambda f: f.stat().st_mtime_ns)
+        stem = md.with_suffix("")
         return stem.with_suffix(".md").read_text(), list(csv.DictReader(open(f"{stem}-scores.csv")))
 
     return run, holder, tmp_path

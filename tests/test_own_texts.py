@@ -167,8 +167,9 @@ def test_assess_a_file_with_human_scores(suffix, tmp_path, monkeypatch, minilm):
     assert [s.name for s in stores] == [f"{name}-relevance-minilm-l6-cos-k20.jsonl"]
     recs = _store_records(stores[0])
     assert len(recs) == 2 * 4 * 3                                # every ordered pair of both contexts
-    report = (tmp_path / "out" / f"assess-{name}-relevance-minilm-l6.md").read_text()
-    assert report.startswith(f"# my texts{suffix} ({name}) relevance: judge minilm-l6, 2 contexts")
+    [md] = (tmp_path / "out").glob(f"assess-{name}-relevance-minilm-l6-*.md")   # --methods: the options' hash
+    report = md.read_text()
+    assert report.startswith(f"# my texts{suffix} ({name}) score: judge minilm-l6, 2 contexts")   # its column
     per_context = {row[0]: row for row in _table(report, "| context |")[1:]}
     head = _table(report, "| context |")[0]
     for cid, (_, cands) in TEXTS.items():
@@ -184,7 +185,7 @@ def test_assess_a_file_with_human_scores(suffix, tmp_path, monkeypatch, minilm):
             cell = per_context[cid][head.index(method)]
             if np.isfinite(rho) and np.ptp(s) > 0:
                 assert float(cell) == pytest.approx(rho, abs=5e-4), (cid, method)
-    with (tmp_path / "out" / f"assess-{name}-relevance-minilm-l6-scores.csv").open() as fh:
+    with md.with_name(f"{md.stem}-scores.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["context"], r["candidate"], float(r["human"])) for r in rows] == \
         [(cid, k, float(s)) for cid, (_, c) in TEXTS.items() for k, (_, s) in c.items()]
