@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from jaxrank.models import _llama_core as core
+from jaxrank.models import _bits, _llama_core as core
 from jaxrank.models.llama import LlamaConfig, LlamaModel, extend_with_vectors
 
 V = 97
@@ -36,29 +36,55 @@ def _ids(shape, seed=0):
     return jnp.asarray(np.random.default_rng(seed).integers(0, V, shape), jnp.int32)
 
 
+def _stacked_copies(text):
+    """Lines of a compiled program that convert or bit-cast a whole stacked ``[L, a, b]`` array."""
+    stacked = re.compile(r"(f32|u16)\[%d,\d+,\d+\]" % CFG.num_hidden_layers)
+    return [ln for ln in text.split("ENTRY")[-1].splitlines()
+            if ("convert" in ln) and "=" in ln and stacked.search(ln.split("=")[1].split("(")[0])]
+
+
 def test_compiled_extend_keeps_no_widened_copy_of_the_stacked_weights(models):
+    """With the weights' bits views (what the model passes) nothing stacked is converted or copied;
+    with bfloat16 arrays traced inside a program (a user's jit) they are never widened to float32."""
     _, m16 = models
     cache = m16.prefill(_ids((1, 9)), capacity=16, cache_dtype=jnp.bfloat16)
     ids = _ids((2, 5), 1)
     mask = jnp.ones(ids.shape, bool)
-    text = core._extend.lower(CFG, m16.weights(), cache, ids, mask, False).compile().as_text()
-    stacked = re.compile(r"f32\[%d,\d+,\d+\]" % CFG.num_hidden_layers)      # a float32 [L, a, b] array
-    widened = [ln for ln in text.splitlines() if " convert(" in ln and stacked.search(ln.split("=")[1])]
-    assert not widened, widened[:3]
+    viewed = core._extend_jit.lower(CFG, _bits.bits_view(m16.weights()), cache, ids, mask, False)
+    assert not _stacked_copies(viewed.compile().as_text())
+    traced = core._extend_jit.lower(CFG, m16.weights(), cache, ids, mask, False).compile().as_text()
+    assert not [ln for ln in _stacked_copies(traced) if "f32[" in ln.split("=")[1].split("(")[0]]
 
 
-def test_scan_over_bits_changes_no_result(models, monkeypatch):
+def test_bits_view_shares_the_weights_buffer_and_is_reused(models):
+    _, m16 = models
+    w = m16.weights()
+    view = _bits.bits_view(w)
+    assert isinstance(view["wq"], _bits.Bits) and view["wq"].dtype == jnp.bfloat16
+    assert view["wq"].bits.unsafe_buffer_pointer() == w["wq"].unsafe_buffer_pointer()       # no copy
+    assert _bits.bits_view(w)["wq"] is view["wq"]                                             # reused
+    np.testing.assert_array_equal(np.asarray(view["wq"].value()), np.asarray(w["wq"]))
+
+
+@pytest.mark.parametrize("how", ["views", "traced"])
+def test_scan_over_bits_changes_no_result(models, monkeypatch, how):
     """Slicing the bits instead of the bfloat16 arrays is a reinterpretation, not arithmetic: the same
-    pass with the bits scan switched off (``_BITS_DTYPES = ()``, the scan over bfloat16 arrays as
-    before) gives identical hidden states, caches included."""
+    pass with the bits switched off (``BITS_DTYPES = ()``, the scan and gather over the bfloat16 arrays
+    as before) gives identical hidden states, caches and label logits."""
     _, m16 = models
     ids = _ids((2, 7), 2)
     mask = jnp.asarray(np.arange(7)[None] < np.array([[7], [5]]))
     cache = m16.prefill(_ids((1, 6)), capacity=13, cache_dtype=jnp.bfloat16).rows(jnp.zeros(2, jnp.int32))
     w = m16.weights()
-    with_bits = core._run(CFG, w, ids, mask, cache, True)
-    monkeypatch.setattr(core, "_BITS_DTYPES", ())
-    without = core._run(CFG, w, ids, mask, cache, True)
+    labels = jnp.asarray([3, 5], jnp.int32)
+
+    def run(weights):
+        out = core._run(CFG, weights, ids, mask, cache, True)
+        return out, core._project(weights, out[1], None, labels)
+
+    with_bits = run(_bits.bits_view(w) if how == "views" else w)
+    monkeypatch.setattr(_bits, "BITS_DTYPES", ())
+    without = run(w)
     for a, b in zip(jax.tree.leaves(with_bits), jax.tree.leaves(without)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 

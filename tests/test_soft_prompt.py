@@ -204,10 +204,10 @@ def test_judging_with_new_vectors_does_not_recompile(lm):
     soft = SoftPrompt.from_text(lm, " ab", "prepend")
     judge = PromptJudge(lm, TEMPLATE, batch_size=4, soft_prompt=soft)
     judge.compare(CTX, CANDS, I_BOTH, J_BOTH)
-    n = _llama_core._extend._cache_size()
+    n = _llama_core._extend_jit._cache_size()
     judge.soft_prompt = SoftPrompt(soft.vectors + 0.1, soft.position)
     judge.compare(CTX, CANDS, I_BOTH, J_BOTH)
-    assert _llama_core._extend._cache_size() == n
+    assert _llama_core._extend_jit._cache_size() == n
 
 
 # ------------------------------------------------------------- safetensors

@@ -20,32 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._bits import Bits as _Bits, as_bits as _as_bits, bits_view as _bits_view, slice_as_bits as _slice_as_bits, \
+    value_of as _value
 from ._quant import QuantisedWeight, matmul as _quant_matmul, take_rows as _quant_rows
 from .llama_config import LlamaConfig, attention_kernel
 
 _NO_WINDOW = 1 << 30
-
-_BITS_DTYPES = (jnp.bfloat16, jnp.float16)
-
-
-@jax.custom_jvp
-def _as_bits(a):
-    """A 2-byte float array as its ``uint16`` bits (undone by ``lax.bitcast_convert_type`` in the layer).
-
-    XLA:CPU widens a bfloat16 array that a ``lax.scan`` slices by layer to float32 before the loop
-    (every stacked weight, each call: ~0.6 s a SmolLM2 B batch, and float32 slices narrowed again
-    per layer), which took the bfloat16 weights' faster products away; integers are sliced as
-    they are. The bits carry no tangent, so differentiating through them is refused (below)
-    instead of giving a silent zero.
-    """
-    return jax.lax.bitcast_convert_type(a, jnp.uint16)
-
-
-@_as_bits.defjvp
-def _as_bits_jvp(primals, tangents):
-    raise TypeError("cannot differentiate with respect to bfloat16/float16 model weights or caches: "
-                    "load the model in float32 (load_model(..., dtype=jnp.float32)) to take their gradients")
-
 
 class KVCache(NamedTuple):
     """Key/value cache (a pytree; static capacity ``S``).
@@ -200,7 +180,10 @@ def _embed(w, ids, vectors=None, vector_index=None, mask=None):
         if vectors is not None:
             keep = keep & (vector_index < 0)
         ids = jnp.where(keep, ids, 0)
-    x = _quant_rows(table, ids) if isinstance(table, QuantisedWeight) else jnp.take(table, ids, axis=0)
+    if isinstance(table, QuantisedWeight):
+        x = _quant_rows(table, ids)
+    else:
+        x = table.take(ids) if isinstance(table, _Bits) else jnp.take(table, ids, axis=0)
     if vectors is None:
         return x
     at = vector_index >= 0
@@ -341,9 +324,8 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
     xs["window"], xs["rope"] = windows, rope_index
     if cache is not None:
         xs["ck"], xs["cv"] = cache.k, cache.v
-    as_bits = {n: a.dtype for n, a in xs.items()          # sliced per layer as their bits (`_as_bits`)
-               if isinstance(a, jax.Array) and a.dtype in _BITS_DTYPES}
-    xs = {n: _as_bits(a) if n in as_bits else a for n, a in xs.items()}
+    as_bits = {n: a.dtype for n, a in xs.items() if _slice_as_bits(a)}     # sliced per layer as bits
+    xs = {n: (a.bits if isinstance(a, _Bits) else _as_bits(a)) if n in as_bits else a for n, a in xs.items()}
     layer_typed = layer
 
     def layer(x, lw, sel=None):                                                  # noqa: F811
@@ -362,11 +344,11 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
         x, (ks, vs) = jax.lax.scan(lambda x, i: layer(x, at(i)), x, jnp.arange(n_layers - 1))
         x, (k_l, v_l) = layer(x, at(n_layers - 1), last)
         ks, vs = jnp.concatenate([ks, k_l[None]]), jnp.concatenate([vs, v_l[None]])
-        hid = _rms(x, w["norm"], eps, off)
+        hid = _rms(x, _value(w["norm"]), eps, off)
         last_h = hid[:, 0]
     else:
         x, (ks, vs) = jax.lax.scan(jax.checkpoint(layer) if remat else layer, x, xs)
-        hid = _rms(x, w["norm"], eps, off)
+        hid = _rms(x, _value(w["norm"]), eps, off)
         last_h = hid[jnp.arange(b), last]
     if cache is not None:
         last_h = jnp.where(mask.any(1)[:, None], last_h, jnp.broadcast_to(cache.last_hidden, last_h.shape))
@@ -388,12 +370,12 @@ def _run(cfg: LlamaConfig, w, ids, mask, cache: KVCache | None, update: bool,
 
 
 @functools.partial(jax.jit, static_argnames=("cfg",))
-def _hidden(cfg, w, ids, mask, vectors=None, vector_index=None):
+def _hidden_jit(cfg, w, ids, mask, vectors=None, vector_index=None):
     return _run(cfg, w, ids, mask, None, False, vectors, vector_index)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "capacity", "cache_dtype"))
-def _prefill(cfg, w, ids, mask, capacity, cache_dtype=None):
+def _prefill_jit(cfg, w, ids, mask, capacity, cache_dtype=None):
     mask = mask.astype(bool)
     _, last_h, (ks, vs, pos), _ = _run(cfg, w, ids, mask, None, False)
     pad = capacity - ids.shape[1]
@@ -408,7 +390,7 @@ def _prefill(cfg, w, ids, mask, capacity, cache_dtype=None):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "update", "remat", "last_only"))
-def _extend(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, remat=False, last_only=False):
+def _extend_jit(cfg, w, cache, ids, mask, update, vectors=None, vector_index=None, remat=False, last_only=False):
     hid, last_h, _, new_cache = _run(cfg, w, ids, mask, cache, update, vectors, vector_index, remat, last_only)
     return ExtendOutput(hid, last_h, new_cache)
 
@@ -420,16 +402,42 @@ def _project(w, hidden, positions, token_ids, softcap=None):
         hidden = jnp.take_along_axis(hidden, idx[..., None], axis=1).reshape(
             positions.shape + hidden.shape[-1:])
     table = w["lm_head"] if "lm_head" in w else w["embed"]
+    if isinstance(table, _Bits):
+        table = table.value() if token_ids is None else table.take(token_ids)
+        token_ids = None
     if isinstance(table, QuantisedWeight):      # only the rows scored; all of them in chunks of rows
         if token_ids is None:
             return _softcap(_quant_matmul(hidden.astype(jnp.float32), table), softcap)
         table = _quant_rows(table, token_ids)
     elif token_ids is not None:
         table = jnp.take(table, token_ids, axis=0)
+    if table.dtype != jnp.float32:      # bfloat16 products, float32 accumulation (as `_lin`), no widened table
+        hidden = hidden.astype(table.dtype)
     return _softcap(jnp.einsum("...d,vd->...v", hidden, table, preferred_element_type=jnp.float32), softcap)
 
 
-_project_jit = jax.jit(_project, static_argnames=("softcap",))
+_project_compiled = jax.jit(_project, static_argnames=("softcap",))
+
+
+# the compiled passes, called with the weights' bits views (`_bits_view`) in place of bfloat16 arrays
+@functools.wraps(_hidden_jit)
+def _hidden(cfg, w, *args, **kwargs):
+    return _hidden_jit(cfg, _bits_view(w), *args, **kwargs)
+
+
+@functools.wraps(_prefill_jit)
+def _prefill(cfg, w, *args, **kwargs):
+    return _prefill_jit(cfg, _bits_view(w), *args, **kwargs)
+
+
+@functools.wraps(_extend_jit)
+def _extend(cfg, w, *args, **kwargs):
+    return _extend_jit(cfg, _bits_view(w), *args, **kwargs)
+
+
+@functools.wraps(_project_compiled)
+def _project_jit(w, *args, **kwargs):
+    return _project_compiled(_bits_view(w), *args, **kwargs)
 
 
 # --------------------------------------------------------------------- generation
@@ -465,7 +473,7 @@ def _key_rows(key) -> bool:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "max_new", "greedy"))
-def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, greedy):
+def _generate_jit(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, greedy):
     b = ids.shape[0]
     cache = _prefill(cfg, w, ids, mask, ids.shape[1] + max_new)
     if _key_rows(rng):      # one key per row: step i of row r samples with fold_in(rng[r], i)
@@ -493,3 +501,8 @@ def _generate(cfg, w, ids, mask, rng, temperature, top_p, eos, pad_id, max_new, 
 
     s = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, tok, out, done, lengths))
     return GenerateOutput(s[3], s[5])
+
+
+@functools.wraps(_generate_jit)
+def _generate(cfg, w, *args, **kwargs):
+    return _generate_jit(cfg, _bits_view(w), *args, **kwargs)
