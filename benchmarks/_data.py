@@ -72,11 +72,71 @@ def evalica_inputs(i, j, games, won, drawn):
     return xs, ys, winners, weights
 
 
-def evalica_scores(xs, ys, winners, weights, n):
-    """``evalica.bradley_terry`` (tolerance 1e-10) on given counts: natural-log scores and iterations."""
+def evalica_scores(xs, ys, winners, weights, n, tolerance=1e-10, limit=100_000):
+    """``evalica.bradley_terry`` on given counts: natural-log scores and iterations.
+
+    ``tolerance`` 1e-10 by default (far stricter than float32 jaxrank; benchmarks that compare speed pass the one
+    matching jaxrank's accuracy too, see :func:`matched_tolerance`); ``limit`` is raised so the tolerance, not
+    evalica's cap of 100, stops it.
+    """
     import evalica
     import pandas as pd
 
     index = pd.Index(range(n))
-    r = evalica.bradley_terry(xs, ys, winners, index=index, weights=weights, tolerance=1e-10, limit=100_000)
+    r = evalica.bradley_terry(xs, ys, winners, index=index, weights=weights, tolerance=tolerance, limit=limit)
     return np.log(r.scores.reindex(index).to_numpy(np.float64)), int(r.iterations)
+
+
+def no_answer(scores, iterations=None, limit=None) -> str:
+    """Why ``scores`` is not an answer ("" when it is one): non-finite, one value for every item, or the cap hit.
+
+    A peer's output must be checked to be a real answer before it is timed as one (evalica on a pool that is not
+    strongly connected returns one constant for every item after two iterations).
+    """
+    s = np.asarray(scores, np.float64)
+    if not np.all(np.isfinite(s)):
+        return f"no answer ({int(np.sum(~np.isfinite(s)))} non-finite scores)"
+    if len(np.unique(np.round(s - s.mean(), 9))) <= 1:
+        return "no answer (constant scores" + (f" after {iterations} iterations)" if iterations is not None else ")")
+    if limit is not None and iterations is not None and iterations >= limit:
+        return f"no answer (iteration cap {limit} reached)"
+    return ""
+
+
+def ml_float64(i, j, games, won, drawn, n, tol=1e-13, max_iter=100):
+    """The float64 ML Bradley-Terry optimum of counts (ties half a win), dense Newton; centred scores.
+
+    The reference every method's error is measured against (finite only on a strongly connected pool).
+    """
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    w = np.asarray(games, np.float64)
+    y = (np.asarray(won, np.float64) + np.asarray(drawn, np.float64) / 2) / w
+    s = np.zeros(n)
+    for _ in range(max_iter):
+        q = 1 / (1 + np.exp(-(s[i] - s[j])))
+        r = w * (q - y)
+        g = np.bincount(i, r, n) - np.bincount(j, r, n)
+        h = w * q * (1 - q)
+        H = np.full((n, n), 1.0 / n)
+        np.add.at(H, (i, i), h)
+        np.add.at(H, (j, j), h)
+        np.add.at(H, (i, j), -h)
+        np.add.at(H, (j, i), -h)
+        step = np.linalg.solve(H, g)
+        s -= step
+        if np.max(np.abs(step)) < tol:
+            break
+    return s - s.mean()
+
+
+def matched_tolerance(xs, ys, winners, weights, n, ref, target, tolerances=(1e-4, 1e-5, 1e-6, 1e-7, 1e-8)):
+    """The loosest evalica tolerance whose centred scores are within ``target`` of ``ref`` (untimed).
+
+    Returns ``(tolerance, max abs error)``; the strictest tried when none reaches ``target``.
+    """
+    for tol in tolerances:
+        s, _ = evalica_scores(xs, ys, winners, weights, n, tolerance=tol)
+        err = float(np.max(np.abs(s - s.mean() - ref)))
+        if err <= target:
+            break
+    return tol, err

@@ -29,9 +29,13 @@ Bradley-Terry scores of the raw outcomes (no prior):
 
 Conversions into each library's input format (Python lists, ``Winner`` enums,
 tuples) are done before its clock starts; the aggregation steps named above are
-timed. jaxrank's steady time is the best of 3 calls (its first call, with
-compilation, is reported too); evalica's the best of 2; choix runs once;
-arena-rank reports its first call (with compilation) and a second call.
+timed. jaxrank, evalica and choix run in interleaved rounds (every method once a
+round, ``--repeats``, default 5): median [min, max] seconds and the median of the
+per-round ratios to jaxrank; jaxrank's first call (with compilation) is reported
+apart. evalica runs at tolerance 1e-10 and at the loosest tolerance at which it
+is at least as accurate as jaxrank; every row gives its max error against the
+float64 ML optimum. arena-rank reports its first call (with compilation) and a
+second call from its own process (not interleaved).
 
 **2. International football**: the real men's results of ``shared/data``
 (49,520 matches, 337 teams), read with :func:`jaxrank.io.read_comparisons`, home
@@ -53,7 +57,7 @@ football steady state with repeats, load and the all-337-teams case is
 ``benchmarks/football_bt.py``.
 
     python benchmarks/arena_scale.py [--comparisons 10000000] [--items 129]
-        [--arena-python /work/arena-venv/bin/python] [--skip synthetic,football]
+        [--repeats 5] [--arena-python /work/arena-venv/bin/python] [--skip synthetic,football]
         [--smoke] [--out FILE]
 
 ``--smoke`` (100,000 comparisons, arena-rank on the synthetic set only) writes
@@ -110,15 +114,15 @@ def evalica_prepare(a, b, outcome, n):
     return a.astype(np.int64), b.astype(np.int64), w.tolist(), pd.Index(range(n))
 
 
-def evalica_fit(xs, ys, winners, index, weights=None):
+def evalica_fit(xs, ys, winners, index, weights=None, tolerance=1e-10):
     import evalica
 
-    r = evalica.bradley_terry(xs, ys, winners, index=index, weights=weights, tolerance=1e-10, limit=100_000)
+    r = evalica.bradley_terry(xs, ys, winners, index=index, weights=weights, tolerance=tolerance, limit=100_000)
     sc = r.scores.reindex(index).to_numpy(np.float64)
     return np.log(sc), r.iterations < 100_000, int(r.iterations)
 
 
-def evalica_aggregated(a, b, outcome, n, index, draws):
+def evalica_aggregated(a, b, outcome, n, index, draws, tolerance=1e-10):
     """The same ``np.bincount`` aggregation as jaxrank, then evalica with ``weights=`` (timed together)."""
     import evalica
 
@@ -134,7 +138,7 @@ def evalica_aggregated(a, b, outcome, n, index, draws):
     ys = np.tile(idx % n, len(cats))
     winners = [w for w, v in cats for _ in range(len(v))]
     weights = np.concatenate([v for _, v in cats])
-    return evalica_fit(xs, ys, winners, index, weights)
+    return evalica_fit(xs, ys, winners, index, weights, tolerance)
 
 
 def choix_prepare(a, b, outcome):
@@ -183,41 +187,43 @@ def centre(x):
     return x - x.mean()
 
 
-def best_of(k, f, *args):
-    best, out = np.inf, None
-    for _ in range(k):
-        t0 = time.perf_counter()
-        out = f(*args)
-        best = min(best, time.perf_counter() - t0)
-    return out + (best,)
-
-
 # ====================================================================== one comparison set
 def compare(name, a, b, outcome, n, args, say, draws, arena=True):
-    """Every library on one data set; returns the rows ``name -> (scores, converged, iters, seconds)``."""
+    """Every library on one data set, interleaved rounds; returns ``label -> (scores, converged, iters, times)``.
+
+    evalica runs at tolerance 1e-10 and at the loosest tolerance at which it is at least as close to the float64
+    ML optimum as jaxrank (chosen untimed); every row's max error against that optimum is reported.
+    """
     res = {}
     t0 = time.perf_counter()
-    res["jaxrank, first call (incl. compilation)"] = jaxrank_fit(a, b, outcome, n) + (time.perf_counter() - t0,)
-    res["jaxrank, steady (best of 3)"] = best_of(3, jaxrank_fit, a, b, outcome, n)
+    res["jaxrank, first call (incl. compilation)"] = jaxrank_fit(a, b, outcome, n) + ([time.perf_counter() - t0],)
+    ref = _data.ml_float64(*_data.counts(a, b, outcome, n), n)
+    err = lambda sc: float(np.abs(centre(sc) - ref).max())
+    e_jr = err(res["jaxrank, first call (incl. compilation)"][0])
+    fns, out, tol = {"jaxrank, steady": lambda: jaxrank_fit(a, b, outcome, n)}, {}, float("nan")
     try:
         import evalica
 
         xs, ys, winners, index = evalica_prepare(a, b, outcome, n)
-        res[f"evalica {evalica.__version__} bradley_terry, raw rows (best of 2)"] = best_of(
-            2, evalica_fit, xs, ys, winners, index)
-        del xs, ys, winners
-        res[f"evalica {evalica.__version__}, np.bincount + weights= (best of 2)"] = best_of(
-            2, evalica_aggregated, a, b, outcome, n, index, draws)
+        tol, _ = _data.matched_tolerance(*_data.evalica_inputs(*_data.counts(a, b, outcome, n)), n, ref, e_jr)
+        for t in (1e-10, tol):
+            fns[f"evalica {evalica.__version__} bradley_terry, raw rows, tolerance {t:g}"] = (
+                lambda t=t: evalica_fit(xs, ys, winners, index, tolerance=t))
+            fns[f"evalica {evalica.__version__}, np.bincount + weights=, tolerance {t:g}"] = (
+                lambda t=t: evalica_aggregated(a, b, outcome, n, index, draws, t))
     except ImportError:
         say("evalica not installed: pip install evalica")
     try:
         import choix
 
         data = choix_prepare(a, b, outcome)
-        res[f"choix {getattr(choix, '__version__', '')} ilsr_pairwise"] = best_of(1, choix_fit, data, n)
-        del data
+        fns[f"choix {getattr(choix, '__version__', '')} ilsr_pairwise, tol 1e-10"] = lambda: choix_fit(data, n)
     except ImportError:
         say("choix not installed: pip install choix")
+    timed = {k: (lambda f=f, k=k: out.update({k: f()})) for k, f in fns.items()}
+    times, loads = _report.interleaved(timed, args.repeats)
+    for k in fns:
+        res[k] = out[k] + (times[k],)
     ar = None
     if arena:
         ar = arena_run(args.arena_python, a, b, outcome, n, args.arena_repeats, args.arena_ftol, args.arena_gtol,
@@ -228,20 +234,28 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
     if ar is not None:
         for k, r in enumerate(ar["runs"]):
             label = "first call (incl. compilation)" if k == 0 else "second call"
-            res[f"arena-rank {ar['arena_rank']} BradleyTerry, {label}"] = (
-                np.asarray(ar["scores"]), True, -1, r["total_s"])
+            res[f"arena-rank {ar['arena_rank']} BradleyTerry, {label} (own process, not interleaved)"] = (
+                np.asarray(ar["scores"]), True, -1, [r["total_s"]])
         agg = ", ".join(f"{r['aggregate_s']:.2f} + {r['fit_s']:.2f} s" for r in ar["runs"])
-    base = res["jaxrank, steady (best of 3)"][3]
-    ref = centre(res["jaxrank, steady (best of 3)"][0])
-    say(f"| {name}: method | seconds | time / jaxrank steady | max abs diff of centred scores vs jaxrank |")
-    say("|---|---:|---:|---:|")
+    base = np.asarray(times["jaxrank, steady"])
+    say(f"| {name}: method | seconds, median [min, max] | time / jaxrank steady, median of rounds [min, max] | "
+        "iterations | max abs error of centred scores vs float64 ML optimum |")
+    say("|---|---:|---:|---:|---:|")
     for label, (sc, conv, it, t) in res.items():
-        flag = "" if conv else " (NOT converged)"
-        say(f"| {label}{flag} | {t:.3f} | {t / base:.1f}x | {np.abs(centre(sc) - ref).max():.1e} |")
+        why = _data.no_answer(sc) or ("" if conv else "no answer (NOT converged)")
+        t = np.asarray(t)
+        if label in times:
+            ratio = _report.spread(t / base, 1, "{:.1f}") + "x"
+        else:   # one call, not a round: against jaxrank's median
+            ratio = f"{t[0] / np.median(base):.1f}x (vs jaxrank's median)"
+        say(f"| {label} | {_report.spread(t)} | {why or ratio} | {it if it >= 0 else ''} | "
+            f"{'' if why else f'{err(sc):.1e}'} |")
     say()
-    jr_row = res["jaxrank, steady (best of 3)"]
-    say(f"jaxrank: converged {jr_row[1]} in {jr_row[2]} Newton steps (float32). Peers' stopping rules: evalica "
-        f"tolerance 1e-10; choix tol 1e-10; arena-rank L-BFGS ftol {args.arena_ftol:g}, gtol {args.arena_gtol:g}.")
+    say(f"{args.repeats} interleaved rounds (every method once a round); load average over the rounds "
+        f"{min(loads):.2f}-{max(loads):.2f}. jaxrank: float32 Newton. Peers' stopping rules: evalica tolerance "
+        f"1e-10 and {tol:g} (the loosest of 1e-4 ... 1e-8 at least as accurate as jaxrank, chosen untimed); choix "
+        f"tol 1e-10; arena-rank L-BFGS ftol {args.arena_ftol:g}, gtol {args.arena_gtol:g}. The float64 optimum "
+        "is a dense NumPy Newton solve on the counts (`_data.ml_float64`).")
     if ar is not None:
         say(f"arena-rank ({ar['arena_rank']}, jax {ar['jax']}, x64 {ar['x64']}) per call, aggregation + fit: {agg}; "
             f"{ar['runs'][0]['rows']:,} aggregated rows; the worker process took {ar['wall_s']:.1f} s in all "
@@ -257,6 +271,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--arena-python", default=None,
                     help="a Python where `pip install arena-rank` was done (default: skip arena-rank)")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds of every in-process method")
     ap.add_argument("--arena-repeats", type=int, default=2)
     ap.add_argument("--arena-ftol", type=float, default=0.0,
                     help="arena-rank L-BFGS ftol (its default 1e-9 stops early: 1.7e-2 off on football)")
@@ -267,7 +282,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.smoke:
-        args.comparisons, args.arena_repeats = 100_000, 1
+        args.comparisons, args.arena_repeats, args.repeats = 100_000, 1, 3
     skip = set(filter(None, args.skip.split(",")))
     n, m = args.items, args.comparisons
     lines = []
@@ -289,7 +304,7 @@ def main(argv=None):
         say(f"## 1. Synthetic: {m:,} comparisons among {n} items")
         say()
         res = compare("synthetic", a, b, y.astype(np.float64), n, args, say, draws=False)
-        err = np.abs(centre(res["jaxrank, steady (best of 3)"][0]) - centre(s)).max()
+        err = np.abs(centre(res["jaxrank, steady"][0]) - centre(s)).max()
         say(f"max |jaxrank score - true strength| = {err:.3f} (sampling error).")
         say()
     if "football" not in skip:
@@ -305,7 +320,7 @@ def main(argv=None):
             "(choix: decisive matches twice, draws once each way).")
         say()
         res = compare("football", fa, fb, fo, nk, args, say, draws=True, arena=not args.smoke)
-        sc = res["jaxrank, steady (best of 3)"][0]
+        sc = res["jaxrank, steady"][0]
         top = np.argsort(-sc)[:5]
         say("jaxrank's top 5: " + ", ".join(f"{names[keep[t]]} {sc[t] - sc.mean():+.2f}" for t in top) + ".")
         say()

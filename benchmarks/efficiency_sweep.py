@@ -10,7 +10,11 @@ subsets per budget, every scorer; the mean per-context Spearman per subset.
     scorer (one nested selection per subset and article, all budgets as weight
     masks; one compiled function per scorer, batched calls of ~40k problems),
     including tracing and compilation (first aspect) and the selection.
-(b) baseline: the papers' way, a Python loop over (budget, subset, article)
+(b) a vectorised NumPy/SciPy peer (``benchmarks/_vec_peers.py``: one call per
+    budget over every sampled problem, ``np.bincount`` over offset items, batched
+    ``np.linalg.pinv``, batched Newton for PoE-BT, ``rankdata(axis=1)``), the
+    strongest way a NumPy user runs it, ``--vec-repeats`` runs (median);
+(c) baseline: the papers' way, a Python loop over (budget, subset, article)
     calling the NumPy/SciPy scorers of ``benchmarks/poe_protocol.py``
     (``np_win_ratio``, ``np_average_probability``, ``np_bradley_terry`` (Zermelo/MM),
     ``np_poe_gaussian`` (lstsq, soft and hard), ``np_poe_bradley_terry`` (SciPy
@@ -43,7 +47,8 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from poe_protocol import SCORERS as _PROTOCOL_SCORERS, np_scorer  # noqa: E402
+from poe_protocol import SCORERS as _PROTOCOL_SCORERS  # noqa: E402
+from _vec_peers import np_scorer, vec_scorer, vec_spearman  # noqa: E402
 from _report import write_results  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 BASELINES = {name: np_scorer(name) for name in _PROTOCOL_SCORERS}
@@ -69,6 +74,27 @@ def baseline_curves(name, sel, labels, budgets, subsets):
     return out, time.perf_counter() - t0
 
 
+def vectorised_curves(name, sel, labels, budgets, subsets, repeats):
+    """The vectorised NumPy peer (``_vec_peers``) on the same sample, one call per budget: curves, seconds a run.
+
+    Timed ``repeats`` times (returns every run's seconds); every comparison within a budget must be live.
+    """
+    i, j, p, w = (np.asarray(x) for x in (sel.i, sel.j, sel.p, sel.weight))
+    n, C = sel.num_items, labels.shape[0]
+    gold = np.tile(labels, (subsets, 1))
+    out, times = np.empty((len(budgets), subsets)), []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for b, r in enumerate(budgets):
+            if not (w[:subsets, :, :r] > 0).all():
+                raise SystemExit("the vectorised peer expects every comparison within a budget live")
+            take = lambda x, t: x[:subsets, :, :r].reshape(-1, r).astype(t)
+            rho = vec_spearman(vec_scorer(name)(take(i, np.int64), take(j, np.int64), take(p, np.float64), n), gold)
+            out[b] = np.nanmean(rho.reshape(subsets, C), axis=1)
+        times.append(time.perf_counter() - t0)
+    return out, times
+
+
 def main(argv=None):
     from jaxrank import data, studies as ex
 
@@ -76,6 +102,7 @@ def main(argv=None):
     ap.add_argument("--subsets", type=int, default=100, help="random subsets per budget (default 100)")
     ap.add_argument("--aspects", default=None, help="comma-separated SummEval aspects (default all 4)")
     ap.add_argument("--baseline-subsets", type=int, default=1, help="subsets the baseline loop runs (default 1)")
+    ap.add_argument("--vec-repeats", type=int, default=3, help="runs of the vectorised NumPy peer on the sample")
     ap.add_argument("--scorers", default=",".join(SCORERS), help="comma-separated scorers")
     ap.add_argument("--chunk", type=int, default=40_000, help="problems per batched jaxrank call")
     ap.add_argument("--seed", type=int, default=0)
@@ -138,8 +165,15 @@ def main(argv=None):
             curve, t_b = baseline_curves(s, sels[a0], judges[a0].labels.astype(np.float64), budgets, nb)
             per = t_b / sample
             diff = np.nanmax(np.abs(curve - jax_curves[a0, s][:, :nb]))
+            vcurve, t_v = vectorised_curves(s, sels[a0], judges[a0].labels.astype(np.float64), budgets, nb,
+                                            args.vec_repeats)
+            per_v = float(np.median(t_v)) / sample
             row.update(t_baseline_sample_s=t_b, us_per_problem_baseline=1e6 * per,
-                       t_baseline_est_s=per * problems, ratio=per * problems / t_jax[s], max_abs_diff=float(diff))
+                       t_baseline_est_s=per * problems, ratio=per * problems / t_jax[s], max_abs_diff=float(diff),
+                       t_vec_sample_median_s=float(np.median(t_v)), t_vec_sample_min_s=min(t_v),
+                       t_vec_sample_max_s=max(t_v), us_per_problem_vec=1e6 * per_v, t_vec_est_s=per_v * problems,
+                       ratio_vec=per_v * problems / t_jax[s],
+                       max_abs_diff_vec=float(np.nanmax(np.abs(vcurve - jax_curves[a0, s][:, :nb]))))
             print(f"  baseline {s:24s} {t_b:7.2f}s on {sample} problems, max |diff| {diff:.2e}", flush=True)
         rows.append(row)
     with_base = [r for r in rows if "ratio" in r]
@@ -157,15 +191,24 @@ def main(argv=None):
     say(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (shared), jax "
         f"{jax.__version__} on {jax.devices()[0].platform}, numpy {np.__version__}.")
     say()
-    say("| scorer | jaxrank, whole sweep (s) | of which compile (est. s) | us/problem jaxrank | us/problem baseline | baseline, whole sweep "
-        "(est. s) | ratio | max abs diff of Spearman (sample) |")
-    say("|---|---:|---:|---:|---:|---:|---:|---:|")
+    t_vb = sum(r["t_vec_est_s"] for r in with_base)
+    say("| scorer | jaxrank, whole sweep (s) | of which compile (est. s) | us/problem jaxrank | us/problem vectorised "
+        "NumPy, median [min, max] | vectorised, whole sweep (est. s) | vectorised / jaxrank | us/problem loop | "
+        "loop, whole sweep (est. s) | loop / jaxrank | max abs diff of Spearman (sample: vectorised; loop) |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         b = r.get("ratio")
         say(f"| {r['scorer']} | {r['t_jaxrank_s']:.1f} | {r['compile_est_s']:.1f} | {r['us_per_problem_jaxrank']:.1f} | "
-            + (f"{r['us_per_problem_baseline']:.0f} | {r['t_baseline_est_s']:.0f} | {b:.3g}x | "
-               f"{r['max_abs_diff']:.1e} |" if b else "— | — | — | — |"))
-    say(f"| **six scorers with a baseline** | {t_jb:.1f} | | | | {t_bb:.0f} | **{t_bb / t_jb:.3g}x** | |")
+            + (f"{r['us_per_problem_vec']:.1f} [{1e6 * r['t_vec_sample_min_s'] / sample:.1f}, "
+               f"{1e6 * r['t_vec_sample_max_s'] / sample:.1f}] | {r['t_vec_est_s']:.0f} | {r['ratio_vec']:.2f}x | "
+               f"{r['us_per_problem_baseline']:.0f} | {r['t_baseline_est_s']:.0f} | {b:.3g}x | "
+               f"{r['max_abs_diff_vec']:.1e}; {r['max_abs_diff']:.1e} |" if b else "— | — | — | — | — | — | — |"))
+    say(f"| **six scorers with a baseline** | {t_jb:.1f} | | | | {t_vb:.0f} | **{t_vb / t_jb:.2f}x** | | {t_bb:.0f} | "
+        f"{t_bb / t_jb:.3g}x | |")
+    say()
+    say(f"Vectorised NumPy peer (`benchmarks/_vec_peers.py`, the strongest way a NumPy user runs it: one call per "
+        f"budget over all sampled problems, no Python loop): {args.vec_repeats} runs on the sample, median; it is "
+        f"not interleaved with jaxrank's sweep (estimates, like the loop's). Load average now {os.getloadavg()[0]:.2f}.")
     say()
     say("Compile estimate: first aspect's time minus the median of the later aspects'. BT and PoE-g-hard give "
         "exactly equal scores to items with equal win records; float32 (jaxrank) and float64 (baseline) rounding "

@@ -5,7 +5,7 @@ compiled per shape, so before the bucketing every new size paid a whole
 compilation (10-19 s for Bradley-Terry on 2 busy cores). Each measurement here
 is a fresh Python process that imports jaxrank, turns on the persistent
 compilation cache (``jaxrank.enable_compilation_cache``), builds a pool, and
-times the scorer's first call (scores back to NumPy) and a second call:
+times the scorer's first call (scores back to NumPy) and the median of 5 calls after it ("steady"):
 
 * **cold cache**: an empty cache folder (every program compiled);
 * **warm cache, new size**: the cache of a process that scored a pool of
@@ -19,7 +19,11 @@ Bradley-Terry scorers and PoE-g) and ``football`` (the men's international
 results, 49,520 matches, 337 teams, as ordered-pair counts; Bradley-Terry and
 PoE-BT with a score prior of 0.1). evalica's ``bradley_terry`` (its Rust solver)
 runs in its own fresh processes on the same pool (decisions ``p > 0.5``; the
-football's match rows), timed the same way after its import. With
+football's match rows), timed the same way after its import; its output is
+checked to be an answer (``_data.no_answer``): on these pools, not strongly
+connected as decisions, it returns one constant for every item, reported as
+"no answer (constant scores ...)" in the "answer" column and instead of its
+first-call time in the before/after table. With
 ``--baseline-root`` another checkout (the code before a change) takes its turn
 in every round, so before and after share the machine's load.
 
@@ -97,6 +101,19 @@ def football_rows(variant: int):
     return a[:keep], b[:keep], outcome[:keep]
 
 
+STEADY_CALLS = 5
+
+
+def _steady(f) -> float:
+    """Median seconds of :data:`STEADY_CALLS` calls of ``f`` after its first."""
+    ts = []
+    for _ in range(STEADY_CALLS):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
 def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> dict:
     """One fresh process's measurement (printed as JSON by ``--worker``)."""
     t0 = time.perf_counter()
@@ -113,11 +130,15 @@ def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> 
             xs, ys = pd.Series(i), pd.Series(j)
             ws = [evalica.Winner.X if q > 0.5 else evalica.Winner.Y if q < 0.5 else evalica.Winner.Draw for q in p]
         t2 = time.perf_counter()
-        np.asarray(evalica.bradley_terry(xs, ys, ws).scores)
+        r = evalica.bradley_terry(xs, ys, ws)
+        scores = np.asarray(r.scores)
         t3 = time.perf_counter()
-        np.asarray(evalica.bradley_terry(xs, ys, ws).scores)
-        t4 = time.perf_counter()
-        return {"import": t1 - t0, "first": t3 - t2, "second": t4 - t3}
+        steady = _steady(lambda: np.asarray(evalica.bradley_terry(xs, ys, ws).scores))
+        sys.path.insert(0, str(HERE.parent))
+        import _data
+
+        why = _data.no_answer(np.log(scores), int(r.iterations))
+        return {"import": t1 - t0, "first": t3 - t2, "steady": steady, "answer": why or "yes"}
     import jax
 
     import jaxrank as jr
@@ -136,9 +157,8 @@ def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> 
     t3 = time.perf_counter()
     first_events = {k: events.get(v, 0.0) for k, v in EVENTS.items()}
     first_events["scipy"] = float("scipy.linalg" in sys.modules and not scipy_before)
-    np.asarray(fn(c, **kw))
-    t4 = time.perf_counter()
-    return {"import": t1 - t0, "first": t3 - t2, "second": t4 - t3, **first_events}
+    steady = _steady(lambda: np.asarray(fn(c, **kw)))
+    return {"import": t1 - t0, "first": t3 - t2, "steady": steady, **first_events}
 
 
 def _run(tool, scorer, pool_name, variant, cache, root):
@@ -208,17 +228,19 @@ def main(argv=None):
                 results.append((v, scorer, pool_name, "warm cache, new size", warm[v]))
             print(f"  {pool_name} {scorer} done (load {load():.1f})", flush=True)
     header = ["code", "scorer", "pool", "cache", "first call (s)", "import (s)", "process (s)", "trace (s)",
-              "lower (s)", "compile or load (s)", "SciPy imported", "steady (ms)", "load"]
+              "lower (s)", "compile or load (s)", "SciPy imported", "steady (ms), median of 5 calls", "answer",
+              "load"]
     rows = []
     for code, scorer, pool_name, cache, runs in results:
         get = lambda k: [r.get(k, 0.0) for r in runs]
         rows.append([code, scorer, pool_name, cache, _cell(get("first")), _cell(get("import")),
                      _cell(get("process")), _cell(get("trace")), _cell(get("lower")), _cell(get("compile")),
                      f"{int(sum(get('scipy')))}/{len(runs)}",
-                     _cell(np.asarray(get("second")) * 1e3, "{:.1f}"), _cell(get("load"), "{:.1f}")])
+                     _cell(np.asarray(get("steady")) * 1e3, "{:.1f}"),
+                     "; ".join(sorted({r.get("answer", "yes") for r in runs})), _cell(get("load"), "{:.1f}")])
         for k, r in enumerate(runs):
             rep.row(code=code, scorer=scorer, pool=pool_name, cache=cache, process_index=k,
-                    **{key: float(val) for key, val in r.items()})
+                    **{key: (val if isinstance(val, str) else float(val)) for key, val in r.items()})
     rep.table(header, rows)
     if "before" in roots:
         rep.say("First call on a new size with a warm cache, median seconds (before -> after, and the ratio):")
@@ -229,9 +251,10 @@ def main(argv=None):
             for scorer in scorers:
                 med = {c: np.median([x["first"] for x in r]) for c, s, p, cache, r in results
                        if s == scorer and p == pool_name and cache == "warm cache, new size"}
+                why = "; ".join(sorted({x["answer"] for x in ev} - {"yes"}))
                 table.append([scorer, pool_name, f"{med['before']:.2f}", f"{med['after']:.2f}",
                               f"{med['before'] / med['after']:.1f}x",
-                              f"{np.median([x['first'] for x in ev]):.3f}"])
+                              why or f"{np.median([x['first'] for x in ev]):.3f}"])
         rep.table(["scorer", "pool", "before (s)", "after (s)", "faster", "evalica first call (s)"], table)
     rep.write()
 
