@@ -57,6 +57,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -69,7 +70,7 @@ from scipy import stats
 import jaxrank as jr
 from jaxrank import metrics, scorer_table
 from jaxrank.data import label_matrix, load_dataset
-from _report import interleaved, spread, write_results  # noqa: E402  (benchmarks/ on sys.path as a script)
+from _report import interleaved, jaxrank_source, spread, write_results  # noqa: E402  (benchmarks/ on sys.path as a script)
 from _vec_peers import baseline_pipeline, np_bradley_terry, np_poe_bradley_terry, vec_pipeline  # noqa: E402
 
 # ----------------------------------------------------------------- simulated judge
@@ -264,7 +265,9 @@ def main(argv=None):
         f"scores), P(A) = {js['p_a']:.3f}, mean p = {js['mean_p']:.3f}.")
     say(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         f"jax {jax.__version__} on {jax.devices()[0].platform}, numpy {np.__version__}"
-        + (f", persistent compilation cache {args.compilation_cache}." if args.compilation_cache else "."))
+        + (f", persistent compilation cache {args.compilation_cache}." if args.compilation_cache else ".")
+        + f" {jaxrank_source()}. Command: `python benchmarks/poe_protocol.py "
+        f"{' '.join(argv if argv is not None else sys.argv[1:])}`.")
     say()
 
     sel = draw_subsets(num_pairs, contexts, args.repeats, args.budget, args.seed)   # [Rep, C, R]
