@@ -113,7 +113,8 @@ def _tied(c, pr, labels, x, s, mode, st):
     by ``(delta g_a - delta g_b) / (H_aa - H_ab)``, at most ``rho_a + rho_b`` with ``rho_n = eps sum_k |terms_{n,k}|
     / H_nn`` (each gradient entry's rounding, as the loop's rounding test, ``_soft_bt_newton._pass``, scaled by
     the item's curvature, floored as in the loop). Neighbours are tied at most
-    ``TIE_SAFETY (rho_a + rho_b + sqrt(n + 1) eps max |s|)`` and at most ``TIE_CAP max(1, max |s|)`` apart:
+    ``TIE_SAFETY (rho_a + rho_b + eps max |s|)`` (one rounding of the largest score: ``_ties.rounding_floor``'s
+    default) and at most ``TIE_CAP max(1, max |s|)`` apart:
     ``O(N + R)``, no factorisation.
     """
     if _graph.sizes_use_cg(c.num_items, c.i.shape[-1]):
