@@ -6,29 +6,13 @@ local judge, seeds outside 32 bits, and ``store adopt`` beside a file named ``po
 import csv
 import json
 
-import numpy as np
 import pytest
 
 from jaxrank import cli
 from jaxrank.cli import build_parser
 from jaxrank.cli._common import report_stem
 from jaxrank.cli.assess import _active_options
-from jaxrank.judges.judgement import Judgement
-
-
-class CountingJudge:
-    """p = sigmoid((len(a) - len(b)) / 5) of the candidate texts; counts the pairs it is asked."""
-
-    name, template_key, fingerprint, batch_size = "count", "t1", "fp1", 2
-
-    def __init__(self):
-        self.asked = []
-
-    def compare(self, context, candidates, i, j):
-        i, j = np.asarray(i), np.asarray(j)
-        self.asked += [(context, a, b) for a, b in zip(i.tolist(), j.tolist())]
-        s = np.array([len(c) for c in candidates], float)
-        return Judgement((1 / (1 + np.exp(-(s[i] - s[j]) / 5))).astype(np.float32), False, np.zeros((len(i), 2)))
+from test_review_store_run import CountingJudge   # the same counting judge as the pipeline tests
 
 
 def _data(tmp_path, contexts=6, candidates=4):
