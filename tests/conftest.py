@@ -10,6 +10,28 @@ os.environ.setdefault("JAXRANK_COMPILATION_CACHE", "0")
 
 import pytest  # noqa: E402
 
+# Each program XLA:CPU compiles maps ~18 memory regions; a worker that compiles thousands of shapes reaches
+# Linux's vm.max_map_count (65,530), and LLVM then fails ("Failed to materialize symbols ... Cannot allocate
+# memory") or the worker crashes. Past this many maps a test's end releases every compiled program.
+MAX_MAPS_BEFORE_CLEAR = 30_000
+
+
+def _memory_maps() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:                               # not Linux: no such limit to watch
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs_near_the_map_limit():
+    yield
+    if _memory_maps() > MAX_MAPS_BEFORE_CLEAR:
+        from jaxrank.compilation import clear_caches
+
+        clear_caches()
+
 
 def load_model_or_skip(name):
     """A registered model (``jaxrank.models.load_model``); skips the test if its package is not installed."""

@@ -49,13 +49,14 @@ import errno
 import hashlib
 import os
 import pickle
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 from jaxrank.compilation import _store
 from jaxrank.compilation._store import _EXEC_MAGIC, _MAGIC, load_scipy_lapack
 
-__all__ = ["enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory",
+__all__ = ["clear_caches", "enable_compilation_cache", "default_cache_dir", "ExportedProgram", "exported_directory",
            "compiled_directory", "load_scipy_lapack"]
 
 
@@ -144,6 +145,30 @@ def compiled_directory() -> Path | None:
         exported.with_name(exported.name[:-len("-exported")] + "-compiled")
 
 
+_LIVE_PROGRAMS: "weakref.WeakSet[ExportedProgram]" = weakref.WeakSet()
+
+
+def clear_caches() -> None:
+    """Release every compiled program this process holds: JAX's caches and jaxrank's kept programs.
+
+    :func:`jax.clear_caches` drops the executables of every ``jax.jit``; this also drops those that
+    :class:`ExportedProgram` objects loaded or compiled (the files on disk stay, so the next call of a
+    released shape loads it again instead of compiling it, while the cache is on).
+
+    A long process that compiles thousands of distinct shapes (a test run, a notebook sweeping many pool
+    sizes without buckets) needs it: on XLA:CPU each compiled program maps about 18 memory regions of its
+    own (measured: 300 small programs took 5,532 maps; all but 98 came back after this call), and Linux
+    refuses new maps past ``vm.max_map_count`` (65,530 by default). LLVM then fails to place the next
+    program's code, with ``Failed to materialize symbols ... Cannot allocate memory``, or the process
+    crashes, whatever memory is free.
+    """
+    import jax  # deliberately lazy: see the module docstring
+
+    for program in list(_LIVE_PROGRAMS):
+        program.forget()
+    jax.clear_caches()
+
+
 class ExportedProgram:
     """A jitted function whose traced program (and, optionally, compiled executable) is kept on disk.
 
@@ -209,6 +234,12 @@ class ExportedProgram:
         self.executables = Path(executables).expanduser() if executables is not None else None
         self._calls: dict[str, Callable] = {}
         self._by_signature: dict[tuple, Callable] = {}
+        _LIVE_PROGRAMS.add(self)
+
+    def forget(self) -> None:
+        """Drop the executables this program holds in memory (its files stay; the next call loads them again)."""
+        self._calls.clear()
+        self._by_signature.clear()
 
     def _key(self, *args) -> str:
         import jax  # deliberately lazy: see the module docstring
