@@ -149,3 +149,11 @@ def test_reuse_copies_what_another_store_holds_and_judges_only_the_rest(tmp_path
     third = CountingJudge()
     judge_contexts(third, CS, tmp_path / "t.jsonl", progress=False, positions=[2], reuse=tmp_path / "none.jsonl")
     assert len(third.asked) == 6
+
+
+def test_reuse_says_how_many_judgements_it_copied(tmp_path, capsys):
+    main, shard = tmp_path / "main.jsonl", tmp_path / "shard.jsonl"
+    judge_contexts(CountingJudge(), CS, main, progress=False, positions=[0, 1])
+    capsys.readouterr()
+    judge_contexts(CountingJudge(), CS, shard, progress=True, positions=[1, 2], reuse=main)
+    assert f"6 judgements copied from {main}" in capsys.readouterr().err

@@ -12,9 +12,9 @@ is killed resumes where it stopped without redoing or losing a comparison.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
+import sys
 import warnings
 import zlib
 from typing import Sequence
@@ -25,6 +25,7 @@ import numpy as np
 from jaxrank import _validate
 from jaxrank.assessment.progress import progress_bar
 from jaxrank.assessment._store_file import copy_held, mismatch_note
+from jaxrank.assessment.contexts import ContextSet, contexts_of, _refuse_repeats
 from jaxrank.assessment.store import JudgementStore, Key, StoredComparisons, TextHashes, text_sha
 from jaxrank.comparisons import Comparisons, stack_contexts
 from jaxrank.selection import random_comparisons
@@ -40,65 +41,6 @@ class StoreMismatchWarning(UserWarning):
     (another prompt or answer prefix): they are not reused, and the run judges those comparisons itself."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ContextSet:
-    """Contexts with their candidates (and optional human scores), as the judges need them.
-
-    Attributes:
-        ids: context ids.
-        texts: context texts.
-        candidate_ids: per context, candidate ids.
-        candidates: per context, candidate texts.
-        labels: per context, ``[N]`` human scores of one aspect (or ``None``).
-        prefix_sample: ``(context text, candidate texts)`` of the data set's first context (position 0 of
-            the whole data set, all its candidates), whatever contexts were selected: where a judge with
-            ``answer_prefix="auto"`` chooses its prefix (:func:`prepare_judge`), so every ``--contexts``
-            slice and every process of a run gets the same template key. ``None`` (a set built by hand):
-            the first context of ``ids``.
-    """
-
-    ids: list[str]
-    texts: list[str]
-    candidate_ids: list[list[str]]
-    candidates: list[list[str]]
-    labels: list[np.ndarray] | None = None
-    prefix_sample: tuple[str, list[str]] | None = None
-
-
-def _parse_slice(spec: str | slice | Sequence[int] | None, n: int) -> list[int]:
-    if spec is None:
-        return list(range(n))
-    if isinstance(spec, slice):
-        return list(range(n))[spec]
-    if isinstance(spec, str):
-        try:
-            if ":" in spec:
-                parts = [int(x) if x.strip() else None for x in spec.split(":")]
-                if len(parts) > 3:
-                    raise ValueError
-                out = list(range(n))[slice(*parts)]
-            else:
-                out = [int(x) for x in spec.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"contexts {spec!r}: use START:STOP[:STEP] or i,j,k (context positions, "
-                             f"0..{n - 1})") from None
-        if not out:
-            raise ValueError(f"contexts {spec!r} selects none of the {n} contexts (positions 0..{n - 1})")
-    else:
-        out = [int(x) for x in spec]
-    _refuse_repeats("contexts", spec, out)
-    return out
-
-
-def _refuse_repeats(name: str, spec, positions: Sequence[int]) -> None:
-    """A context selected twice would be judged and scored as two contexts: refuse it, naming ``name``."""
-    twice = sorted({k for k in positions if positions.count(k) > 1})
-    if twice:
-        shown = spec if isinstance(spec, str) else list(positions)
-        raise ValueError(f"{name} {shown!r} selects context position(s) {twice} more than once; give each "
-                         "context once")
-
-
 SEED_LIMIT = 2 ** 32
 """Seeds of the planned pairs lie in ``[0, SEED_LIMIT)``: the PRNG key takes 32 bits, so a larger seed would
 wrap onto a smaller one and plan its very pairs."""
@@ -111,57 +53,6 @@ def check_seed(seed, name: str = "seed") -> int:
         raise ValueError(f"{name} must be an int in [0, 2**32) (a 32-bit PRNG seed: a larger one would wrap onto "
                          f"a smaller one's pairs), got {seed!r}")
     return int(seed)
-
-
-def contexts_of(ds, *, aspect: str | None = None, contexts=None, max_candidates: int | None = None) -> ContextSet:
-    """Group a loaded data set (:func:`jaxrank.data.load_dataset`) by context.
-
-    Args:
-        ds: a ``datasets.Dataset`` in jaxrank's schema.
-        aspect: a human-score column to carry along (``labels``).
-        contexts: which contexts, by position: ``"0:5"``, ``"0,3,7"``, a slice or indices.
-        max_candidates: keep only the first ``max_candidates`` candidates of each context (an int >= 2:
-            a comparison needs two); ``None``: all.
-
-    Raises:
-        ValueError: an unknown aspect, a selection outside the data set, or ``max_candidates`` not an
-            int >= 2.
-    """
-    if max_candidates is not None and (isinstance(max_candidates, (bool, np.bool_))
-                                       or not isinstance(max_candidates, (int, np.integer)) or max_candidates < 2):
-        raise ValueError(f"max_candidates must be an int >= 2 (a comparison needs two candidates) or None (all), "
-                         f"got {max_candidates!r}")
-    text_columns = ("context_id", "context", "candidate_id", "candidate", "reference")
-    scores = [c for c in ds.column_names if c not in text_columns]
-    if aspect is not None and aspect not in scores:
-        what = "a text column, not a human score" if aspect in ds.column_names else "unknown"
-        raise ValueError(f"aspect {aspect!r} is {what}; the human scores are: {', '.join(scores) or 'none'}")
-    cols = {k: ds[k] for k in ("context_id", "context", "candidate_id", "candidate")}
-    lab = ds[aspect] if aspect else None
-    order: dict[str, int] = {}
-    groups: list[list[int]] = []
-    for r, cid in enumerate(cols["context_id"]):
-        if cid not in order:
-            order[cid] = len(groups)
-            groups.append([])
-        groups[order[cid]].append(r)
-    pick = _parse_slice(contexts, len(groups))
-    bad = [k for k in pick if not 0 <= k < len(groups)]
-    if bad:
-        raise ValueError(f"contexts {bad} outside [0, {len(groups)})")
-    ids, texts, cids, cands, labels = [], [], [], [], []
-    for k in pick:
-        rows = groups[k] if max_candidates is None else groups[k][:int(max_candidates)]
-        ids.append(str(cols["context_id"][rows[0]]))
-        texts.append(cols["context"][rows[0]] or "")
-        cids.append([str(cols["candidate_id"][r]) for r in rows])
-        cands.append([cols["candidate"][r] for r in rows])
-        if lab is not None:
-            labels.append(np.array([np.nan if lab[r] is None else lab[r] for r in rows], np.float32))
-    sample = None
-    if groups:        # the data set's first context, all its candidates: the same for every selection
-        sample = (cols["context"][groups[0][0]] or "", [cols["candidate"][r] for r in groups[0]])
-    return ContextSet(ids, texts, cids, cands, labels if lab is not None else None, sample)
 
 
 def check_budget(num_items: int, budget: int | None, selection: str = "random") -> str | None:
@@ -432,7 +323,9 @@ def judge_contexts(judge, cs: ContextSet, store: JudgementStore | str, *, budget
             planned.append((k, i, j, keys))
         lists.append((k, i, j, keys))
     if reuse is not None:
-        copy_held(store, reuse, [key for *_, keys in lists for key in keys])
+        copied = copy_held(store, reuse, [key for *_, keys in lists for key in keys])
+        if progress and copied:
+            print(f"{copied} judgement{'s' * (copied != 1)} copied from {reuse} (not judged again)", file=sys.stderr)
     for k, i, j, keys in lists:
         keep = [(a, b) for a, b, key in zip(i.tolist(), j.tolist(), keys) if key not in store]
         absent += [key for key in keys if key not in store]
