@@ -9,7 +9,11 @@ batched like jaxrank) in float32 and in bfloat16 (``model.to(torch.bfloat16)``),
 jaxrank row to the faster PyTorch row of the same weight dtype per repeat, and the largest ``|p - p_float32|``
 against jaxrank's float32 ``p``.
 
-    python benchmarks/judge_bf16.py [--candidates 6] [--repeats 3] [--out benchmarks/results/judge_bf16.md]
+    python benchmarks/judge_bf16.py [--candidates 6] [--repeats 3] [--answer-prefix auto]
+                                    [--out benchmarks/results/judge_bf16.md]
+
+The judges read the labels after the answer prefix the float32 model writes (``auto``), so ``p`` is a
+judge's that answers (the labels' share of the answer is printed).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +37,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--answer-prefix", default="auto",
+                    help="'auto' (found from the float32 model's answers, the default), or the words ('' for none)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--smoke", action="store_true", help="3 candidates, one repeat")
     args = ap.parse_args(argv)
@@ -53,9 +60,15 @@ def main(argv=None):
     i, j = np.nonzero(~np.eye(n, dtype=bool))
     template = pairwise_template("summeval", "coherence")
     lm32, lm16 = load_model("smollm2-135m"), load_model("smollm2-135m", dtype=jnp.bfloat16)
-    judges = {"jaxrank, float32 weights": (PromptJudge(lm32, template, batch_size=8), "float32"),
-              "jaxrank, bfloat16 weights": (PromptJudge(lm16, template, batch_size=8), "bfloat16"),
-              "jaxrank, bfloat16 weights and cache": (PromptJudge(lm16, template, batch_size=8,
+    judge32 = PromptJudge(lm32, template, batch_size=8, answer_prefix=args.answer_prefix)
+    with warnings.catch_warnings():                   # the choice is reported in the table's header
+        warnings.simplefilter("ignore", UserWarning)
+        judge32.prepare(context, cands)                 # "auto": the words the model writes before the label
+    prefix = judge32.template.answer_prefix          # every side reads the same prompt
+    judges = {"jaxrank, float32 weights": (judge32, "float32"),
+              "jaxrank, bfloat16 weights": (PromptJudge(lm16, template, batch_size=8, answer_prefix=prefix),
+                                            "bfloat16"),
+              "jaxrank, bfloat16 weights and cache": (PromptJudge(lm16, template, batch_size=8, answer_prefix=prefix,
                                                                   cache_dtype=jnp.bfloat16), "bfloat16")}
     ref = judges["jaxrank, float32 weights"][0]
     labels = np.array([ref.reading.ids[0][0], ref.reading.ids[1][0]], np.int32)
@@ -75,7 +88,14 @@ def main(argv=None):
             best[threads] = time.perf_counter() - t0
         tj.set_threads(min(best, key=best.get))
         peers[f"PyTorch, KV cache, {dt} weights ({tj.threads} thread(s))"] = (tj, dt)
-    sides = {k: (lambda jd=jd: np.asarray(jd.compare(context, cands, i, j).p), dt) for k, (jd, dt) in judges.items()}
+    mass = {}
+
+    def judged(jd, k):
+        out = jd.compare(context, cands, i, j)
+        mass[k] = np.asarray(out.label_mass)
+        return np.asarray(out.p)
+
+    sides = {k: (lambda jd=jd, k=k: judged(jd, k), dt) for k, (jd, dt) in judges.items()}
     sides.update({k: (lambda tj=tj: np.asarray(tj.cached(ref, context, cands, i, j)), dt)
                   for k, (tj, dt) in peers.items()})
     p, first = {}, {}
@@ -102,6 +122,9 @@ def main(argv=None):
              f"Machine: 2 CPU cores (shared), jax {jax.__version__}, PyTorch {torch.__version__}; batch size 8; "
              f"{args.repeats} interleaved repeat(s) after one warm-up call per side; load (1 min) before each "
              f"repeat and at the end: {', '.join(f'{x:.2f}' for x in loads)}.", "",
+             f"Answer prefix {prefix!r} (--answer-prefix {args.answer_prefix!r}), labels read as "
+             f"{ref.reading.texts!r}; the labels hold {np.median(mass['jaxrank, float32 weights']):.1%} of the "
+             "float32 model's answer (median over the comparisons).", "",
              "| side | comparisons / s, median [min, max] | jaxrank / faster PyTorch of the same weight dtype, "
              "per repeat: median [min, max] | max abs p difference vs jaxrank float32 | first call (s) |",
              "|---|---:|---:|---:|---:|"]

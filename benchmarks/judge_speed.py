@@ -36,7 +36,11 @@ padding costs (estimated: a stage's seconds times its padded share) and the
 B tokens PyTorch's batches run. Writes ``benchmarks/results/judge_speed.md``.
 
     python benchmarks/judge_speed.py [--candidates 16] [--article 0] [--batch-size 8]
-                                     [--repeats 3] [--baseline-comparisons 24] [--smoke]
+                                     [--repeats 3] [--baseline-comparisons 24] [--answer-prefix auto] [--smoke]
+
+The judge reads its labels after the answer prefix the model itself writes (``--answer-prefix auto``,
+:meth:`PromptJudge.prepare`; SmolLM2 answers "Summary A ..."): without it the labels held ~2% of the
+answer, so ``p`` compared answers the model hardly gives. The labels' share of the answer is printed.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +110,18 @@ class TimedModel:
         return self._timed("projection", self._model.logits_at, *a, **kw)
 
 
+def prepared_judge(lm, template, context, candidates, *, batch_size: int, answer_prefix: str = "auto"):
+    """The benchmarked ``PromptJudge`` with its answer prefix resolved on this context (``"auto"``: the
+    words the model writes before the label, :meth:`PromptJudge.prepare`), so the peers read the same ids."""
+    from jaxrank.judges.pairwise import PromptJudge
+
+    judge = PromptJudge(lm, template, batch_size=batch_size, answer_prefix=answer_prefix)
+    with warnings.catch_warnings():           # the choice is reported in the result's header
+        warnings.simplefilter("ignore", UserWarning)
+        judge.prepare(context, candidates)
+    return judge
+
+
 def real_tokens(ids, mask) -> int:
     """Unmasked tokens of the rows a batch really holds: trailing rows equal to row 0 (ids and mask) are
     the judge's filler copies (``_forward.padded``) and count as padding, not as real tokens."""
@@ -131,6 +148,9 @@ def main(argv=None):
                     help="comparisons the no-cache PyTorch loop runs per repeat (it is the slow side)")
     ap.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     ap.add_argument("--smoke", action="store_true", help="3 candidates, one repeat, no-cache loop on 2, peers on all cores")
+    ap.add_argument("--answer-prefix", default="auto",
+                    help="the judge's answer prefix: 'auto' (found from the model's answers, the default), or the "
+                         "words themselves ('' for none)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.smoke:
@@ -152,7 +172,8 @@ def main(argv=None):
     i, j = np.nonzero(~np.eye(n, dtype=bool))
     lm = load_model(args.judge)
     template = pairwise_template("summeval", "coherence")
-    judge = PromptJudge(lm, template, batch_size=args.batch_size)
+    judge = prepared_judge(lm, template, context, cands, batch_size=args.batch_size,
+                           answer_prefix=args.answer_prefix)
     if not all(len(x) == 1 for x in judge.reading.ids):
         raise SystemExit(f"the peers read one token per label; this template's labels are {judge.reading.texts}")
     labels = np.array([judge.reading.ids[0][0], judge.reading.ids[1][0]], np.int32)
@@ -165,6 +186,8 @@ def main(argv=None):
     say()
     say(f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs), jax {jax.__version__}; "
         f"jaxrank weights {lm.model.weights()['wq'].dtype} (dequantised from the GGUF); batch size {args.batch_size}.")
+    say(f"Answer prefix {judge.template.answer_prefix!r} (--answer-prefix {args.answer_prefix!r}), labels read as "
+        f"{judge.reading.texts!r} (token ids {labels.tolist()}); every side reads these ids.")
 
     t0 = time.perf_counter()
     first = judge.compare(context, cands, i, j)
@@ -272,7 +295,8 @@ def main(argv=None):
 
     # ------------------------------------------------------------ where jaxrank's time goes
     timed = TimedModel(lm.model)
-    tjudge = PromptJudge(dataclasses.replace(lm, model=timed), template, batch_size=args.batch_size)
+    tjudge = PromptJudge(dataclasses.replace(lm, model=timed), template, batch_size=args.batch_size,
+                         answer_prefix=judge.template.answer_prefix)
     t0 = time.perf_counter()
     tjudge.compare(context, cands, i, j)
     total = time.perf_counter() - t0
@@ -308,7 +332,10 @@ def main(argv=None):
         r = float(np.median(ratios[name]))
         say(f"- {name}: " + (f"jaxrank is {r:.2f}x faster." if r >= 1 else
                              f"jaxrank is {1 / r:.2f}x slower: it needs {1 / r:.2f}x its steady rate to match."))
-    say(f"Judge: P(A) = {float(np.mean(first.p > 0.5)):.3f}, mean p = {float(np.mean(first.p)):.3f}.")
+    mass = np.asarray(first.label_mass)
+    say(f"Judge: P(A) = {float(np.mean(first.p > 0.5)):.3f}, mean p = {float(np.mean(first.p)):.3f}; the labels "
+        f"hold {np.median(mass):.1%} of the model's answer (median; min {mass.min():.1%}) with answer prefix "
+        f"{judge.template.answer_prefix!r}.")
     out = Path(args.out) if args.out else Path(__file__).parent / "results" / \
         ("judge_speed_smoke.md" if args.smoke else "judge_speed.md")
     out.parent.mkdir(parents=True, exist_ok=True)
