@@ -4,7 +4,9 @@ A prompt that does not fit the model window keeps its candidate(s) and
 instructions whole and loses tokens from the end of the context only:
 :func:`fit_context` cuts every prompt of a call alike (so the longest fits),
 :func:`fit_each` cuts each prompt by as much as it alone needs (the pairwise
-judges: a comparison's ``p`` then never depends on the others of its call).
+judges: a comparison's ``p`` then never depends on the others of its call; the
+pointwise judges: a candidate's score never depends on the candidates scored
+with it).
 """
 
 from __future__ import annotations

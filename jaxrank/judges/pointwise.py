@@ -19,7 +19,10 @@
   pointwise scores feed the comparison / aggregation core.
 
 Prompts longer than the model window keep the candidate and the instructions
-whole and cut the context (the source text) from its end, with a warning.
+whole and cut the context (the source text) from its end, with a warning
+saying by how many tokens: each candidate's prompt by as much as it alone
+needs (:func:`~jaxrank.judges._truncation.fit_each`), so a candidate's score
+never depends on the other candidates scored with it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrank.judges._pointwise_checks import check_pairs_scale, check_steps, check_template, check_texts, fixed
-from jaxrank.judges._truncation import fit_context
+from jaxrank.judges._truncation import fit_each
 from jaxrank.judges.pairwise import Judgement, check_pairs
 from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import (MIN_LABEL_MASS, _common_prefix, check_label_mass, cut_text, format_top_tokens,
@@ -191,14 +194,15 @@ class _PointwiseBase:
         """``(prefix_ids, suffix_ids)`` of one candidate's prompt, tokenised whole.
 
         The ids are the tokenizer's ids of the whole text :meth:`prompt_text` (then the score tokens' shared
-        lead, if any), the context cut as scoring cuts it (or to its first ``max_context_tokens`` tokens);
-        ``prefix_ids`` is the part the prompt shares with any other candidate's for the same context (up to
-        the token where the candidate begins), ``suffix_ids`` the rest.
+        lead, if any), the context cut as scoring cuts it for this candidate (or to its first
+        ``max_context_tokens`` tokens); ``prefix_ids`` is the part the prompt shares with any other
+        candidate's for the same context (up to the token where the candidate begins), ``suffix_ids`` the rest.
+        ``scored_with`` (checked, kept for callers that pass it) changes nothing: each candidate's cut is its own.
         """
         check_texts(context, [candidate])
         check_texts(context, scored_with, "scored_with")
         if max_context_tokens is None:
-            max_context_tokens = self._fit(context, [candidate, *scored_with], warn=False)[2]
+            max_context_tokens = self._fit(context, [candidate], warn=False)[2][0]
         return self._rows(context, [candidate], max_context_tokens)[0]
 
     def _texts(self, context: str, candidates: Sequence[str]) -> list[str]:
@@ -229,42 +233,45 @@ class _PointwiseBase:
     def prompt_text(self, context: str, candidate: str, *, scored_with: Sequence[str] = ()) -> str:
         """The exact text the model reads for one candidate (for inspection).
 
-        A context too long for the model window is cut as :meth:`score` cuts it when ``candidate`` is scored
-        with the candidates ``scored_with`` (one cut fits the longest prompt of them all).
+        A context too long for the model window is cut as :meth:`score` cuts it for this candidate: by as much
+        as this candidate's prompt needs, whatever it is scored with (``scored_with`` is checked and kept for
+        callers that pass it; it changes nothing).
 
         Raises:
             ValueError: a prompt that cannot fit even without the context, or texts that are not strings.
         """
         check_texts(context, [candidate])
         check_texts(context, scored_with, "scored_with")
-        k = self._fit(context, [candidate, *scored_with], warn=False)[2]
+        k = self._fit(context, [candidate], warn=False)[2][0]
         if k is not None:
             context = cut_text(self.lm.tokenizer, context, k)
         return self._texts(context, [candidate])[0] + \
             (self.lm.tokenizer.decode(self._suffix_extra) if self._suffix_extra else "")
 
     def _fit(self, context: str, candidates: Sequence[str], *, warn: bool):
-        """``(rows, truncated, k)``: every candidate's rows, the context cut to its first ``k`` tokens (``None``:
-        whole) if a prompt is too long, with a warning when ``warn`` (once per judge)."""
-        pairs = self._rows(context, candidates)
-        longest = max(len(p) + len(s) for p, s in pairs)
-        kept = [None]
+        """``(rows, truncated, cuts)``: every candidate's ``(prefix, suffix)`` rows and the context tokens each
+        keeps (``cuts[c]``, ``None``: the whole context).
 
-        def rebuild(k):              # boundary merges can leave a token too many: cut again until it fits
-            while True:
-                rows = self._rows(context, candidates, k)
-                over = max(len(p) + len(s) for p, s in rows) + self._extra_tokens - self.max_length
-                if over <= 0 or k <= 0:
-                    kept[0] = k
-                    return rows
-                k = max(0, k - over)
-
-        pairs, truncated = fit_context(
-            pairs, longest + self._extra_tokens, max_length=self.max_length,
+        A prompt too long for the window has its context cut to its first ``cuts[c]`` tokens, by as much as
+        that prompt alone needs (:func:`~jaxrank.judges._truncation.fit_each`), so a candidate's prompt, and
+        its score, never depend on the other candidates of the call; a warning (once per judge, when ``warn``)
+        says by how many tokens. The rows cut alike are split again among themselves, so each group shares
+        one prefix (its context cache). When every prompt fits, the rows are those of the whole context.
+        """
+        rows, cuts, truncated = fit_each(
+            self._rows(context, candidates),
+            need=lambda row: len(row[0]) + len(row[1]) + self._extra_tokens, max_length=self.max_length,
             context_len=lambda: len(self._encode(context, False)) if _CTX in self._full else 0,
-            rebuild=rebuild, warn=warn and not self._warned, kept="candidate and instructions",
+            rebuild=lambda k, idx: self._rows(context, [candidates[r] for r in idx], k),
+            warn=warn and not self._warned, kept="candidate and instructions",
             error_tail=": the candidate and instructions alone do not fit", stacklevel=4)
-        return pairs, truncated, kept[0]
+        by_cut: dict = {}
+        for r, k in enumerate(cuts if truncated else ()):
+            by_cut.setdefault(k, []).append(r)
+        for k, idx in by_cut.items():
+            for r, row in zip(idx, self._rows(context, [candidates[r] for r in idx], k)):
+                rows[r] = row
+        return rows, truncated, cuts
 
     def _pairs(self, context: str, candidates: Sequence[str]):
         """Token rows for every candidate, the context cut (with a warning) if a prompt is too long."""
@@ -474,14 +481,29 @@ class GEvalJudge(_PointwiseBase):
             self._mass_warned = self._mass_warned or given
 
     def _read_decoder(self, pairs):
-        """Score tokens' log-probabilities ``[N, S]`` (full vocabulary) and the top tokens, one row each."""
+        """Score tokens' log-probabilities ``[N, S]`` (full vocabulary) and the top tokens, one row each; the
+        rows sharing a prefix (a context cut alike) read one cache of it."""
+        groups: dict[tuple, list[int]] = {}
+        for r, (p, _) in enumerate(pairs):
+            groups.setdefault(tuple(p), []).append(r)
+        if len(groups) == 1:
+            return self._read_prefix(pairs[0][0], [s for _, s in pairs])
+        out = None
+        for prefix, idx in groups.items():
+            got = self._read_prefix(list(prefix), [pairs[r][1] for r in idx])
+            if out is None:
+                out = tuple(np.zeros((len(pairs),) + x.shape[1:], x.dtype) for x in got)
+            for dst, x in zip(out, got):
+                dst[idx] = x
+        return out
+
+    def _read_prefix(self, prefix, suffixes):
+        """:meth:`_read_decoder` of rows sharing ``prefix``: the context once, then each row's suffix."""
         model = self.lm.model
-        prefix = pairs[0][0]
         pid, pmask = pad_rows([prefix], 1, self.lm.pad_token_id, left=False)
         cache = model.prefill(pid, pmask)                      # the context, once
         tokens = jnp.asarray(self.score_token_ids)
         out, bs = [], self.batch_size
-        suffixes = [s for _, s in pairs]
         for start in range(0, len(suffixes), bs):
             chunk = suffixes[start:start + bs]
             ids, mask = pad_rows(chunk, bs, self.lm.pad_token_id, left=False)
