@@ -11,8 +11,9 @@ an affine map). A float32 solve returns them a few ulps apart, and apart differe
 (every ordered pair of 6 responses judged) the efficiency sweep read PoE-g-hard 43.0 against 47.0 solved alone,
 and BT 47.0 against 46.5, where the exact estimates rank as the win ratio does (45.5).
 
-The remedy: an estimate ``tol`` of the solve's forward error (:func:`rounding_floor` plus a correction step the
-caller computes), and :func:`tie_scores`, which returns every group of scores at most ``tol`` apart at its mean.
+The remedy: an estimate of each score's forward error (the caller's per-item term: a correction step, or the
+gradient's rounding) plus one rounding of the largest score (:func:`rounding_floor`), and :func:`tie_scores`,
+which returns every group of scores within those tolerances at its mean.
 """
 
 from __future__ import annotations
@@ -30,26 +31,31 @@ def rounding_floor(s, terms=1):
     """``sqrt(terms) eps max_i |s_i|`` (float): the rounding of the scores ``s`` themselves, ``eps`` the dtype's
     machine epsilon, for scores that ``terms`` roundings of their own size reached. No gradient.
 
-    One (the default) for a Newton iterate (Bradley-Terry, ``soft_bt._tied``): each score's last rounding is the
-    update ``x + step`` and the centring, one ulp of ``max |s|`` at most, while the step's own rounding is
-    the caller's per-item term (the gradient's rounding over the item's curvature). A floor of
-    ``sqrt(n + 1) eps max |s|`` there tied football teams whose exact scores differ by 5.8e-5 (Monaco and Sint
-    Maarten; 316 teams, scores up to 6.5, a float32 solve within 2.2e-6 of the float64 optimum).
-    ``n + 1`` for a triangular solve (PoE-g, :func:`tolerance`): each score sums ``n`` products, and their
-    typical accumulation ``sqrt(n + 1) eps`` (not the worst case ``(n + 1) eps``, which at 600 items tied soft
-    scores 1e-4 apart that a float32 solve resolves) floors an error estimate computed in ``s``'s own
-    precision, which can underestimate the error."""
+    One (the default) for both solvers: each score's last rounding is one ulp of ``max |s|`` at most, while the
+    solve's own error is the caller's per-item term. For a Newton iterate (Bradley-Terry, ``soft_bt._tied``)
+    that is the update ``x + step`` and the centring, the per-item term the gradient's rounding over the item's
+    curvature; a floor of ``sqrt(n + 1) eps max |s|`` there tied football teams whose exact scores differ by
+    5.8e-5 (Monaco and Sint Maarten; 316 teams, scores up to 6.5, a float32 solve within 2.2e-6 of the float64
+    optimum). For a Cholesky solve (PoE-g, :func:`tolerance`) the per-item term is the item's own
+    iterative-refinement correction."""
     eps = jnp.finfo(s.dtype).eps
     return math.sqrt(terms) * eps * jnp.max(jnp.abs(jax.lax.stop_gradient(s)), initial=0.0)
 
 
 def tolerance(correction, s):
-    """``TIE_SAFETY (max_i |correction_i| + sqrt(n + 1) eps max_i |s_i|)`` (:func:`rounding_floor` of ``n + 1``
-    terms, ``n`` the items): how far apart two scores of a solve may be and still be tied, for ``correction``
-    the step one more iteration of the solve (iterative refinement) would make at ``s`` (the a-posteriori
-    estimate of the forward error, as LAPACK's ``xPORFS`` forms it). No gradient flows through it."""
-    c = jax.lax.stop_gradient(correction)
-    return TIE_SAFETY * (jnp.max(jnp.abs(c), initial=0.0) + rounding_floor(s, s.shape[-1] + 1))
+    """``(TIE_SAFETY eps max_i |s_i|, TIE_SAFETY |correction|)``: :func:`tie_scores`' ``tol`` and ``item_tol`` for
+    the scores ``s`` of a linear solve, ``correction`` ``[N]`` the step one more iteration of the solve
+    (iterative refinement) would make at ``s`` (the a-posteriori estimate of each score's forward error, as
+    LAPACK's ``xPORFS`` forms it). Two scores ``a``, ``b`` are then tied where they are at most
+    ``TIE_SAFETY (|correction_a| + |correction_b| + eps max |s|)`` apart: each score's own error estimate plus one
+    rounding of the largest score (:func:`rounding_floor`'s default), as Bradley-Terry's rule is built.
+
+    A tolerance from the largest correction of all items (and a floor of ``sqrt(n + 1) eps max |s|``) let one
+    poorly determined item set it for every pair: on the football results PoE-g tied teams whose float64 scores
+    differ by 2.0e-5 (Mozambique and Quebec) and 3.0e-5 (Bolivia and Libya, hard decisions), several times the
+    float32 solve's own error (1.7e-6, 4.2e-6). No gradient flows through it."""
+    c = jnp.abs(jax.lax.stop_gradient(correction))
+    return TIE_SAFETY * rounding_floor(s), TIE_SAFETY * c
 
 
 def tie_scores(s, mask, tol, item_tol=None, cap=None):

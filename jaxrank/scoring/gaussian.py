@@ -25,9 +25,10 @@ PoE-g-hard: two candidates with the same wins against the same opponents) come
 out of a float32 Cholesky solve a few ulps apart, and apart differently for
 different batch shapes (the batched efficiency sweep and the same problem
 solved alone ranked such candidates differently: Spearman 43.0 against 47.0 on
-a TopicalChat slice). The dense path therefore returns scores closer than the
-solve's estimated forward error (:func:`solve_precision`) as exact ties at
-their mean (:func:`tie_scores`, shared with Bradley-Terry: ``_ties``): a rank statistic with average ranks then sees
+a TopicalChat slice). The dense path therefore returns two scores closer than
+their own estimated forward errors plus one rounding of the largest score
+(:func:`solve_precision`) as exact ties at their mean (:func:`tie_scores`,
+shared with Bradley-Terry: ``_ties``): a rank statistic with average ranks then sees
 the ties the equations have, whichever path solved them. The CG path (large
 pools, solved to ``CG_TOL``) returns its scores as solved.
 """
@@ -159,13 +160,14 @@ def _solve_cg(e, w, rhs, labels, k):
 
 
 def solve_precision(cf, a, b, s):
-    """An estimate of the largest error of ``s = a^{-1} b`` solved through the Cholesky factor ``cf`` (float).
+    """``(tol, item_tol)``: how far apart two scores of ``s = a^{-1} b``, solved through the Cholesky factor
+    ``cf``, may be and still be tied (:func:`tie_scores`: ``tol + item_tol_a + item_tol_b``).
 
-    ``_ties.tolerance(delta, s)``: ``TIE_SAFETY (max_i |delta_i| + sqrt(n + 1) eps max_i |s_i|)`` with
-    ``delta = a^{-1} (b - a s)`` the correction one step of iterative refinement would make (the a-posteriori
-    estimate of the forward error, as LAPACK's ``xPORFS`` forms it; it carries the condition number of ``a``)
-    and ``sqrt(n + 1) eps |s|`` the rounding of ``s`` itself (``_ties.rounding_floor``): the floor where the
-    residual, itself computed in ``s``'s precision, underestimates the error. No gradient flows through it.
+    ``_ties.tolerance(delta, s)``: ``tol = TIE_SAFETY eps max_i |s_i|`` (one rounding of the largest score,
+    Bradley-Terry's floor) and ``item_tol = TIE_SAFETY |delta|``, with ``delta = a^{-1} (b - a s)`` the
+    correction one step of iterative refinement would make (the a-posteriori estimate of each score's forward
+    error, as LAPACK's ``xPORFS`` forms it; it carries the condition number of ``a``). Each pair is judged by
+    its own two scores' errors, not by the largest error of all items. No gradient flows through it.
     """
     s0 = jax.lax.stop_gradient(s)
     r = jax.lax.stop_gradient(b - a @ s0)
@@ -197,7 +199,7 @@ def _solve_one(c: Comparisons, debias, hard, alpha, with_cov):
     b = _graph.incidence_t(e, wy)
     s = jax.scipy.linalg.cho_solve(cf, b[:, None])[:, 0]
     alone = jnp.diagonal(proj) >= 1                 # padded or in no comparison: its score stays exactly 0
-    s = tie_scores(s, c.item_mask & ~alone, solve_precision(cf, a, b, s))
+    s = tie_scores(s, c.item_mask & ~alone, *solve_precision(cf, a, b, s))
     if not with_cov:
         return s
     eye = jnp.eye(c.num_items, dtype=lap.dtype)
