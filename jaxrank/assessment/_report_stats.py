@@ -1,5 +1,6 @@
 """The statistics behind :mod:`jaxrank.assessment.report` (private): bootstrap intervals over contexts, the
-field's agreement per context and per system with the human ceiling, order consistency, the label-mass
+field's agreement per context and per system with the human ceiling, order consistency (:func:`order_agreement`,
+shared with ``judge --diagnose``), the label-mass
 paragraph, the Laplace ranking of a report without human scores (the equations are in report's docstring), and
 the checks of a report's labels and per-context ids."""
 
@@ -185,8 +186,29 @@ def _ranking(c, *, level: float, seed: int) -> dict[str, np.ndarray]:
             "rank_upper": np.asarray(ranks.upper)}
 
 
+def decided(p) -> np.ndarray:
+    """1 where ``p > 0.5``, 0.5 where ``p = 0.5``, 0 below: a decision for position A, a tie counted one half."""
+    p = np.asarray(p, np.float64)
+    return (p > 0.5) + 0.5 * (p == 0.5)
+
+
+def order_agreement(p_ab, p_ba) -> np.ndarray:
+    """How far a pair's two orders pick the same candidate: 1 when they do, 0 when each order picks the one in
+    position A (or each the one in B), one half when either order is a tie (``p = 0.5``), both ties included.
+
+    It is the chance that the two decisions agree when each tie is settled by a fair coin,
+    ``w_ab (1 - w_ba) + (1 - w_ab) w_ba`` with ``w`` = :func:`decided`: a pair tied in both orders prefers
+    neither candidate, so it is no consistent preference and counts one half, as a pair with one tie does
+    (a judge indifferent everywhere is half consistent, as it is half for position A). Shared by the report
+    and ``jaxrank judge --diagnose``.
+    """
+    w_ab, w_ba = decided(p_ab), decided(p_ba)
+    return w_ab * (1.0 - w_ba) + (1.0 - w_ab) * w_ba
+
+
 def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:
-    """Per context, (consistent pairs, pairs judged in both orders), on the first judgement of each order."""
+    """Per context, (consistent pairs, pairs judged in both orders), on the first judgement of each order; a
+    pair counts :func:`order_agreement` (one half where either order is a tie)."""
     num = np.zeros(i.shape[0])
     den = np.zeros(i.shape[0])
     for r in range(i.shape[0]):
@@ -195,10 +217,8 @@ def _order_consistency(i, j, p, active) -> tuple[np.ndarray, np.ndarray]:
             first.setdefault((a, b), q)
         for (a, b), q in first.items():
             if a < b and (b, a) in first:
-                won_ab = (q > 0.5) + 0.5 * (q == 0.5)
-                won_ba = (first[(b, a)] > 0.5) + 0.5 * (first[(b, a)] == 0.5)
                 den[r] += 1
-                num[r] += 1.0 - abs(won_ab + won_ba - 1.0)
+                num[r] += float(order_agreement(q, first[(b, a)]))
     return num, den
 
 

@@ -9,7 +9,11 @@ reports for one judge and template:
   (:mod:`jaxrank.judges.reading`),
 * ``P(A)``: the share of prompts answered "A" (``p > 0.5``), whatever the order,
 * **order consistency**: the share of pairs whose two orders agree once the
-  second is flipped (``(p_ab > 0.5) == (p_ba < 0.5)``),
+  second is flipped (``(p_ab > 0.5) == (p_ba < 0.5)``); a pair with a tie in
+  either order, or in both, counts one half (a pair tied in both orders
+  prefers neither candidate: it is no consistent preference), counted as the
+  report counts it (:func:`~jaxrank.assessment._report_stats.order_agreement`),
+  and the pairs tied in both orders are given apart,
 * **pairwise accuracy** against the human scores where they exist (both
   orders averaged, ``p = (p_ab + 1 - p_ba) / 2``, human ties left out), with its
   95% Clopper-Pearson interval,
@@ -28,6 +32,8 @@ import dataclasses
 import numpy as np
 from scipy import stats
 
+from jaxrank.assessment._report_stats import decided as _won
+from jaxrank.assessment._report_stats import order_agreement
 from jaxrank.assessment.run import ContextSet, prepare_judge
 
 __all__ = ["Diagnosis", "diagnose_judge", "sample_pairs"]
@@ -71,12 +77,18 @@ class Diagnosis:
         return int(np.sum(self.p == 0.5))
 
     @property
+    def double_ties(self) -> int:
+        """Pairs tied in both orders (``p = 0.5`` as AB and as BA): they prefer neither candidate."""
+        return int(np.sum((self.p == 0.5).all(1)))
+
+    @property
     def order_consistency(self) -> float:
         """Share of pairs whose two orders pick the same candidate (``p_ab > 0.5`` and ``p_ba < 0.5``, or the
-        reverse), as the assessment report counts it: ``1 - |won_ab + won_ba - 1|`` with ``won = 1, 0.5, 0``
-        for ``p`` above, at, below 0.5 (a pair with one tie counts one half)."""
-        won = _won(self.p)
-        return float(np.mean(1.0 - np.abs(won[:, 0] + won[:, 1] - 1.0)))
+        reverse), as the assessment report counts it
+        (:func:`~jaxrank.assessment._report_stats.order_agreement`): a pair with a tie in either order counts
+        one half, a pair tied in both orders too (it prefers neither candidate, so it is no consistent
+        preference; :attr:`double_ties` counts them)."""
+        return float(np.mean(order_agreement(self.p[:, 0], self.p[:, 1])))
 
     def accuracy(self) -> tuple[float, float, float, int]:
         """``(accuracy, low, high, n)``: agreement with the humans over ``n`` untied pairs, both orders
@@ -138,17 +150,12 @@ class Diagnosis:
                  f"(threshold {self.threshold:g})",
                  f"- P(A): {self.p_a:.2f} (mean p {float(self.p.mean()):.3f}; ties p = 0.5 count one half: "
                  f"{self.ties} of {self.p.size} prompts)",
-                 f"- order consistency: {self.order_consistency:.2f}",
+                 f"- order consistency: {self.order_consistency:.2f} (a tie in either order counts one half; "
+                 f"{self.double_ties} of {len(self.pairs)} pairs tied in both orders)",
                  (f"- pairwise accuracy (both orders averaged): {acc:.2f} [{lo:.2f}, {hi:.2f}] on {n} untied pairs"
                   if n else "- pairwise accuracy: no human scores"),
                  "", f"**Verdict:** {self.verdict()}"]
         return "\n".join(lines)
-
-
-def _won(p) -> np.ndarray:
-    """1 where ``p > 0.5``, 0.5 where ``p = 0.5``, 0 below: a decision for A, a tie counted one half."""
-    p = np.asarray(p, np.float64)
-    return (p > 0.5) + 0.5 * (p == 0.5)
 
 
 def sample_pairs(cs: ContextSet, num_pairs: int, *, seed: int = 0) -> list[tuple[int, int, int]]:
