@@ -120,7 +120,7 @@ def test_candidates_must_be_a_sequence_of_strings(lm):
 def test_prompt_text_is_what_the_model_reads_after_a_cut():
     """With the context cut to fit the window, prompt_text (and token_ids) gave the whole context. Now its
     byte tokens fit the window and the full-forward score of it equals the judge's, for one candidate alone
-    and for a candidate scored with a longer one (one cut fits both)."""
+    and for a candidate scored with a longer one (each candidate's cut is its own)."""
     small = sharpen(tiny_lm(seed=1, max_len=900))
     judge = GEvalJudge(small, pointwise_template("coherence"), steps=STEPS)
     long_ctx = CTX * 10
@@ -141,7 +141,7 @@ def test_prompt_text_is_what_the_model_reads_after_a_cut():
         assert p + s == _bytes_ids(text)
     alone = judge.prompt_text(long_ctx, CANDS[2])
     with_long = judge.prompt_text(long_ctx, CANDS[2], scored_with=[CANDS[1]])
-    assert len(with_long) < len(alone)                # the longer candidate leaves less room for the context
+    assert with_long == alone                         # a longer candidate beside it no longer cuts its context
 
 
 # ----------------------------------------------------------------------- 6: pointwise_comparisons

@@ -29,7 +29,8 @@ What the report measures (METHODS.md §7; llm-comparative-assessment §3.5, Tabl
   position A (``p > 0.5``; ``p = 0.5`` counts one half); 0.5 means no bias.
 * **Order consistency**: of the pairs judged in both orders, the fraction whose
   two decisions pick the same candidate (``p_ij > 0.5`` and ``p_ji < 0.5``, or
-  the reverse); a pair with one ``p = 0.5`` counts one half.
+  the reverse); a pair with ``p = 0.5`` in either order, or in both, counts one
+  half (a pair tied in both orders prefers neither candidate).
 * **Pairwise accuracy** against the humans: over the comparisons whose two
   candidates have different human scores, the weighted fraction where the
   judge's decision (``p > 0.5``; ``p = 0.5`` counts one half) picks the
