@@ -17,7 +17,8 @@ Bradley-Terry scores of the raw outcomes (no prior):
   it does not build its own index from 20M Python objects), and a second row
   with the same ``np.bincount`` aggregation as jaxrank (timed) and the counts
   passed as evalica ``weights=`` (its fastest use);
-* ``choix.ilsr_pairwise`` on the list of (winner, loser) pairs (choix has no weights);
+* ``choix.ilsr_pairwise`` on the list of (winner, loser) pairs (choix has no weights), at the loosest
+  tolerance of 1e-4 ... 1e-8 at which it is at least as accurate as jaxrank (chosen untimed);
 * arena-rank's ``BradleyTerry`` (L-BFGS in JAX, float64) in its own process
   (``benchmarks/arena_worker.py``, run with the Python given by ``--arena-python``;
   skipped with a note without it): importing arena-rank turns on
@@ -34,7 +35,8 @@ round, ``--repeats``, default 5): median [min, max] seconds and the median of th
 per-round ratios to jaxrank; jaxrank's first call (with compilation) is reported
 apart. evalica runs at tolerance 1e-10 and at the loosest tolerance at which it
 is at least as accurate as jaxrank; every row gives its max error against the
-float64 ML optimum. arena-rank reports its first call (with compilation) and a
+float64 ML optimum, and a row whose scores are no answer (constant, non-finite,
+not converged) says so instead of a ratio. arena-rank reports its first call (with compilation) and a
 second call from its own process (not interleaved).
 
 **2. International football**: the real men's results of ``shared/data``
@@ -153,10 +155,20 @@ def choix_prepare(a, b, outcome):
     return list(zip(win.tolist(), lose.tolist()))
 
 
-def choix_fit(data, n):
+def choix_fit(data, n, tol=1e-10):
     import choix
 
-    return choix.ilsr_pairwise(n, data, alpha=0.0, tol=1e-10, max_iter=100_000), True, -1
+    return choix.ilsr_pairwise(n, data, alpha=0.0, tol=tol, max_iter=100_000), True, -1
+
+
+def choix_tolerance(data, n, ref, target, tolerances=(1e-4, 1e-5, 1e-6, 1e-7, 1e-8)):
+    """The loosest ``choix`` tolerance whose centred scores are within ``target`` of ``ref`` (untimed), as
+    :func:`_data.matched_tolerance` for evalica: ``(tolerance, max abs error)``, the strictest tried if none."""
+    for tol in tolerances:
+        err = float(np.abs(centre(choix_fit(data, n, tol)[0]) - ref).max())
+        if err <= target:
+            break
+    return tol, err
 
 
 def arena_run(python, a, b, outcome, n, repeats, ftol, gtol, say):
@@ -182,6 +194,15 @@ def arena_run(python, a, b, outcome, n, repeats, ftol, gtol, say):
     return res
 
 
+def _version(dist):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return ""
+
+
 def centre(x):
     x = np.asarray(x, np.float64)
     return x - x.mean()
@@ -200,7 +221,7 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
     ref = _data.ml_float64(*_data.counts(a, b, outcome, n), n)
     err = lambda sc: float(np.abs(centre(sc) - ref).max())
     e_jr = err(res["jaxrank, first call (incl. compilation)"][0])
-    fns, out, tol = {"jaxrank, steady": lambda: jaxrank_fit(a, b, outcome, n)}, {}, float("nan")
+    fns, out, tol, tol_c = {"jaxrank, steady": lambda: jaxrank_fit(a, b, outcome, n)}, {}, float("nan"), float("nan")
     try:
         import evalica
 
@@ -214,10 +235,11 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
     except ImportError:
         say("evalica not installed: pip install evalica")
     try:
-        import choix
+        import choix  # noqa: F401  (present?)
 
         data = choix_prepare(a, b, outcome)
-        fns[f"choix {getattr(choix, '__version__', '')} ilsr_pairwise, tol 1e-10"] = lambda: choix_fit(data, n)
+        tol_c, _ = choix_tolerance(data, n, ref, e_jr)
+        fns[f"choix {_version('choix')} ilsr_pairwise, tol {tol_c:g}"] = lambda: choix_fit(data, n, tol_c)
     except ImportError:
         say("choix not installed: pip install choix")
     timed = {k: (lambda f=f, k=k: out.update({k: f()})) for k, f in fns.items()}
@@ -254,8 +276,8 @@ def compare(name, a, b, outcome, n, args, say, draws, arena=True):
     say(f"{args.repeats} interleaved rounds (every method once a round); load average over the rounds "
         f"{min(loads):.2f}-{max(loads):.2f}. jaxrank: float32 Newton. Peers' stopping rules: evalica tolerance "
         f"1e-10 and {tol:g} (the loosest of 1e-4 ... 1e-8 at least as accurate as jaxrank, chosen untimed); choix "
-        f"tol 1e-10; arena-rank L-BFGS ftol {args.arena_ftol:g}, gtol {args.arena_gtol:g}. The float64 optimum "
-        "is a dense NumPy Newton solve on the counts (`_data.ml_float64`).")
+        f"tol {tol_c:g} (chosen the same way); arena-rank L-BFGS ftol {args.arena_ftol:g}, gtol "
+        f"{args.arena_gtol:g}. The float64 optimum is a dense NumPy Newton solve on the counts (`_data.ml_float64`).")
     if ar is not None:
         say(f"arena-rank ({ar['arena_rank']}, jax {ar['jax']}, x64 {ar['x64']}) per call, aggregation + fit: {agg}; "
             f"{ar['runs'][0]['rows']:,} aggregated rows; the worker process took {ar['wall_s']:.1f} s in all "

@@ -15,7 +15,11 @@ counts of the ``2R`` categories (ordered pair, winner) are exactly
 * **evalica loop**, the fastest peer in its fastest use: per replicate, NumPy's
   exact ``multinomial`` over the categories and ``evalica.bradley_terry`` with
   the counts as ``weights=`` (the ``Winner`` list built once, outside the
-  loop); timed on ``--peer-replicates`` replicates and scaled to ``B``.
+  loop); timed on ``--peer-replicates`` replicates and scaled to ``B``. Its
+  tolerance matches jaxrank's accuracy (:func:`evalica_tolerance`, as
+  ``football_bt.py``): the loosest of 1e-4 ... 1e-8 at which evalica's scores
+  on the data are at least as close to the float64 ML optimum as jaxrank's
+  (chosen untimed; both errors reported).
 
 Rounds alternate the two, so machine load hits both alike. Also reported:
 jaxrank's draws alone (a scorer that only returns the counts) against NumPy's
@@ -70,6 +74,17 @@ def fisher_stderr(i, j, games, scores, n):
     return np.sqrt(np.diag(np.linalg.pinv(hess)))
 
 
+def evalica_tolerance(i, j, games, won, n, jaxrank_scores):
+    """evalica's tolerance matching jaxrank's accuracy on counts without draws: ``(tolerance, evalica's error,
+    jaxrank's error)``, errors = max abs difference of centred scores from the float64 ML optimum."""
+    drawn = np.zeros_like(won)
+    ref = _data.ml_float64(i, j, games, won, drawn, n)
+    s = np.asarray(jaxrank_scores, np.float64)
+    e_jr = float(np.abs(s - s.mean() - ref).max())
+    tol, e_ev = _data.matched_tolerance(*_data.evalica_inputs(i, j, games, won, drawn), n, ref, e_jr)
+    return tol, e_ev, e_jr
+
+
 def one_size(rep, m, args):
     import jax
     import evalica
@@ -83,6 +98,7 @@ def one_size(rep, m, args):
     cats = np.stack([won, games - won], -1).reshape(-1)
     live = np.nonzero(cats)[0]
     xs, ys, winners, _ = _data.evalica_inputs(i, j, games, won, np.zeros_like(won))
+    tol, e_ev, e_jr = evalica_tolerance(i, j, games, won, n, jr.poe_bradley_terry(c, eps=0.0))
 
     def jaxrank_call(seed):
         out = jr.bootstrap_outcomes(fit_and_counts, c, num_replicates=B, key=jax.random.key(seed), chunks=args.chunks)
@@ -93,7 +109,7 @@ def one_size(rep, m, args):
             r = np.zeros(cats.size)
             r[live] = rng.multinomial(m, cats[live] / m)
             r = r.reshape(-1, 2)
-            _data.evalica_scores(xs, ys, winners, np.concatenate([r[:, 0], r[:, 1]]), n)
+            _data.evalica_scores(xs, ys, winners, np.concatenate([r[:, 0], r[:, 1]]), n, tolerance=tol)
 
     t0 = time.perf_counter()
     jaxrank_call(0)
@@ -125,8 +141,9 @@ def one_size(rep, m, args):
     rep.table(["method", "seconds for all replicates, median [min, max]", "evalica loop / jaxrank, median of rounds"], [
         [f"jaxrank `bootstrap_outcomes` (device draws + batched ML fit), steady", spread(t_jr, 1, "{:.2f}"),
          f"{np.median(ratio):.2f}x [{ratio.min():.2f}, {ratio.max():.2f}]"],
-        [f"evalica {evalica.__version__} loop: NumPy `multinomial` + `bradley_terry(weights=)` per replicate "
-         f"({args.peer_replicates} timed, x {B / args.peer_replicates:g})", spread(t_ev, 1, "{:.2f}"), "1"],
+        [f"evalica {evalica.__version__} loop: NumPy `multinomial` + `bradley_terry(weights=, tolerance={tol:g})` "
+         f"per replicate ({args.peer_replicates} timed, x {B / args.peer_replicates:g})", spread(t_ev, 1, "{:.2f}"),
+         "1"],
         ["jaxrank first call (incl. compilation)", f"{t_first:.2f}", ""],
         [f"draws alone: jaxrank on the device ({B} replicates)", f"{t_draw_jr:.2f}", ""],
         [f"draws alone: NumPy `multinomial` ({B} replicates)", f"{t_draw_np:.2f}", ""],
@@ -134,10 +151,14 @@ def one_size(rep, m, args):
     scores, conv, G, W = (np.asarray(x) for x in out)
     diff = 0.0
     for r in range(min(5, B)):
-        s, _ = _data.evalica_scores(xs, ys, winners, np.concatenate([W[r], G[r] - W[r]]).astype(np.float64), n)
+        s, _ = _data.evalica_scores(xs, ys, winners, np.concatenate([W[r], G[r] - W[r]]).astype(np.float64), n,
+                                    tolerance=tol)
         diff = max(diff, np.abs((s - s.mean()) - (scores[r] - scores[r].mean())).max())
     est = np.asarray(jr.poe_bradley_terry(c, eps=0.0), np.float64)
     sd_ratio = np.std(scores, axis=0, ddof=1) / fisher_stderr(i, j, games, est, n)
+    rep.say(f"evalica's tolerance {tol:g}: the loosest of 1e-4 ... 1e-8 whose scores on the data are at least as "
+            f"close to the float64 ML optimum as jaxrank's (max abs error of centred scores: evalica {e_ev:.1e}, "
+            f"jaxrank {e_jr:.1e}; chosen untimed).")
     rep.say(f"{args.repeats} rounds; load average over the rounds {min(loads):.2f}-{max(loads):.2f}. All {B} jaxrank "
             f"replicates converged: {bool(conv.all())}; every replicate holds {m:,} outcomes: "
             f"{bool(np.all(G.sum(1) == m))}. evalica on jaxrank's first {min(5, B)} replicates: max abs difference of "
@@ -149,7 +170,8 @@ def one_size(rep, m, args):
         rep.row(comparisons=m, replicates=B, method=name, median_s=float(np.median(ts)), min_s=min(ts), max_s=max(ts),
                 ratio_median=float(np.median(ratio)) if name == "jaxrank" else 1.0, first_call_s=t_first if
                 name == "jaxrank" else "", draws_s=t_draw_jr if name == "jaxrank" else t_draw_np,
-                load_min=min(loads), load_max=max(loads))
+                load_min=min(loads), load_max=max(loads), evalica_tolerance=tol,
+                max_abs_error=e_jr if name == "jaxrank" else e_ev)
 
 
 def main(argv=None):

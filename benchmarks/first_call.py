@@ -23,7 +23,8 @@ football's match rows), timed the same way after its import; its output is
 checked to be an answer (``_data.no_answer``): on these pools, not strongly
 connected as decisions, it returns one constant for every item, reported as
 "no answer (constant scores ...)" in the "answer" column and instead of its
-first-call time in the before/after table. With
+first-call and steady times (in the before/after table too); so is a run that
+reaches evalica's default cap of 100 iterations. With
 ``--baseline-root`` another checkout (the code before a change) takes its turn
 in every round, so before and after share the machine's load.
 
@@ -102,6 +103,8 @@ def football_rows(variant: int):
 
 
 STEADY_CALLS = 5
+EVALICA_LIMIT = 100
+"""evalica's default cap on iterations (``bradley_terry(limit=100)``): reaching it is no answer."""
 
 
 def _steady(f) -> float:
@@ -137,7 +140,7 @@ def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> 
         sys.path.insert(0, str(HERE.parent))
         import _data
 
-        why = _data.no_answer(np.log(scores), int(r.iterations))
+        why = _data.no_answer(np.log(scores), int(r.iterations), EVALICA_LIMIT)
         return {"import": t1 - t0, "first": t3 - t2, "steady": steady, "answer": why or "yes"}
     import jax
 
@@ -174,6 +177,12 @@ def _run(tool, scorer, pool_name, variant, cache, root):
         raise SystemExit(f"worker {tool} {scorer} {pool_name} {variant} failed:\n{run.stderr[-3000:]}")
     out = json.loads([x for x in run.stdout.splitlines() if x.startswith("JSON ")][-1][5:])
     return dict(out, process=wall, load=load())
+
+
+def answer_or(runs, cell):
+    """``cell`` (a time) when every run gave an answer, else why not: a peer's non-answer is never timed."""
+    why = sorted({r.get("answer", "yes") for r in runs} - {"yes"})
+    return "; ".join(why) if why else cell
 
 
 def _cell(xs, fmt="{:.2f}"):
@@ -233,10 +242,10 @@ def main(argv=None):
     rows = []
     for code, scorer, pool_name, cache, runs in results:
         get = lambda k: [r.get(k, 0.0) for r in runs]
-        rows.append([code, scorer, pool_name, cache, _cell(get("first")), _cell(get("import")),
+        rows.append([code, scorer, pool_name, cache, answer_or(runs, _cell(get("first"))), _cell(get("import")),
                      _cell(get("process")), _cell(get("trace")), _cell(get("lower")), _cell(get("compile")),
                      f"{int(sum(get('scipy')))}/{len(runs)}",
-                     _cell(np.asarray(get("steady")) * 1e3, "{:.1f}"),
+                     answer_or(runs, _cell(np.asarray(get("steady")) * 1e3, "{:.1f}")),
                      "; ".join(sorted({r.get("answer", "yes") for r in runs})), _cell(get("load"), "{:.1f}")])
         for k, r in enumerate(runs):
             rep.row(code=code, scorer=scorer, pool=pool_name, cache=cache, process_index=k,
@@ -251,10 +260,9 @@ def main(argv=None):
             for scorer in scorers:
                 med = {c: np.median([x["first"] for x in r]) for c, s, p, cache, r in results
                        if s == scorer and p == pool_name and cache == "warm cache, new size"}
-                why = "; ".join(sorted({x["answer"] for x in ev} - {"yes"}))
                 table.append([scorer, pool_name, f"{med['before']:.2f}", f"{med['after']:.2f}",
                               f"{med['before'] / med['after']:.1f}x",
-                              why or f"{np.median([x['first'] for x in ev]):.3f}"])
+                              answer_or(ev, f"{np.median([x['first'] for x in ev]):.3f}")])
         rep.table(["scorer", "pool", "before (s)", "after (s)", "faster", "evalica first call (s)"], table)
     rep.write()
 
