@@ -42,13 +42,24 @@ compiled executable on disk (``jaxrank.compilation.ExportedProgram`` with
     python benchmarks/first_call.py [--repeats 3] [--baseline-root CHECKOUT] [--smoke]
 
 ``--smoke`` (one pool, two scorers, one process each) writes ``results/first_call_smoke.{md,csv}``.
+
+Every process runs a frozen copy of the ``jaxrank`` package (:func:`snapshot`, taken once at the start, one per
+checkout), not the checkout itself: a compiled program's key holds a digest of every ``.py`` file of jaxrank, so
+an edit anywhere in the package between two processes (another worker's, in a shared checkout) is a new key, and
+the next process traces, lowers and compiles its bucket again. That, not the pool, is what the rerun of commit
+39a98ba saw ("warm cache, new size" compiling in 1 of 2 processes for Bradley-Terry small and PoE-BT synthetic):
+it ran in the shared checkout while other workers edited jaxrank (``jaxrank/assessment/report.py`` was written
+between Bradley-Terry's variants 1 and 2). On a frozen copy both variants load with no compile event. Each process
+reports the digest of the jaxrank it imported; a process whose digest is not its snapshot's stops the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,6 +81,23 @@ EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
           "lower": "/jax/core/compile/jaxpr_to_mlir_module_duration",
           "compile": "/jax/core/compile/backend_compile_duration",
           "cache_get": "/jax/compilation_cache/cache_retrieval_time_sec"}
+
+
+def source_digest(package: Path) -> str:
+    """SHA-256 of every ``.py`` file under ``package`` (its path relative to ``package`` and its content), as the
+    key of a compiled program digests jaxrank's source: equal digests, equal keys."""
+    h = hashlib.sha256()
+    for f in sorted(Path(package).rglob("*.py")):
+        h.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def snapshot(root: Path, dest: Path) -> Path:
+    """A frozen copy of ``root``'s ``jaxrank`` package in ``dest`` (without ``__pycache__``): the folder to put on
+    ``PYTHONPATH``, so later edits of ``root`` change no process of this run (see the module docstring)."""
+    dest = Path(dest)
+    shutil.copytree(Path(root) / "jaxrank", dest / "jaxrank", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
 
 
 def pool(name: str, variant: int):
@@ -161,14 +189,18 @@ def worker(tool: str, scorer: str, pool_name: str, variant: int, cache: str) -> 
     first_events = {k: events.get(v, 0.0) for k, v in EVENTS.items()}
     first_events["scipy"] = float("scipy.linalg" in sys.modules and not scipy_before)
     steady = _steady(lambda: np.asarray(fn(c, **kw)))
-    return {"import": t1 - t0, "first": t3 - t2, "steady": steady, **first_events}
+    return {"import": t1 - t0, "first": t3 - t2, "steady": steady, **first_events,
+            "source": source_digest(Path(jr.__file__).parent)}
 
 
-def _run(tool, scorer, pool_name, variant, cache, root):
+def _run(tool, scorer, pool_name, variant, cache, root, code=None):
+    """One worker in a fresh process, importing jaxrank from ``code`` (a :func:`snapshot`; default ``root``),
+    in the folder ``root``; with ``code``, a process that imported other source stops the run."""
+    code = Path(code) if code is not None else Path(root)
     env = {k: v for k, v in os.environ.items() if k not in ("JAXRANK_CACHE", "JAXRANK_COMPILATION_CACHE")}
     if "JAXRANK_DATA" not in env and (ROOT.parent / "shared" / "data").is_dir():
         env["JAXRANK_DATA"] = str(ROOT.parent / "shared" / "data")     # the football for another checkout too
-    env["PYTHONPATH"] = os.pathsep.join([str(root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONPATH"] = os.pathsep.join([str(code)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     t0 = time.perf_counter()
     run = subprocess.run([sys.executable, str(HERE), "--worker", tool, scorer, pool_name, str(variant), str(cache)],
                          capture_output=True, text=True, env=env, cwd=root, timeout=900)
@@ -176,6 +208,8 @@ def _run(tool, scorer, pool_name, variant, cache, root):
     if run.returncode != 0:
         raise SystemExit(f"worker {tool} {scorer} {pool_name} {variant} failed:\n{run.stderr[-3000:]}")
     out = json.loads([x for x in run.stdout.splitlines() if x.startswith("JSON ")][-1][5:])
+    if "source" in out and out["source"] != source_digest(code / "jaxrank"):
+        raise SystemExit(f"worker {tool} {scorer} {pool_name} {variant} imported a jaxrank other than {code}")
     return dict(out, process=wall, load=load())
 
 
@@ -221,17 +255,22 @@ def main(argv=None):
             f"benchmarks/first_call.py {' '.join(argv if argv is not None else sys.argv[1:])}`.")
     rep.say()
     tmp = Path(tempfile.mkdtemp(prefix="first_call_"))
+    codes = {v: snapshot(r, tmp / f"code-{v}") for v, r in roots.items()}
+    rep.say("Every process imports a copy of the checkout's `jaxrank` taken at the start (source digest "
+            + ", ".join(f"{v} {source_digest(c / 'jaxrank')[:12]}" for v, c in codes.items())
+            + "): edits made during the run change no key.")
+    rep.say()
     results = []
     for pool_name, scorers in pools.items():
         ev = [_run("evalica", "bradley_terry", pool_name, k + 1, "-", ROOT) for k in range(repeats)]
         results.append(("evalica", "bradley_terry", pool_name, "fresh process", ev))
         for scorer in scorers:
             caches = {v: tmp / f"{v}-{pool_name}-{scorer}" / "xla" for v in roots}
-            cold = {v: [_run("jaxrank", scorer, pool_name, 0, caches[v], r)] for v, r in roots.items()}
+            cold = {v: [_run("jaxrank", scorer, pool_name, 0, caches[v], r, codes[v])] for v, r in roots.items()}
             warm = {v: [] for v in roots}
             for k in range(repeats):                    # before and after take turns: the same load
                 for v, r in roots.items():
-                    warm[v].append(_run("jaxrank", scorer, pool_name, k + 1, caches[v], r))
+                    warm[v].append(_run("jaxrank", scorer, pool_name, k + 1, caches[v], r, codes[v]))
             for v in roots:
                 results.append((v, scorer, pool_name, "cold cache", cold[v]))
                 results.append((v, scorer, pool_name, "warm cache, new size", warm[v]))
