@@ -146,17 +146,24 @@ def _check_params(params):
                          + ", ".join(f"{k} {v}" for k, v in shapes.items()))
 
 
+def _check_judge_ids(params: Calibration, judge) -> None:
+    """``ValueError`` for concrete ``judge`` ids that are no integers or lie outside ``[0, J)``; traced ids pass
+    (they cannot be inspected: :func:`jaxrank.learning.fit` calls this on its concrete data before tracing)."""
+    if judge is None or isinstance(judge, jax.core.Tracer):
+        return
+    ids = np.asarray(judge)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"judge must hold integer judge ids, got dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= params.num_judges):
+        raise ValueError(f"judge holds id {int(ids.max() if ids.max() >= params.num_judges else ids.min())}, "
+                         f"outside [0, {params.num_judges}) for a calibration of {params.num_judges} judges")
+
+
 def _judge_ids(params: Calibration, x, judge):
     _check_params(params)
     if judge is None:
         return jnp.zeros(jnp.shape(x), jnp.int32)
-    if not isinstance(judge, jax.core.Tracer):
-        ids = np.asarray(judge)
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"judge must hold integer judge ids, got dtype {ids.dtype}")
-        if ids.size and (ids.min() < 0 or ids.max() >= params.num_judges):
-            raise ValueError(f"judge holds id {int(ids.max() if ids.max() >= params.num_judges else ids.min())}, "
-                             f"outside [0, {params.num_judges}) for a calibration of {params.num_judges} judges")
+    _check_judge_ids(params, judge)
     try:
         ok = np.broadcast_shapes(np.shape(judge), np.shape(x)) == np.shape(x)
     except ValueError:

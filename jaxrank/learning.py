@@ -62,6 +62,7 @@ fits ``theta`` across many contexts at once with :func:`fit`.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -71,7 +72,8 @@ import numpy as np
 import optax
 
 from jaxrank import _validate, metrics
-from jaxrank.calibration import Calibration, calibrate, calibrate_logits, log_derivative, logit
+from jaxrank.calibration import (Calibration, MonotoneSpline, TemperatureBias, _check_judge_ids, calibrate,
+                                 calibrate_logits, log_derivative, logit)
 from jaxrank.comparisons import Comparisons
 from jaxrank.scoring.experts import Expert
 from jaxrank.scoring.gaussian import poe_gaussian
@@ -293,18 +295,20 @@ def _standardise(scores, mask):
     are constant up to rounding (``std <= 4 n eps max|s|``: a judge indifferent on every pair), as a
     ``rsqrt(var + 1e-12)`` scaled the rounding noise of such a context's scores' derivatives by 1e6 into the
     gradient of the whole batch."""
-    m = mask.astype(scores.dtype)
-    n = jnp.maximum(jnp.sum(m, -1, keepdims=True), 1)
-    mean = jnp.sum(m * scores, -1, keepdims=True) / n
-    var = jnp.sum(m * (scores - mean) ** 2, -1, keepdims=True) / n
+    scores = jnp.where(mask, scores, 0)            # a padded item's score (NaN, inf) is never read
+    n = jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1).astype(scores.dtype)
+    mean = jnp.sum(scores, -1, keepdims=True) / n
+    var = jnp.sum(jnp.where(mask, scores - mean, 0) ** 2, -1, keepdims=True) / n
     big = jnp.max(jnp.where(mask, jnp.abs(scores), 0), -1, keepdims=True, initial=0)
     flat = jax.lax.stop_gradient(jnp.sqrt(var) <= 4 * n * jnp.finfo(scores.dtype).eps * big)
     return jnp.where(mask & ~flat, (scores - mean) * jax.lax.rsqrt(jnp.where(flat, 1, var)), 0)
 
 
 def _check_per_item(scores, labels, mask, temperature):
-    """``labels`` and a bool ``mask`` of the scores' shape ``[..., N]``, ``temperature > 0`` (``ValueError`` naming it;
-    shapes and dtypes are static, so the checks hold under ``jit`` too)."""
+    """``labels`` and a bool ``mask`` of the scores' shape ``[..., N]``, ``temperature > 0``, and no NaN label where
+    ``mask`` is True (``ValueError`` naming the argument). Shapes and dtypes are static, so those checks hold under
+    ``jit`` too; the NaN check needs concrete ``labels`` and ``mask`` (a traced NaN label makes its context's loss
+    NaN instead, :func:`_nan_labels`)."""
     shape = np.shape(scores)
     for name, v in (("labels", labels), ("mask", mask)):
         if np.shape(v) != shape:
@@ -313,6 +317,31 @@ def _check_per_item(scores, labels, mask, temperature):
         raise ValueError(f"mask must be a bool array of the real items, got dtype {jnp.asarray(mask).dtype} "
                          "(pass mask.astype(bool))")
     _validate.number("temperature", temperature, low=0.0, low_open=True)
+    _check_labels(labels, mask)
+
+
+def _check_labels(labels, mask) -> None:
+    """``ValueError`` naming ``labels`` for a NaN where the concrete ``mask`` is True (traced: unchecked)."""
+    if isinstance(labels, jax.core.Tracer) or isinstance(mask, jax.core.Tracer) or labels is None or mask is None:
+        return
+    lab = np.asarray(labels)
+    if np.issubdtype(lab.dtype, np.floating):
+        bad = np.isnan(lab) & np.broadcast_to(np.asarray(mask, bool), lab.shape)
+        if bad.any():
+            k = tuple(int(v) for v in np.argwhere(bad)[0])
+            raise ValueError(f"labels has a NaN at index {k} where mask is True: a missing human score must be "
+                             "masked out (mask = mask & ~isnan(labels)), not ranked")
+
+
+def _nan_labels(labels, mask) -> jax.Array:
+    """``[...]`` whether a context has a NaN label among its real items (only a traced input gets this far)."""
+    return jnp.any(jnp.isnan(labels) & mask, -1)
+
+
+def _label_pairs(labels, mask) -> jax.Array:
+    """``[...]`` the number of real pairs ``(a, b)`` with ``h_a > h_b``: 0 where the human scores are constant."""
+    better = (labels[..., :, None] > labels[..., None, :]) & mask[..., :, None] & mask[..., None, :]
+    return jnp.sum(better, (-2, -1))
 
 
 def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Array:
@@ -324,30 +353,34 @@ def pairwise_logistic_loss(scores, labels, mask, *, temperature=1.0) -> jax.Arra
         temperature: ``T``, on the standardised scores.
 
     Returns:
-        ``[...]``; NaN for a context without two different human scores.
+        ``[...]``; NaN for a context without two different human scores, and for a context with a NaN score
+        (or, traced, a NaN label) among its real items.
 
     Raises:
-        ValueError: ``labels`` or ``mask`` not of the scores' shape, ``mask`` not bool, ``temperature`` not > 0.
+        ValueError: ``labels`` or ``mask`` not of the scores' shape, ``mask`` not bool, ``temperature`` not > 0,
+            a NaN in concrete ``labels`` where ``mask`` is True (mask missing human scores out).
     """
     _check_per_item(scores, labels, mask, temperature)
     z = _standardise(scores, mask)
     better = (labels[..., :, None] > labels[..., None, :]) & mask[..., :, None] & mask[..., None, :]
     loss = jax.nn.softplus(-(z[..., :, None] - z[..., None, :]) / temperature)
     cnt = jnp.sum(better, (-2, -1))
-    return jnp.where(cnt > 0, jnp.sum(jnp.where(better, loss, 0), (-2, -1)) / jnp.maximum(cnt, 1), jnp.nan)
+    per = jnp.where(cnt > 0, jnp.sum(jnp.where(better, loss, 0), (-2, -1)) / jnp.maximum(cnt, 1), jnp.nan)
+    return jnp.where(_nan_labels(labels, mask), jnp.nan, per)
 
 
 def soft_spearman(scores, labels, mask, *, temperature=0.1) -> jax.Array:
     """Eq. (L2) without the sign: Pearson of the soft ranks of ``z`` with the human average ranks, per context.
 
-    Tends to the Spearman correlation as ``T -> 0``. NaN where either side is constant. Raises ``ValueError`` as
-    :func:`pairwise_logistic_loss`.
+    Tends to the Spearman correlation as ``T -> 0``. NaN where either side is constant, and where a real item's
+    score (or, traced, label) is NaN. Raises ``ValueError`` as :func:`pairwise_logistic_loss`.
     """
     _check_per_item(scores, labels, mask, temperature)
     z = _standardise(scores, mask)
     pair = mask[..., :, None] & mask[..., None, :]
     soft = 0.5 + jnp.sum(jnp.where(pair, jax.nn.sigmoid((z[..., :, None] - z[..., None, :]) / temperature), 0), -1)
-    return metrics.pearson(soft, metrics.average_ranks(labels, where=mask), where=mask)
+    r = metrics.pearson(soft, metrics.average_ranks(labels, where=mask), where=mask)
+    return jnp.where(_nan_labels(labels, mask), jnp.nan, r)
 
 
 def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Callable | None = None, kind: str = "pairwise",
@@ -364,11 +397,16 @@ def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Calla
         temperature: ``T`` (default 1 for ``"pairwise"``, 0.1 for ``"spearman"``).
 
     Returns:
-        Scalar; contexts with constant human scores are skipped.
+        Scalar; contexts whose human scores are constant (from ``labels`` and ``mask`` alone) are skipped, and
+        for ``"spearman"`` contexts whose finite scores are constant (the correlation is undefined). A NaN or
+        infinite score of a real item (a diverged fit, a NaN ``p``) makes the loss NaN, never a number; so does
+        a NaN label under ``mask`` when ``labels`` is traced (inside ``jit``, or :func:`fit`'s compiled steps,
+        where it cannot be inspected; :func:`fit` checks its concrete data first).
 
     Raises:
         ValueError: a bad ``kind``; ``labels`` or ``mask`` not of the scores' shape ``[C, N]``, ``mask`` not bool,
-            ``temperature`` not a finite number > 0 (naming the argument).
+            ``temperature`` not a finite number > 0, a NaN in concrete ``labels`` where ``mask`` is True (naming
+            the argument: mask missing human scores out).
     """
     if kind not in ("pairwise", "spearman"):
         raise ValueError(f"kind must be 'pairwise' or 'spearman', got {kind!r}")
@@ -381,7 +419,11 @@ def ranking_loss(params, c: Comparisons, judge, labels, mask, *, score_fn: Calla
         per = -soft_spearman(scores, labels, mask, temperature=0.1 if temperature is None else temperature)
     else:
         raise ValueError(f"kind must be 'pairwise' or 'spearman', got {kind!r}")
-    ok = ~jnp.isnan(per)
+    # constancy from the human side only: a NaN from the scores must propagate (never read as "constant labels")
+    nan_label = _nan_labels(labels, mask)
+    finite = jnp.all(jnp.isfinite(scores) | ~mask, -1)
+    flat = finite & ~nan_label & jnp.isnan(per)          # spearman of constant finite scores: undefined
+    ok = ((_label_pairs(labels, mask) > 0) | nan_label) & ~flat
     return jnp.sum(jnp.where(ok, per, 0)) / jnp.maximum(jnp.sum(ok), 1)
 
 
@@ -458,11 +500,38 @@ def fit(loss_fn: Callable, params, *args, optimizer=None, steps: int = 200) -> F
         :class:`FitResult`.
 
     Raises:
-        ValueError: ``steps`` not a positive int, or ``optimizer`` not an optax transformation.
+        ValueError: ``steps`` not a positive int, ``optimizer`` not an optax transformation; for
+            :func:`marginal_nll` and :func:`ranking_loss` (or ``functools.partial`` of them), judge ids outside
+            the calibration's ``[0, J)`` and a NaN label where ``mask`` is True, checked on the concrete data
+            before compiling (inside the compiled steps the data are traced and cannot be inspected; data
+            traced already, a ``fit`` inside a caller's ``jit``, stay unchecked, as under :func:`make_step`).
     """
     if not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    return _fit(params, args, loss_fn, _with_extra_args(optimizer), int(steps))
+    opt = _with_extra_args(optimizer)
+    _check_data(loss_fn, params, args)
+    return _fit(params, args, loss_fn, opt, int(steps))
+
+
+def _check_data(loss_fn, params, args) -> None:
+    """The checks of concrete data that :func:`marginal_nll` and :func:`ranking_loss` (or partials of them) make
+    outside a trace, run before :func:`fit` traces its data: the calibration's judge ids, NaN labels under
+    ``mask``. Other losses are not inspected; the call itself reports bad arguments."""
+    fn, front, kw = loss_fn, (), {}
+    while isinstance(fn, functools.partial):
+        front, kw, fn = fn.args + front, {**fn.keywords, **kw}, fn.func
+    if fn not in (marginal_nll, ranking_loss):
+        return
+    try:
+        a = inspect.signature(fn).bind(*front, params, *args, **kw).arguments
+    except TypeError:
+        return
+    p = a["params"]
+    cal = p.calibration if isinstance(p, (EvidenceParams, ExpertParams)) else p
+    if isinstance(cal, (TemperatureBias, MonotoneSpline)):
+        _check_judge_ids(cal, a.get("judge"))
+    if fn is ranking_loss:
+        _check_labels(a.get("labels"), a.get("mask"))
 
 
 def heldout_spearman(score_fn: Callable, params, c: Comparisons, judge, labels, mask) -> jax.Array:

@@ -9,6 +9,8 @@ judge as its first argument. Since then the frame heals a trailing space into th
 :func:`~jaxrank.judges.reading.label_lead`, compare_templates reads with the templates' own label tokens,
 and both cut a too-long context per row, by as much as that row needs
 (:func:`~jaxrank.judges._truncation.fit_each`), so a row's ``p`` depends on its own texts only.
+compare_templates prepares an ``answer_prefix="auto"`` judge first and reads a soft-prompt judge's templates
+through :func:`compare_soft`, so each result is ``with_template(t).compare``'s.
 """
 
 from __future__ import annotations
@@ -80,11 +82,16 @@ def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str
 
     The rows are read with ``judge.with_template(templates[0])``'s label continuations (all templates read the
     same ones), never the calling judge's own: the two differ when ``judge``'s answer prefix is not the one
-    the templates are rendered with.
+    the templates are rendered with. An ``answer_prefix="auto"`` judge is prepared first, as ``compare``
+    prepares it (so every template reads after the chosen prefix). A judge with a soft prompt reads each
+    template through its own soft-prompt path (:func:`compare_soft`, one template after another: the learnt
+    vectors go into every row), so every result is ``judge.with_template(t).compare(...)``'s.
     """
     if not templates:
         raise ValueError("templates must hold at least one template")
     i, j = check_pairs(candidates, i, j)
+    if i.size:
+        judge.prepare(context, candidates)        # "auto": choose the prefix before deriving the templates' judges
     judges = [judge.with_template(t) for t in templates]
     first = judges[0]
     for k, jd in enumerate(judges[1:], start=1):
@@ -99,6 +106,13 @@ def compare_templates(judge, templates: Sequence[PairwiseTemplate], context: str
     n = len(i)
     if n == 0:
         return [_empty() for _ in judges]
+    if judge.soft_prompt is not None:             # the learnt vectors' own path, per template
+        out = []
+        for jd in judges:
+            jd._warned, jd._mass_warned = judge._warned, judge._mass_warned
+            out.append(compare_soft(jd, context, candidates, i, j, progress))
+            judge._warned, judge._mass_warned = jd._warned, jd._mass_warned
+        return out
     width = first.reading.width
     rows, groups, cut = [], [], []
     for jd in judges:             # each template's row cut as far as that row needs (as its own compare cuts it)

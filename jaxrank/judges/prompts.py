@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from typing import Mapping
 
 __all__ = ["PairwiseTemplate", "PointwiseTemplate", "TEMPLATES", "pairwise_template", "ZEPO_SEED",
            "G_EVAL_CRITERIA", "pointwise_template"]
+
+
+_PLACEHOLDER = re.compile(r"\{context\}|\{a\}|\{b\}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +65,11 @@ class PairwiseTemplate:
         return self.text[:cut].replace("{context}", context), self.text[cut:]
 
     def render(self, context: str, a: str, b: str) -> str:
-        """The whole user message."""
-        return self.text.replace("{context}", context).replace("{a}", a).replace("{b}", b)
+        """The whole user message: every placeholder of the template replaced in one pass, so a context or a
+        candidate that itself holds ``{a}``, ``{b}`` or ``{context}`` is kept as written (the template's text is
+        searched, never the texts put into it)."""
+        values = {"{context}": context, "{a}": a, "{b}": b}
+        return _PLACEHOLDER.sub(lambda m: values[m.group(0)], self.text)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ import numpy as np
 from jaxrank.judges.pairwise import Judgement, PromptJudge, check_pairs
 from jaxrank.judges.prompts import PairwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
-from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, generate_texts, row_keys
+from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, check_seed, generate_texts, row_keys
 
 __all__ = ["SamplingJudge", "CallableJudge", "label_parser", "parser_key", "ParserKeyWarning", "GENERIC_TEMPLATE"]
 
@@ -45,6 +45,15 @@ def label_parser(labels: Sequence[str] = ("A", "B")) -> Callable[[str], float | 
     ``"A"`` must not match the article ``"a"``). When neither label occurs and
     they are several words that differ in their last word (``"Summary A"`` /
     ``"Summary B"``), the last words are searched the same way.
+
+    Limitation: a label that is also an English word is read wherever it stands
+    as one, so with the labels ``("A", "B")`` the capitalised article of
+    ``"A better summary is B."`` reads as A. No rule on the following word tells
+    the two apart (``"A is better than B."`` names A the same way, and ``"A
+    better"`` may be a sentence-initial article or a clipped "A, better"): ask
+    for the label alone in the prompt, use labels that are no words
+    (``("Summary 1", "Summary 2")``, read by their last words), or pass a parser
+    of your own.
     """
     la, lb = (str(x) for x in labels)
     if la == lb:
@@ -209,7 +218,7 @@ class SamplingJudge:
         num_samples: ``K``.
         temperature, top_p: sampling settings (``temperature=0``: greedy, ``K`` identical answers).
         max_new_tokens: answer length limit.
-        seed: PRNG seed.
+        seed: PRNG seed, an int in ``[0, 2**32)``.
         parser: ``str -> 1.0 | 0.0 | None`` (or any value in [0, 1]).
         chat, system, batch_size, max_length: as for ``PromptJudge``.
         min_parsed: the share of parseable answers below which the judge warns.
@@ -217,7 +226,8 @@ class SamplingJudge:
 
     Raises:
         ValueError: ``num_samples < 1``, ``max_new_tokens < 1``, a negative or infinite
-            ``temperature``, or ``top_p`` outside ``(0, 1]``.
+            ``temperature``, ``top_p`` outside ``(0, 1]``, or ``seed`` outside ``[0, 2**32)``
+            (a larger seed would wrap onto a smaller one's answers under its own store key).
         NotImplementedError: a T5 model with ``temperature > 0`` (T5 decodes greedily only).
     """
 
@@ -229,6 +239,7 @@ class SamplingJudge:
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+        seed = check_seed(seed)
         self.prompt = PromptJudge(model, template, chat=chat, system=system, batch_size=batch_size,
                                   max_length=max_length)
         self.lm = self.prompt.lm

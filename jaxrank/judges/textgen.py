@@ -27,7 +27,11 @@ from jaxrank.models.llama import generate as _llama_generate
 from jaxrank.models.loading import load_model
 
 __all__ = ["generate_texts", "pad_rows", "sample_key", "row_keys", "text_hash32", "as_loaded", "generate",
-           "check_sampling", "SAMPLING_SCHEME"]
+           "check_sampling", "check_seed", "SEED_LIMIT", "SAMPLING_SCHEME"]
+
+SEED_LIMIT = 2 ** 32
+"""Seeds are 32-bit: ``jax.random.PRNGKey`` keeps a seed's low 32 bits, so a larger one would sample another
+seed's answers under its own store key (:func:`check_seed`)."""
 
 
 SAMPLING_SCHEME = "rk1"
@@ -48,6 +52,17 @@ def check_sampling(*, temperature, top_p, max_new_tokens) -> None:
         raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int in ``[0, 2**32)`` (:data:`SEED_LIMIT`), or a ``ValueError`` naming ``name`` (a bool, a
+    float, a negative seed or one of 2**32 or more: ``PRNGKey`` would wrap it onto a smaller seed's samples, and
+    2**63 overflows)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or \
+            not 0 <= int(seed) < SEED_LIMIT:
+        raise ValueError(f"{name} must be an int in [0, 2**32) (a 32-bit PRNG seed: a larger one would wrap onto "
+                         f"a smaller one's samples), got {seed!r}")
+    return int(seed)
 
 
 def as_loaded(model):
@@ -158,8 +173,11 @@ def row_keys(seed: int, rows: Sequence[Sequence]) -> jax.Array:
 
     A row is what one sample judges, e.g. ``(context, text A, text B, sample index)``:
     its key, hence its answer, depends on that and the seed only.
+
+    Raises:
+        ValueError: ``seed`` outside ``[0, 2**32)`` (:func:`check_seed`).
     """
-    base = jax.random.PRNGKey(int(seed))
+    base = jax.random.PRNGKey(check_seed(seed))
     if not len(rows):
         return jnp.zeros((0,) + base.shape, base.dtype)
     h = jnp.asarray(np.array([text_hash32(r) for r in rows], np.uint32))
