@@ -62,7 +62,7 @@ FLOORS = {
     # judges, sharding, learnt calibration and its fit
     "jaxrank.debias": 2, "jaxrank.fairness": 2, "jaxrank.uncertainty": 2, "jaxrank.bootstrap": 2,
     "jaxrank.simulate": 2, "jaxrank.sharding": 2, "jaxrank.scorer_table": 2, "jaxrank.calibration": 2,
-    "jaxrank.learning": 2,
+    "jaxrank.learning": 2, "jaxrank._ranking_losses": 2,
     # 3 which comparisons to make
     "jaxrank.selection": 3,
     # 4 language models: networks, checkpoint and GGUF loading, the registry

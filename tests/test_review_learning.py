@@ -15,7 +15,7 @@ import pytest
 
 import jaxrank as jr
 from jaxrank import calibration as cal
-from jaxrank import learning
+from jaxrank import _ranking_losses, learning
 
 
 # ------------------------------------------------------------------ fit's default optimiser is one object
@@ -96,13 +96,13 @@ def test_indifferent_context_adds_nothing_to_the_gradient():
 def test_standardise_constant_and_ordinary_contexts():
     s = jnp.asarray([[0.3, 0.3, 0.3, 0.3], [1.0, 2.0, 4.0, 0.0], [0.0, 0.0, 0.0, 0.0]], jnp.float32)
     mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]], bool)
-    z = np.asarray(learning._standardise(s, mask))
+    z = np.asarray(_ranking_losses._standardise(s, mask))
     np.testing.assert_array_equal(z[0], 0)
     np.testing.assert_array_equal(z[2], 0)
     x = np.array([1.0, 2.0, 4.0])
     np.testing.assert_allclose(z[1, :3], (x - x.mean()) / x.std(), rtol=1e-6)
     assert z[1, 3] == 0
-    jac = jax.jacobian(lambda q: learning._standardise(q, mask))(s)
+    jac = jax.jacobian(lambda q: _ranking_losses._standardise(q, mask))(s)
     assert np.all(np.isfinite(np.asarray(jac))) and np.all(np.asarray(jac)[0] == 0)
 
 
