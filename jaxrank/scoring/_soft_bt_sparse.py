@@ -131,15 +131,13 @@ def _masked_mean(v, big):
     return jnp.where(big, jnp.sum(jnp.where(big, v, 0)) / jnp.sum(big), v)
 
 
-def _rank_scaled(pr, s, labels, prior, one=False):
+def _rank_scaled(pr, s, labels, prior):
     """``alpha_c u``: the within-component ranks ``u`` of ``s`` (centred), scaled per component ``c`` by the
     ``alpha_c`` that minimises the objective along ``u`` (one context; :func:`_rank_start`).
 
     ``f(alpha u)`` is convex in ``alpha``; its slope ``sum_k r_k(alpha) (u_i - u_j) + lambda alpha |u|^2``
     (``r`` the edge residuals, :func:`_residual`) is bisected in ``log alpha`` (:data:`RANK_BISECTIONS`),
-    between ``1e-2`` and ``1e4`` log-units per rank over the component's size. With ``one`` (not under ``vmap``:
-    its ``lax.cond`` runs one branch), where one component holds every compared item (:func:`_one_component`) the
-    slope is one plain sum over the edges for a scalar ``alpha`` (:data:`NEAR_NOTE`).
+    between ``1e-2`` and ``1e4`` log-units per rank over the component's size.
     """
     n, dt = pr.e.num_items, s.dtype
     order = jnp.lexsort((s, labels))               # by component, then by score
@@ -173,28 +171,8 @@ def _rank_scaled(pr, s, labels, prior, one=False):
         return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
 
     unit = -jnp.log(jnp.maximum(sizes, 1))
-    bisect = lambda f, unit: jax.lax.fori_loop(0, RANK_BISECTIONS, f, (unit + jnp.log(1e-2), unit + jnp.log(1e4)))
-
-    def general():
-        lo, hi = bisect(body, unit)
-        return jnp.exp(0.5 * (lo + hi))[labels]
-
-    if not one or pr.e.dense:
-        return general() * u
-    simple, big = _one_component(sizes)
-
-    def one_slope(_, bracket):   # one component (and single items, u = 0 there): a scalar alpha, a plain sum
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        alpha = jnp.exp(mid)
-        up = jnp.sum(_residual(alpha * du, pr)[0] * du) + prior * alpha * jnp.sum(u * u) > 0
-        return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
-
-    def scalar():
-        lo, hi = bisect(one_slope, -jnp.log(jnp.sum(big).astype(dt)))
-        return jnp.broadcast_to(jnp.exp(0.5 * (lo + hi)), (n,))
-
-    return jax.lax.cond(simple, scalar, general) * u
+    lo, hi = jax.lax.fori_loop(0, RANK_BISECTIONS, body, (unit + jnp.log(1e-2), unit + jnp.log(1e4)))
+    return jnp.exp(0.5 * (lo + hi))[labels] * u
 
 
 def _rank_start(pr, x, labels, prior, mode, st):
@@ -211,89 +189,14 @@ def _rank_start(pr, x, labels, prior, mode, st):
     gate = jax.vmap(misordered)(pr, x) < RANK_GATE
 
     def ranked():
-        one = x.shape[0] == 1 and not pr.e.dense and POLISH_SHARE > 0   # one context: lax.cond runs one branch
-        if one:
-            y = _rank_scaled(jax.tree.map(lambda a: a[0], pr), x[0], labels[0], prior[0], one=True)[None]
-        else:
-            y = jax.vmap(_rank_scaled)(pr, x, labels, prior)
+        y = jax.vmap(_rank_scaled)(pr, x, labels, prior)
         f = jax.vmap(lambda p, xx, pri: _nll_p(xx, p, mode, st._replace(score_prior=pri)))
         better = gate & (f(pr, y, prior) < f(pr, x, prior))
-        if one:
-            z = _near_polish(jax.tree.map(lambda a: a[0], pr), y[0], labels[0], prior[0])[None]
-        else:
-            z = jax.vmap(lambda p, yy, lab, pri: _mm.newman_polish(p.e, p.wp, p.wl, yy, 0.0, pri, lab, RANK_POLISH,
-                                                                   jnp.inf))(pr, y, labels, prior)
+        z = jax.vmap(lambda p, yy, lab, pri: _mm.newman_polish(p.e, p.wp, p.wl, yy, 0.0, pri, lab, RANK_POLISH,
+                                                               jnp.inf))(pr, y, labels, prior)
         return jnp.where(better[:, None], z, x)
 
     return jax.lax.cond(jnp.any(gate), ranked, lambda: x)
-
-
-def _near_polish(pr, s, labels, prior):
-    """:data:`RANK_POLISH` uncapped Newman updates from ``s`` (``_mm.newman_polish``) over the comparisons within
-    :data:`POLISH_REACH` log-units at ``s`` only, compacted, where they fit in :data:`POLISH_SHARE` of the edges
-    (else over every edge); one context, sparse edge space (:data:`NEAR_NOTE`).
-
-    A comparison ``|d| >= POLISH_REACH`` apart at ``s`` enters every update as its saturated side, a constant
-    (``d > 0``: ``b`` to the head's losses and the tail's wins; ``d < 0``: ``a`` to the head's wins and the tail's
-    losses), plus its exponential tail with the opponent held, ``a e^{-|d|} e^{-(s'_n - s_n)}`` to the head's wins
-    (``d > 0``) and likewise for the others: what an update of an item held only by far comparisons needs.
-    """
-    e, a, b = pr.e, pr.wp, pr.wl
-    n, k = e.num_items, max(1, int(POLISH_SHARE * e.i.shape[0]))
-    live = _graph.item_sums(e, a + b, a + b) > 0
-    sizes = _graph.component_sizes(labels, s.dtype)
-    d = _graph.incidence(e, s)
-    near = (jnp.abs(d) < POLISH_REACH) & (a + b > 0)
-    count = jnp.sum(near)
-    tiny = jnp.finfo(s.dtype).tiny
-
-    def on_near():
-        idx = _first_true(near, k)
-        valid = jnp.arange(k) < count
-        spread = (jnp.arange(k) % n).astype(e.i.dtype)   # unused slots: zero-weight self-pairs, spread (as HOT_NOTE)
-        ne = _graph.Edges(jnp.where(valid, e.i[idx], spread), jnp.where(valid, e.j[idx], spread), n, False)
-        na, nb = jnp.where(valid, a[idx], 0), jnp.where(valid, b[idx], 0)
-        up, down = ~near & (d > 0), ~near & (d < 0)
-        tail = jnp.exp(-jnp.abs(d))
-        won0 = _graph.item_sums(e, jnp.where(down, a, 0), jnp.where(up, b, 0))
-        lost0 = _graph.item_sums(e, jnp.where(up, b, 0), jnp.where(down, a, 0))
-        won1 = _graph.item_sums(e, jnp.where(up, a * tail, 0), jnp.where(down, b * tail, 0))
-        lost1 = _graph.item_sums(e, jnp.where(down, b * tail, 0), jnp.where(up, a * tail, 0))
-
-        def body(_, carry):   # as _mm.newman_polish (uncapped), the far comparisons from the sums above
-            x, prev = carry
-            dd = _graph.incidence(ne, x)
-            qu, qd = jax.nn.sigmoid(-dd), jax.nn.sigmoid(dd)
-            moved = jnp.exp(jnp.clip(x - s, -_mm.MODEL_STEP_MAX, _mm.MODEL_STEP_MAX))   # finite: no 0 * inf
-            won = _graph.item_sums(ne, na * qu, nb * qd) + won0 + won1 / moved + prior * jnp.maximum(-x, 0)
-            lost = _graph.item_sums(ne, nb * qd, na * qu) + lost0 + lost1 * moved + prior * jnp.maximum(x, 0)
-            delta = jnp.log(jnp.maximum(won, tiny)) - jnp.log(jnp.maximum(lost, tiny))
-            delta = jnp.where(live, jnp.where(delta * prev < 0, 0.5 * delta, delta), 0)
-            x = x + delta
-            return x - _graph.component_mean(x, labels, sizes), delta
-
-        return jax.lax.fori_loop(0, RANK_POLISH, body, (s, jnp.zeros_like(s)))[0]
-
-    return jax.lax.cond(count <= k, on_near,
-                        lambda: _mm.newman_polish(e, a, b, s, 0.0, prior, labels, RANK_POLISH, jnp.inf))
-
-
-POLISH_REACH = 32.0
-"""Comparisons further apart than this (log-units, at the rank-scaled start) enter :func:`_near_polish` as sums."""
-
-POLISH_SHARE = 0.45
-"""Static share of the edges :func:`_near_polish` holds (31% within reach at the 5,000-item separable pool's start);
-0 turns it off (every polish update over every edge)."""
-
-NEAR_NOTE = None
-"""Hard BT's start polish over the near comparisons (issue 33, part h; ``benchmarks/results/memory_scale.notes.md``).
-
-After the rank-scaled start (:data:`RANK_NOTE`) most comparisons are far out: on the 5,000-item separable pool
-31% of the edges are within 24 log-units. A far comparison's terms in Newman's update are its saturated side, a
-constant, and an exponential tail ``e^{-|d|}`` that changes only by the item's own and its opponent's moves: the
-20 polish updates run over the near comparisons only (compacted, :func:`_first_true`), with the far ones summed
-once (their constant and their tail, the opponent held). The start differs from the all-edge polish by rounding
-and the held opponents' moves (max 0.7 log-units on that pool, mean error to the optimum 0.607 both)."""
 
 
 RANK_GATE = 0.02
