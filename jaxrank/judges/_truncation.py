@@ -74,7 +74,8 @@ def fit_context(rows: Rows, need: int, *, max_length: int, context_len: Callable
 
 def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, context_len: Callable[[], int],
              rebuild: Callable[[int, list[int]], list], warn: bool, kept: str, need_note: str = "",
-             error_tail: str = "", stacklevel: int = 2) -> tuple[list, list[int | None], bool]:
+             error_tail: str = "", stacklevel: int = 2,
+             name_row: Callable[[int], str] | None = None) -> tuple[list, list[int | None], bool]:
     """Cuts the context of each prompt that does not fit the window, by as much as that prompt needs.
 
     Unlike :func:`fit_context` (one cut, set by the longest prompt), each prompt
@@ -95,6 +96,8 @@ def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, cont
         rebuild: ``rebuild(k, idx)`` builds the prompts ``idx`` (indices into
             ``rows``) again keeping only the first ``k`` context tokens.
         warn, kept, need_note, error_tail, stacklevel: as :func:`fit_context`.
+        name_row: names prompt ``r`` in the error (default ``"row r"``), e.g. by
+            its candidates.
 
     Returns:
         ``(rows, cuts, truncated)``: the prompts that fit, each prompt's kept
@@ -102,7 +105,10 @@ def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, cont
 
     Raises:
         ValueError: a prompt that does not fit even with the whole context
-            removed (the message gives the tokens it needs without the context).
+            removed (the message gives the tokens it needs without the context);
+            also when a prompt rebuilt with its context cut to ``0`` tokens is
+            still too long (a token merged across the cut), naming the prompt
+            and by how many tokens ``kept`` alone exceed the window.
     """
     rows = list(rows)
     cuts: list[int | None] = [None] * len(rows)
@@ -120,6 +126,7 @@ def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, cont
                       f"tokens in {len(over)} of {len(rows)} prompts, each only as far as it needs ({kept} kept "
                       "whole)", stacklevel=stacklevel + 1)
     todo = {r: ctx_len - o for r, o in over.items()}
+    still: dict[int, int] = {}      # prompts too long with no context left: reported, never returned over the window
     while todo:                      # boundary merges can leave a token too many: cut that prompt again
         by_cut: dict[int, list[int]] = {}
         for r, k in sorted(todo.items()):
@@ -131,4 +138,12 @@ def fit_each(rows: list, *, need: Callable[[object], int], max_length: int, cont
                 o = need(row) - max_length
                 if o > 0 and k > 0:
                     todo[r] = max(0, k - o)
+                elif o > 0:
+                    still[r] = o
+    if still:
+        name = name_row or (lambda r: f"row {r}")
+        worst = max(still.values())
+        where = "; ".join(f"{name(r)} by {o}" for r, o in sorted(still.items()))
+        raise ValueError(f"the {kept} alone (which are never cut) exceed the model's window of {max_length} "
+                         f"tokens by {worst}, even with the context cut to 0 tokens ({where})")
     return rows, cuts, True
