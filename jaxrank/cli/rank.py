@@ -203,7 +203,7 @@ def _score(c, method, debias, score_prior, *, exported=True):
     single = c.batch_shape == (1,)
     if single:
         arrays = [x[0] for x in arrays]
-    options = tuple(sorted((_batching.compiler_options(cp.num_items) or {}).items()))
+    options = tuple(sorted((_batching.compiler_options(cp.num_items, cp.i.size) or {}).items()))
     program = _rank_program(method, debias, float(score_prior), bool(exported), options)
     out = program(*arrays)
     out = {k: np.asarray(v)[None] if single else np.asarray(v) for k, v in out.items()}

@@ -235,7 +235,7 @@ def _fit_newton(c, prior, tol, max_iter):
     if concrete:   # smoothed on the bucket's shapes that soft_bt.solve pads to (``_batching.bucket_sizes``)
         c = _batching.pad(c, *_batching.bucket_sizes(num_items, c.i.shape[-1], below=soft_bt._below()))
     smooth = _batching.call(lambda cc: _arrays(_smoothed(cc, prior)), f"bt.smoothed-{prior!r}", c,
-                            options=_batching.compiler_options(c.num_items))
+                            options=_batching.compiler_options(c.num_items, c.i.size))
     smooth = Comparisons(*smooth, num_items=c.num_items)
     sol = soft_bt.solve(smooth, solver, check=False, start=start)
     if concrete:

@@ -210,7 +210,7 @@ def _below():
 def _fit_call(c, st, mode, check=False, start_kind="least_squares", host=None, start_x=None):
     """:func:`_fit` through ``_batching.call`` (its traced program kept on disk while the persistent cache is on)."""
     sol, finite = _batching.call(_unpacked_fit(mode, check, start_kind), f"soft_bt.fit-{mode}-{check}-{start_kind}",
-                                 c, st, host, start_x, options=_batching.compiler_options(c.num_items))
+                                 c, st, host, start_x, options=_batching.compiler_options(c.num_items, c.i.size))
     return SoftBTSolution(*sol), finite
 
 
@@ -226,7 +226,7 @@ def _unpacked_fit(mode, check, start_kind):
 def _ls_start_call(c, st, mode):
     """:func:`_ls_start` through ``_batching.call``."""
     return _batching.call(lambda cc, s: (_ls_start(cc, s, mode),), f"soft_bt.ls_start-{mode}", c, st,
-                          options=_batching.compiler_options(c.num_items))[0]
+                          options=_batching.compiler_options(c.num_items, c.i.size))[0]
 
 
 def _single_concrete(c):
