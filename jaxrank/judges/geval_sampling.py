@@ -26,7 +26,7 @@ from jaxrank.judges.prompt_scoring import check_sampled, parse_score, sample_sco
 from jaxrank.judges.prompts import PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, check_label_mass
 from jaxrank.judges.sampling import parser_key
-from jaxrank.judges.textgen import SAMPLING_SCHEME
+from jaxrank.judges.textgen import SAMPLING_SCHEME, check_seed
 
 __all__ = ["SampledGEvalJudge"]
 
@@ -74,7 +74,7 @@ class SampledGEvalJudge(GEvalJudge):
     Raises:
         ValueError: as for :class:`~jaxrank.judges.GEvalJudge`, or naming the argument: ``num_samples < 1``,
             a negative or infinite ``temperature``, ``top_p`` outside ``(0, 1]``, ``max_new_tokens < 1``, a
-            ``seed`` that is not an integer, a ``fallback`` that is neither ``None`` nor a finite number, or a
+            ``seed`` that is not an int in ``[0, 2**32)``, a ``fallback`` that is neither ``None`` nor a finite number, or a
             ``parser`` that is not callable.
         NotImplementedError: a t5 model with ``temperature > 0``.
     """
@@ -98,12 +98,11 @@ class SampledGEvalJudge(GEvalJudge):
                          strict=strict)
         check_sampled(self, num_samples=num_samples, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, fallback=fallback, fallback_none=True)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        seed = check_seed(seed)
         if parser is not None and not callable(parser):
             raise ValueError(f"parser must be a callable str -> float | None, got {type(parser).__name__}")
         self._num_samples, self._temperature, self._top_p = int(num_samples), float(temperature), float(top_p)
-        self._max_new_tokens, self._seed = int(max_new_tokens), int(seed)
+        self._max_new_tokens, self._seed = int(max_new_tokens), seed
         self._fallback = None if fallback is None else float(fallback)
         low, high = float(min(template.scores)), float(max(template.scores))
         self._parser = parser or _range_parser(low, high)

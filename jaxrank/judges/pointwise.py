@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 import warnings
 from typing import Sequence
 
@@ -49,6 +50,17 @@ from jaxrank.models.loading import GENERATIVE
 __all__ = ["GEvalJudge", "PointwiseResult", "pointwise_comparisons", "scores_judgement"]
 
 _CTX, _CAND = "\ue010", "\ue011"
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced by ``values[name]`` in one pass over ``text`` only.
+
+    A value that itself holds ``{context}``, ``{candidate}``, ``{criteria}`` or ``{steps}`` (criteria, model-written
+    steps, a context or a candidate) is kept as written, as
+    :meth:`~jaxrank.judges.prompts.PairwiseTemplate.render` keeps its texts; placeholders not in ``values`` stay.
+    """
+    pattern = re.compile("|".join(re.escape("{" + name + "}") for name in values))
+    return pattern.sub(lambda m: values[m.group(0)[1:-1]], text) if values else text
 _GENERATIVE = GENERATIVE      # every decoder family and T5
 DEFAULT_STEP_TOKENS = 128
 """The length limit of generated evaluation steps (``max_step_tokens``) by default."""
@@ -264,7 +276,8 @@ class _PointwiseBase:
             context_len=lambda: len(self._encode(context, False)) if _CTX in self._full else 0,
             rebuild=lambda k, idx: self._rows(context, [candidates[r] for r in idx], k),
             warn=warn and not self._warned, kept="candidate and instructions",
-            error_tail=": the candidate and instructions alone do not fit", stacklevel=4)
+            error_tail=": the candidate and instructions alone do not fit", stacklevel=4,
+            name_row=lambda r: f"candidate {r}")
         by_cut: dict = {}
         for r, k in enumerate(cuts if truncated else ()):
             by_cut.setdefault(k, []).append(r)
@@ -424,10 +437,10 @@ class GEvalJudge(_PointwiseBase):
         cached = self.__dict__.get("_frame_cache")
         if cached is None or cached[0] != self._steps:
             t = self.template
-            msg = t.text.replace("{context}", _CTX).replace("{candidate}", _CAND)
-            msg = msg.replace("{criteria}", t.criteria)
-            if "{steps}" in msg:      # a template without chain of thought never asks for the steps
-                msg = msg.replace("{steps}", self.steps)
+            values = {"context": _CTX, "candidate": _CAND, "criteria": t.criteria}
+            if "{steps}" in t.text:   # a template without chain of thought never asks for the steps
+                values["steps"] = self.steps
+            msg = _fill(t.text, values)     # one pass: criteria or steps holding a placeholder are kept as written
             full = self._wrap(msg, "")
             cached = (self._steps, full, self._split(full))
             self.__dict__["_frame_cache"] = cached

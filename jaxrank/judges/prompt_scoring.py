@@ -19,7 +19,7 @@ import numpy as np
 from jaxrank.judges._pointwise_checks import check_prompt_text, check_texts, fixed
 from jaxrank.judges.pointwise import PointwiseResult, _CAND, _CTX, _PointwiseBase
 from jaxrank.judges.sampling import parser_key
-from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, generate_texts, row_keys
+from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, check_seed, generate_texts, row_keys
 
 __all__ = ["PromptScoringJudge", "parse_score", "scoring_prompt", "FALLBACK_SCORE"]
 
@@ -136,7 +136,7 @@ class PromptScoringJudge(_PointwiseBase):
         max_new_tokens: answer length limit.
         num_samples: answers per candidate.
         batch_size: prompts per :func:`generate` call.
-        seed: PRNG seed.
+        seed: PRNG seed, an int in ``[0, 2**32)``.
         fallback: the score of an unparsable answer.
         parser: ``str -> float | None``.
         answer_prefix: text after the prompt (default ``"Score:"`` without a chat template, else none).
@@ -144,7 +144,8 @@ class PromptScoringJudge(_PointwiseBase):
 
     Raises:
         ValueError: ``num_samples < 1``, ``max_new_tokens < 1``, a negative or infinite
-            ``temperature``, ``top_p`` outside ``(0, 1]``, a non-finite ``fallback``, or a
+            ``temperature``, ``top_p`` outside ``(0, 1]``, a non-finite ``fallback``, a ``seed`` that is not
+            an int in ``[0, 2**32)``, or a
             ``text`` without ``{candidate}`` or with ``{context}`` twice or after ``{candidate}``.
         NotImplementedError: a T5 model with ``temperature > 0``.
     """
@@ -169,12 +170,13 @@ class PromptScoringJudge(_PointwiseBase):
         super().__init__(model, chat=chat, system=system, batch_size=batch_size, max_length=max_length)
         check_sampled(self, num_samples=num_samples, temperature=temperature, top_p=top_p,
                       max_new_tokens=max_new_tokens, fallback=fallback)
+        seed = check_seed(seed)
         self._aspect = aspect
         self._text = text or scoring_prompt(aspect, kind=kind, source=source)
         check_prompt_text(self.text, "text")
         self._temperature, self._top_p = float(temperature), float(top_p)
         self._max_new_tokens, self._num_samples = int(max_new_tokens), int(num_samples)
-        self._seed, self._fallback = int(seed), float(fallback)
+        self._seed, self._fallback = seed, float(fallback)
         self._parser = parser or parse_score
         prefix = ("" if self.chat else "Score:") if answer_prefix is None else answer_prefix
         if not isinstance(prefix, str):

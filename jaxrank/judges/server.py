@@ -82,7 +82,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.judges.pointwise import PointwiseResult, scores_judgement
+from jaxrank.judges.pointwise import PointwiseResult, _fill, scores_judgement
 from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, LabelMassWarning, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
@@ -437,11 +437,11 @@ class ServerGEvalJudge(_ServerBase):
     def request_prompt(self, context: str, candidate: str) -> dict:
         """The prompt part of one candidate's request."""
         t = self.template
-        msg = t.text.replace("{criteria}", t.criteria)
-        if "{steps}" in msg:
-            msg = msg.replace("{steps}", self.steps)
-        return self._wrap(msg.replace("{context}", context).replace("{candidate}", candidate), self.answer_prefix,
-                          blank=False)
+        values = {"criteria": t.criteria, "context": context, "candidate": candidate}
+        if "{steps}" in t.text:       # a template without chain of thought never asks for the steps
+            values["steps"] = self.steps
+        # one pass over the template: a context, candidate, criteria or steps holding a placeholder is kept as written
+        return self._wrap(_fill(t.text, values), self.answer_prefix, blank=False)
 
     def score(self, context: str, candidates: Sequence[str], *, progress=None) -> PointwiseResult:
         """G-Eval scores of every candidate of one context (g-eval eq. 1), from the server's log-probabilities."""
