@@ -70,5 +70,5 @@ def test_smollm2_compare_refuses_a_prompt_over_the_window(smollm2):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match=rf"candidates and question alone \(which are never cut\) exceed the "
-                                             rf"model's window of {window} tokens by {over}.*row 0 by {over}"):
+                                             rf"model's window of {window} tokens by {over}.*row 0 \(candidates 0 and 1\) by {over}"):
             judge.compare(ctx, cands, np.array([0]), np.array([1]))

@@ -341,6 +341,7 @@ class PromptJudge:
         return fit_each(rows, need=lambda row: len(row) + extra, max_length=self.max_length,
                         context_len=context_len, rebuild=build, warn=not self._warned,
                         kept="candidates and question", error_tail=": the candidates and question alone do not fit",
+                        name_row=lambda r: f"row {r} (candidates {pairs[r][0]} and {pairs[r][1]})",
                         stacklevel=stacklevel)
 
     def token_ids(self, context: str, a: str, b: str, *, max_context_tokens: int | None = None):
