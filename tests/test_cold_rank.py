@@ -123,6 +123,8 @@ def test_old_objects_frozen_leaves_a_process_that_froze_objects_itself_alone():
         frozen = gc.get_freeze_count()
         with _common.old_objects_frozen():
             pass
-        assert gc.get_freeze_count() == frozen      # not unfrozen by the block
+        # Not unfrozen by the block: ``gc.unfreeze()`` would empty the permanent generation. Its count may still
+        # drop by a few objects that reference counting frees meanwhile (frozen objects are not immortal).
+        assert gc.get_freeze_count() >= frozen - 1_000 > 0
     finally:
         gc.unfreeze()
