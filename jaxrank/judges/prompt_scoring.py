@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from jaxrank.judges._pointwise_checks import check_prompt_text, check_texts, fixed
-from jaxrank.judges.pointwise import PointwiseResult, _CAND, _CTX, _PointwiseBase
+from jaxrank.judges._pointwise_base import _CAND, _CTX, PointwiseResult, _PointwiseBase
 from jaxrank.judges.sampling import parser_key
 from jaxrank.judges.textgen import SAMPLING_SCHEME, check_sampling, check_seed, generate_texts, row_keys
 

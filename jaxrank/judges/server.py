@@ -82,7 +82,7 @@ from typing import Sequence
 import numpy as np
 
 from jaxrank.judges.pairwise import Judgement, check_pairs
-from jaxrank.judges.pointwise import PointwiseResult, _fill, scores_judgement
+from jaxrank.judges._pointwise_base import PointwiseResult, _fill, scores_judgement
 from jaxrank.judges.prompts import PairwiseTemplate, PointwiseTemplate
 from jaxrank.judges.reading import MIN_LABEL_MASS, LabelMassWarning, check_label_mass
 from jaxrank.judges.sampling import _decide, label_parser
