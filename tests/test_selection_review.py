@@ -241,3 +241,18 @@ def test_active_with_an_uninformative_judge_records_zero_confidence():
                                      callback=lambda r, u, conf, post: seen.append(conf))
     assert out.stopped == "budget" and np.all(np.isfinite(out.history)) and np.all(out.history[:, 1] == 0)
     assert seen == [0.0] * len(out.history)
+
+
+def test_laplace_selection_picks_each_pair_at_most_once_per_call():
+    """Within one call no pair is picked in both orders (the docstring's promise): asking for more comparisons
+    than the C(N, 2) pairs of a path gives each pair once, and the rest of the slots are empty (i == j)."""
+    n = 6
+    i = np.arange(n - 1)
+    c = jr.Comparisons.from_pairs(i, i + 1, np.full(n - 1, 0.6, np.float32), num_items=n)
+    for k in (10, 20, 25):
+        a, b = (np.asarray(x) for x in laplace_comparisons(c, k, key=jax.random.key(0)))
+        live = a != b
+        pairs = [tuple(sorted(x)) for x in zip(a[live].tolist(), b[live].tolist())]
+        assert len(pairs) == len(set(pairs)) == min(k, n * (n - 1) // 2)
+        # an ordered pair already judged is never asked again
+        assert not set(zip(a[live].tolist(), b[live].tolist())) & set(zip(i.tolist(), (i + 1).tolist()))

@@ -285,7 +285,9 @@ def laplace_comparisons(c: Comparisons, num_new: int, *, key, symmetric: bool = 
     call ``q`` stays at the current fit (no new answers yet) while ``A`` absorbs
     each pick by Sherman-Morrison (App. A.7 eq. 53-55), so a batch does not pick
     redundant pairs. Ordered pairs already in ``c`` (non-zero weight) are not
-    repeated: a pair judged in one order may be picked again in the other.
+    repeated: a pair judged in one order may be picked again in the other. Within one call a pair is picked
+    at most once, in one order (without ``symmetric``), so its two orders can only come from different calls,
+    e.g. later rounds of :func:`jaxrank.selection.active_assess`.
     ``c`` should be connected (start from a spanning tree, as
     :func:`jaxrank.selection.active_assess` does): the anchored inverse gives
     pairs across components a finite variance, so the gap between components,
