@@ -26,7 +26,13 @@ exactly first, else case-insensitively where that names one of the two items onl
 equal is a tie).
 
 Files: UTF-8 text, a byte-order mark allowed; CSV with a comma, semicolon or
-tab delimiter (the one most frequent in the header line, outside quotes);
+tab delimiter (the one most frequent in the header line, outside quotes). A CSV
+header's column names are read with surrounding blanks dropped (``item_a, item_b``);
+a column without a name that is empty on every row (the trailing ``,,`` a
+spreadsheet writes) and a row whose fields are all empty are skipped; a value
+under a column without a name is an error. A field may be of any length. An item
+id or a context holding a line break is an error naming the lines (a stray ``"``
+joins lines into one field);
 ``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, one
 JSON array of objects, or one pretty-printed object: one comparison). The columns
 of a JSON source are the fields of all its records, in order of first appearance;
@@ -36,11 +42,13 @@ Every error names the file (or ``DataFrame``) and the line (or row) it is about.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +61,7 @@ from jaxrank.io._rows import _blank, _item_id, comparisons_from_rows
 if TYPE_CHECKING:  # imported once the rows are read: a malformed file is reported without importing JAX
     from jaxrank.comparisons import Comparisons
 
-__all__ = ["ComparisonTable", "comparisons_from_rows", "csv_header", "read_comparisons", "read_text"]
+__all__ = ["ComparisonTable", "comparisons_from_rows", "csv_fields_unlimited", "csv_header", "read_comparisons", "read_text"]
 
 _DEFAULTS = {
     "item_a": ("item_a", "a", "model_a", "left", "i", "candidate_a"),
@@ -101,14 +109,21 @@ class _Source:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """A data file as text: UTF-8 (a byte-order mark is dropped). A binary file (a NUL byte) or another
-    encoding is a ``ValueError`` naming the file, the line and the byte, and saying what to do."""
+    """A data file as text: UTF-8 (a byte-order mark is dropped). A binary file (a NUL byte), UTF-16 or
+    UTF-32 text (told by its byte-order mark) or another encoding is a ``ValueError`` naming the file, the
+    line and the byte, and saying what to do."""
     path = Path(path)
     data = path.read_bytes()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        raise ValueError(f"{path}: UTF-16 or UTF-32 text (it starts with that byte-order mark), not UTF-8; save it "
+                         "as UTF-8 (e.g. iconv -f utf-16 -t utf-8, or 'CSV UTF-8' in a spreadsheet)")
     nul = data.find(b"\0")
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
-        raise ValueError(f"{path}, line {line}: not a text file (a NUL byte); expected UTF-8 CSV or JSON Lines")
+        wide = " (every other byte NUL: UTF-16 text without a byte-order mark? save it as UTF-8)" \
+            if data[:200].count(b"\0") * 3 >= len(data[:200]) else ""
+        raise ValueError(f"{path}, line {line}: not a text file (a NUL byte){wide}; expected UTF-8 CSV or JSON "
+                         "Lines")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -126,9 +141,22 @@ def _delimiter(header: str) -> str:
     return best if counts[best] else ","
 
 
+@contextlib.contextmanager
+def csv_fields_unlimited():
+    """Within the block, a CSV field may be of any length (Python's ``csv`` refuses one over 131,072
+    characters, a long text); the limit in force before is restored after it."""
+    old = csv.field_size_limit(min(sys.maxsize, 2 ** 31 - 1))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
+
+
 def csv_header(path: str | os.PathLike, text: str, header_at: str, *,
                delimiter: str = ",") -> tuple[csv.DictReader, list[str]]:
     """A ``csv.DictReader`` over the CSV ``text`` of the file ``path``, and its header row's column names.
+
+    Read the rows within :func:`csv_fields_unlimited` (the header is read so here).
 
     Args:
         path: the file, as errors name it.
@@ -141,7 +169,8 @@ def csv_header(path: str | os.PathLike, text: str, header_at: str, *,
     """
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        columns = reader.fieldnames
+        with csv_fields_unlimited():
+            columns = reader.fieldnames
     except csv.Error as e:
         raise ValueError(f"{header_at}: malformed header ({e})") from None
     if not columns:
@@ -152,30 +181,46 @@ def csv_header(path: str | os.PathLike, text: str, header_at: str, *,
 def _csv_source(path: Path, text: str) -> _Source:
     header = text.split("\n", 1)[0]
     reader, columns = csv_header(path, text, f"{path}, line 1", delimiter=_delimiter(header))
-    dupes = sorted({c for c in columns if columns.count(c) > 1})
+    columns = [c.strip() for c in columns]        # "item_a, item_b": the names without their blanks
+    dupes = sorted({c for c in columns if c and columns.count(c) > 1})
     if dupes:
         raise ValueError(f"{path}, line 1: column(s) {dupes} appear more than once in the header; "
                          "rename them so each column has one name")
+    # a column without a name (a spreadsheet's trailing ",,"): a key of its own, checked empty and dropped
+    unnamed = {f"\0column {k + 1}": k + 1 for k, c in enumerate(columns) if not c}
+    names = iter(unnamed)
+    reader.fieldnames = [c or next(names) for c in columns]
+    named = [c for c in columns if c]
 
     def rows():
         ln = 1
-        try:
-            for row in reader:
-                ln = reader.line_num
-                if None in row:
-                    raise ValueError(f"{path}, line {ln}: {len(columns) + len(row[None])} fields, "
-                                     f"more than the header's {len(columns)}")
-                if None in row.values():
-                    given = sum(v is not None for v in row.values())
-                    if any("\n" in v for v in row.values() if isinstance(v, str)):
-                        raise ValueError(f"{path}, line {ln}: unterminated quote: a field opened with \" runs on "
-                                         "past the end of its line; close it or drop the stray quote")
-                    raise ValueError(f"{path}, line {ln}: {given} field(s), fewer than the header's {len(columns)}")
-                yield f"{path}, line {ln}", row
-        except csv.Error as e:
-            raise ValueError(f"{path}, line {reader.line_num or ln}: malformed CSV ({e})") from None
+        with csv_fields_unlimited():
+            try:
+                for row in reader:
+                    # the row's lines: it ends on the reader's line; a quoted field may span lines before it
+                    first, ln = ln + 1, reader.line_num
+                    first = max(first, ln - sum(v.count("\n") for v in row.values() if isinstance(v, str)))
+                    lines = f"line {ln}" if first >= ln else f"lines {first}-{ln}"
+                    if None in row:
+                        raise ValueError(f"{path}, {lines}: {len(columns) + len(row[None])} fields, "
+                                         f"more than the header's {len(columns)}")
+                    if None in row.values():
+                        given = sum(v is not None for v in row.values())
+                        if any("\n" in v for v in row.values() if isinstance(v, str)):
+                            raise ValueError(f"{path}, line {first}: unterminated quote: a field opened with \" runs on "
+                                             "past the end of its line; close it or drop the stray quote")
+                        raise ValueError(f"{path}, {lines}: {given} field(s), fewer than the header's {len(columns)}")
+                    if all(not v.strip() for v in row.values()):
+                        continue                  # a row of empty fields (a spreadsheet's ",,,"): no comparison
+                    for key, k in unnamed.items():
+                        if row.pop(key).strip():
+                            raise ValueError(f"{path}, {lines}: a value in column {k}, which has no name in the "
+                                             "header; name the column (or delete the value)")
+                    yield f"{path}, {lines}", row
+            except csv.Error as e:
+                raise ValueError(f"{path}, line {reader.line_num or ln}: malformed CSV ({e})") from None
 
-    return _Source(str(path), list(columns), rows())
+    return _Source(str(path), named, rows())
 
 
 def _no_repeated_keys(pairs):
@@ -282,6 +327,14 @@ def _pick(source: _Source, given, role, required):
         raise ValueError(f"{source.label}: no column for {role}: pass it explicitly (tried {_DEFAULTS[role]}); "
                          f"columns: {source.columns}")
     return None
+
+
+def _one_line(where, field, value, what):
+    """An item id or context is one line: a line break in one is an error (in a CSV file a stray ``"`` opens a
+    field that runs on over the following lines, joining rows into one)."""
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"{where}: field {field!r} = {value!r} holds a line break, which {what} may not; in a CSV "
+                         "file a stray \" opens a field that runs on over the next lines: close it or drop it")
 
 
 def _number(where, field, value):
@@ -402,6 +455,8 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
             name_a, name_b = _item_id(name_a), _item_id(name_b)
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        for field, v in ((ca, name_a), (cb, name_b)):
+            _one_line(where, field, v, "an item id")
         if name_a == name_b:
             raise ValueError(f"{where}: item {name_a!r} is compared with itself")
         if score_a is not None:
@@ -421,11 +476,16 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
             if w > float(np.finfo(np.float32).max):
                 raise ValueError(f"{where}: field {cw!r} = {row.get(cw)!r} is too large (weights are float32, "
                                  f"at most {np.finfo(np.float32).max:.3g}); rescale the weights")
+            if 0 < w < float(np.finfo(np.float32).tiny):
+                raise ValueError(f"{where}: field {cw!r} = {row.get(cw)!r} is too small (weights are float32: a "
+                                 f"positive one is at least {np.finfo(np.float32).tiny:.3g}, else it would be 0); "
+                                 "rescale the weights, or write 0")
         ctx = ""
         if cc is not None:
             if _blank(row.get(cc)):
                 raise ValueError(f"{where}: field {cc!r} is empty")
             ctx = str(row.get(cc)).strip()
+            _one_line(where, cc, ctx, "a context")
         d = per_ctx.setdefault(ctx, {"items": {}, "i": [], "j": [], "p": [], "w": []})
         idx = d["items"]
         d["i"].append(idx.setdefault(name_a, len(idx)))

@@ -192,7 +192,8 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
     Raises:
         ValueError: naming the argument and row of the first bad value (lengths
             that differ, an empty or unhashable id, an item compared with itself, ``p``
-            outside ``[0, 1]`` or not finite, a negative or non-finite weight, no
+            outside ``[0, 1]`` or not finite, a negative or non-finite weight (or a positive one
+            that float32 cannot hold, under about 1.2e-38 or over 3.4e38), no
             row of positive weight, or an unknown ``aggregate``).
     """
     if isinstance(aggregate, str) and aggregate not in ("ordered", "unordered"):
@@ -213,10 +214,13 @@ def comparisons_from_rows(item_a, item_b, p, *, weight=None, aggregate: bool | s
     if w is not None:
         if w.shape != pp.shape:
             raise ValueError(f"weight must have shape {pp.shape}, got {w.shape}")
-        bad = ~np.isfinite(w) | (w < 0) | (w > float(np.finfo(np.float32).max))
+        f32 = np.finfo(np.float32)
+        bad = ~np.isfinite(w) | (w < 0) | (w > float(f32.max)) | ((w > 0) & (w < float(f32.tiny)))
         if bad.any():
             k = int(np.argmax(bad))
-            raise ValueError(f"weight, row {k}: {w[k]!r} is not a finite non-negative float32 weight")
+            raise ValueError(f"weight, row {k}: {float(w[k])!r} is not a finite non-negative float32 weight (a positive "
+                             f"one lies in [{f32.tiny:.3g}, {f32.max:.3g}]: a smaller one would be 0); rescale the "
+                             "weights")
         if not (w > 0).any():
             raise ValueError("weight: every row has weight 0: nothing to rank")
     # two typed Series of one dtype (an int and a float Series would be joined as floats: 1 read as "1.0")
