@@ -40,9 +40,10 @@ def enable_cache(args) -> bool:
         from jaxrank.compilation import enable_compilation_cache
         try:
             enable_compilation_cache()
-        except OSError as e:                 # a cache folder that cannot be made: run, compiling afresh
-            print(f"note: no compilation cache ({e.filename or e}: {e.strerror or 'cannot be used'}); set "
-                  "$JAXRANK_CACHE to a folder you can write to, or pass --no-compilation-cache", file=sys.stderr)
+        except (OSError, ValueError) as e:   # a cache folder that cannot be made (a file, a URL): run, compiling afresh
+            why = f"{e.filename or e}: {e.strerror or 'cannot be used'}" if isinstance(e, OSError) else str(e)
+            print(f"note: no compilation cache ({why}); set $JAXRANK_CACHE to a folder you can write to, or pass "
+                  "--no-compilation-cache", file=sys.stderr)
             return False
         return True
     return False

@@ -83,7 +83,8 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
         The cache directory.
 
     Raises:
-        ValueError: ``min_compile_seconds`` negative, ``directory`` is a file, or a URL (``gs://...``: set
+        ValueError: ``min_compile_seconds`` negative, ``directory`` is a file, or it (or, without it,
+            ``$JAXRANK_CACHE``) is a URL (``gs://...``: set
             ``jax_compilation_cache_dir`` with ``jax.config.update`` for a remote cache; jaxrank's own files
             are then not kept, :func:`exported_directory`).
         PermissionError: ``directory`` cannot be written to (JAX would otherwise warn on every program).
@@ -92,9 +93,11 @@ def enable_compilation_cache(directory: str | os.PathLike | None = None, *,
 
     if not min_compile_seconds >= 0:
         raise ValueError(f"min_compile_seconds must be >= 0, got {min_compile_seconds!r}")
-    if directory is not None and "://" in os.fspath(directory):
-        raise ValueError(f"directory must be a local folder, got the URL {os.fspath(directory)!r}; for a remote "
-                         "cache call jax.config.update('jax_compilation_cache_dir', url) yourself")
+    given = os.fspath(directory) if directory is not None else os.environ.get("JAXRANK_CACHE", "")
+    if "://" in given:                   # Path() would make gs://b/x the local folder gs:/b/x
+        what = "directory" if directory is not None else "$JAXRANK_CACHE"
+        raise ValueError(f"{what} must be a local folder, got the URL {given!r}; for a remote cache call "
+                         "jax.config.update('jax_compilation_cache_dir', url) yourself")
     path = Path(directory).expanduser() if directory is not None else default_cache_dir()
     if path.exists() and not path.is_dir():
         raise ValueError(f"directory {str(path)!r} exists and is not a folder")
