@@ -186,12 +186,22 @@ def report_stem(args, methods, default_methods, *, active: bool) -> str:
     """The file name (without suffix) of ``assess``'s report and scores: ``assess-DATA-ASPECT-JUDGE``
     (``-active``), and, where any option that changes the report (:data:`REPORT_DEFAULTS`, ``--methods``)
     differs from its default, a short hash of those options, so two runs that differ in them do not
-    overwrite each other's files (the default run keeps the plain name)."""
+    overwrite each other's files (the default run keeps the plain name).
+
+    ``JUDGE`` is the last part of a path: a judge that is a file or folder (a checkpoint, a ``.gguf``) puts its
+    full resolved path in the hash (``runs/exp1/checkpoint-500`` and ``runs/exp2/checkpoint-500`` are two
+    judges), a judge behind a server its ``--base-url``. ``--store`` is not in it: the store keeps a judge's
+    judgements under its fingerprint, so the same judge on the same texts gives the same report from any store.
+    """
     import hashlib
     import json
 
     stem = f"assess-{args.data}-{args.aspect}-{Path(str(args.judge)).name}" + ("-active" if active else "")
     chosen = {}
+    if Path(str(args.judge)).exists():               # a local checkpoint: two folders of one name are two judges
+        chosen["judge_path"] = str(Path(str(args.judge)).resolve())
+    if str(args.judge).startswith("server:") and getattr(args, "base_url", None):
+        chosen["base_url"] = str(args.base_url)
     for name, default in REPORT_DEFAULTS.items():
         value = getattr(args, name, default)
         if name == "template" and (isinstance(value, DefaultName) or getattr(args, "template_builtin", False)):
