@@ -16,8 +16,20 @@ question: are a fairer prompt and debiasing complementary?). Reported per varian
 ``|mean(l_A - l_B)|``, and the mean per-context Spearman with the human scores
 (average-probability and win-ratio scores) with a 95% bootstrap interval over contexts.
 
+The judge reads its answer after an answer prefix (``--answer-prefix``, default
+``auto``: the words the model writes before the label, chosen once on the first
+training context with :meth:`~jaxrank.judges.pairwise.PromptJudge.prepare`, before
+training, so the vectors learn on the prompts that are judged), and every
+judgement row records the labels' share of the model's answer (``label_mass``).
+
 Everything is written as it goes (training log, vectors, judgements: a killed run
-resumes without re-judging). ``--smoke`` runs a minimal configuration.
+resumes without re-judging). Each judgement row carries the settings that made it
+(``key``: model fingerprint, judge, template key, answer prefix, held-out plan, and
+for the soft prompt its training settings); a run into a folder whose store holds
+rows of other settings stops with an error naming the file and the fields that
+differ, rather than reuse or mix them. Rows written before rows carried their
+settings are read as the old reading (:data:`OLD_READING`: no answer prefix, no
+label mass). ``--smoke`` runs a minimal configuration.
 
 Usage::
 
@@ -29,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,6 +60,10 @@ from jaxrank.models.loading import load_model
 from jaxrank.scoring.counting import average_probability, win_ratio
 
 INIT_TEXT = " Judge the content only; the order of the two summaries does not matter."
+OLD_READING = {"reading": "old: rows written before they carried their settings (no answer prefix, no label mass)"}
+"""The key of a judgement row without one (the study's first runs)."""
+SHARED = ("data", "aspect", "model_fingerprint", "eval_contexts", "candidates", "eval_pairs", "seed")
+"""Key fields every row of one store shares (the same held-out pairs of the same model); the rest is the variant's."""
 
 
 def parse_args(argv=None):
@@ -69,6 +86,9 @@ def parse_args(argv=None):
     ap.add_argument("--variants", default="seed,soft,zepo",
                     help="which prompts to judge (zepo only with --template); the summary covers all in the store")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--answer-prefix", default="auto", help="the judge's answer prefix: 'auto' (the words the "
+                    "model writes before the label, found once on the first training context), '' for none, or "
+                    "the words")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap replicates over contexts")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
@@ -93,6 +113,58 @@ def read_template(path: str) -> PairwiseTemplate:
         raise ValueError(f"{path}: a template file is JSON with 'text', or the template text itself")
     return PairwiseTemplate(d["text"], tuple(d.get("labels", ("A", "B"))), d.get("name", Path(path).stem),
                             d.get("answer_prefix", ""))
+
+
+def row_key(rec: dict) -> dict:
+    """The settings a judgement row was made with; :data:`OLD_READING` for a row from before rows carried them."""
+    return rec.get("key", OLD_READING)
+
+
+def key_diff(a: dict, b: dict) -> str:
+    """The fields where two row keys differ, ``field: a vs b``."""
+    fields = sorted(f for f in set(a) | set(b) if a.get(f) != b.get(f))
+    return "; ".join(f"{f}: {a.get(f, '(absent)')!r} vs {b.get(f, '(absent)')!r}" for f in fields)
+
+
+def _shared(key: dict) -> dict:
+    return dict(key) if "reading" in key else {f: key.get(f) for f in SHARED}
+
+
+def check_rows(records, sources, want=None, loose=None) -> None:
+    """Raise ``ValueError`` unless ``records`` are rows of one run's settings.
+
+    Every row of a variant must have one key (:func:`row_key`), ``want[variant]`` where given (this run's),
+    and every row the same :data:`SHARED` fields (``want``'s where given).
+
+    Args:
+        records: judgement rows.
+        sources: the file each row came from (named in the error), one per row.
+        want: ``{variant: key}`` of the rows this run writes, or ``None``.
+        loose: ``{variant: fields}`` not compared against ``want`` (not known yet: the soft prompt's
+            judge name before it is trained).
+    """
+    want, loose = want or {}, loose or {}
+    first: dict = {}
+    shared = (_shared(next(iter(want.values()))), "this run") if want else None
+    for r, src in zip(records, sources):
+        k, v = row_key(r), r["variant"]
+        ref, ref_src = (want[v], "this run's") if v in want else first.setdefault(v, (k, f"{src}'s first"))
+        skip = set(loose.get(v, ())) if v in want else set()
+        a, b = ({f: x for f, x in d.items() if f not in skip} for d in (ref, k))
+        if a != b:
+            raise ValueError(f"{src}: its {v!r} rows (context {r['context']}) were made with other settings than "
+                             f"{ref_src} ({key_diff(a, b)}); judge into another --out folder rather than mix them")
+        if shared is None:
+            shared = (_shared(k), f"{src}'s first row")
+        elif _shared(k) != shared[0]:
+            raise ValueError(f"{src}: its {v!r} rows (context {r['context']}) judged other pairs or another model "
+                             f"than {shared[1]} ({key_diff(shared[0], _shared(k))}); judge into another --out "
+                             "folder rather than mix them")
+
+
+def read_store(path: Path) -> list[dict]:
+    """The judgement rows of a store (none when it does not exist)."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
 def eval_pairs(n: int, count: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -127,6 +199,13 @@ def summarise(records, labels, boot, seed):
                    "P(A)": float(np.mean(p_all > 0.5) + 0.5 * np.mean(p_all == 0.5)),
                    "mean p": float(p_all.mean()), "calibration": float(abs(np.mean(np.concatenate(diffs))))}
             row["fairness"] = -abs(row["P(A)"] - 0.5)
+            key = row_key(recs[0])
+            if "reading" in key:
+                row["reading"] = key["reading"]
+            else:
+                mass = [m for r in recs for m in (r.get("label_mass") or ())]
+                row["answer_prefix"] = key["answer_prefix"]
+                row["label mass"] = (float(np.median(mass)), float(np.min(mass))) if mass else None
             for name, rho in (("avg-prob", rho_ap), ("win ratio", rho_wr)):
                 rho = np.array(rho)
                 row[f"constant {name}"] = int(np.sum(~np.isfinite(rho)))   # contexts with constant scores
@@ -143,21 +222,33 @@ def _constant_note(row, name):
     return f" ({k} constant, as 0)" if k else ""
 
 
+def reading_text(row: dict) -> str:
+    """How a summary row's judgements were read: the answer prefix and label mass (median, min), or the old reading."""
+    if "answer_prefix" not in row:
+        return "old reading (answer prefix and label mass not recorded)"
+    m = row.get("label mass")
+    return (f"answer prefix {row['answer_prefix']!r}, label mass "
+            + ("not recorded" if m is None else f"{m[0]:.3f} (min {m[1]:.3f})"))
+
+
 def write_report(rows, history, path_md, meta):
     lines = [f"# Soft prompt study: {meta['data']} {meta['aspect']}, {meta['model']}", "",
              f"{meta['note']}", "",
-             "| prompt | debias | comparisons | P(A) | fairness | calib. |mean(lA-lB)| | Spearman avg-prob [95% CI] "
-             "| Spearman win ratio [95% CI] |", "|---|---|---|---|---|---|---|---|"]
+             "| prompt | reading | debias | comparisons | P(A) | fairness | calib. |mean(lA-lB)| "
+             "| Spearman avg-prob [95% CI] | Spearman win ratio [95% CI] |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lo, hi = r["ci avg-prob"]
         lo2, hi2 = r["ci win ratio"]
-        lines.append(f"| {r['variant']} | {r['debias']} | {r['comparisons']} | {r['P(A)']:.3f} | {r['fairness']:.3f} "
+        lines.append(f"| {r['variant']} | {reading_text(r)} | {r['debias']} | {r['comparisons']} | {r['P(A)']:.3f} "
+                     f"| {r['fairness']:.3f} "
                      f"| {r['calibration']:.3f} | {r['spearman avg-prob']:.3f} [{lo:.3f}, {hi:.3f}]"
                      f"{_constant_note(r, 'avg-prob')} | {r['spearman win ratio']:.3f} [{lo2:.3f}, {hi2:.3f}]"
                      f"{_constant_note(r, 'win ratio')} |")
     lines += ["", "A context where a scorer's scores are constant (the judge chose one position for every "
               "comparison there) or whose human scores are all equal has no Spearman; it counts as 0 (no "
-              "agreement), and the cell says in how many."]
+              "agreement), and the cell says in how many. reading: the answer prefix the judge read its answer "
+              "after and the labels' share of the model's answer (median, min over the variant's judgements); "
+              "'old reading': rows from before they recorded them (read at the answer position, unchecked)."]
     if history:
         lines += ["", "Training (loss eq. SP-1 on each step's batch, before its update): "
                   + ", ".join(f"{h['loss']:.3f}" for h in history)]
@@ -196,7 +287,13 @@ def main(argv=None):
     held = contexts_of(ds, aspect=args.aspect, contexts=args.eval_contexts, max_candidates=args.candidates)
     if args.summarise_only:
         store = out / f"soft_prompt_{tag}_judgements.jsonl"
-        records = [json.loads(x) for x in store.read_text().splitlines() if x.strip()]
+        if not store.is_file():
+            raise SystemExit(f"--summarise-only: no store {store}")
+        records = read_store(store)
+        try:
+            check_rows(records, [store] * len(records))
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         rows = summarise(records, held.labels, args.boot, args.seed)
         before = out / f"soft_prompt_{tag}.json"       # keep the training history and note of the run, if any
         kept = json.loads(before.read_text()) if before.is_file() else {}
@@ -211,7 +308,36 @@ def main(argv=None):
     if set(train.ids) & set(held.ids):
         raise SystemExit("--train-contexts and --eval-contexts overlap")
     seed_t = pairwise_template(args.data, args.aspect)
-    judge = PromptJudge(lm, seed_t, batch_size=args.batch_size)
+    judge = PromptJudge(lm, seed_t, batch_size=args.batch_size, answer_prefix=args.answer_prefix or None)
+    judge.prepare(train.texts[0], train.candidates[0])      # "auto": chosen once, before training (as it trains)
+    choice = judge.answer_prefix_choice
+    prefix_note = (f"answer prefix {judge.template.answer_prefix!r} ("
+                   + ("given" if choice is None else "chosen from the model's greedy answers, e.g. "
+                      f"{choice.answers[0][:40]!r}" if choice.answers else "chosen: none found") + ")")
+    print(prefix_note, flush=True)
+    zepo_judge = judge.with_template(read_template(args.template)) if args.template else None
+    shared = {"data": args.data, "aspect": args.aspect, "model_fingerprint": judge.fingerprint,
+              "eval_contexts": args.eval_contexts, "candidates": args.candidates, "eval_pairs": args.eval_pairs,
+              "seed": args.seed}
+    soft_settings = ({"vectors": str(args.soft_prompt)} if args.soft_prompt else
+                     {"train_contexts": args.train_contexts, "steps": args.steps, "pairs_per_step": args.pairs_per_step,
+                      "lr": args.lr, "calibration_weight": args.calibration_weight, "position": args.position,
+                      "init_text": args.init_text})
+
+    def key_of(jd, soft=None):
+        return dict(shared, judge=jd.name, template_key=jd.template_key, answer_prefix=jd.template.answer_prefix,
+                    **({"soft": soft} if soft else {}))
+    variants = args.variants.split(",")
+    want = {"seed": key_of(judge), "soft": key_of(judge, soft_settings)}
+    if zepo_judge is not None:
+        want["zepo"] = key_of(zepo_judge)
+    want = {k: v for k, v in want.items() if k in variants}
+    store = out / f"soft_prompt_{tag}_judgements.jsonl"
+    records = read_store(store)
+    try:       # before training: everything but the vectors' hash, known once they are trained
+        check_rows(records, [store] * len(records), want, loose={"soft": ("judge",)})
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     t0 = time.time()
 
     # ---- the soft prompt: load, or train on unlabelled pairs of the training contexts
@@ -239,12 +365,19 @@ def main(argv=None):
     t_train = time.time() - t0
 
     # ---- judge the same held-out pairs with every variant (resumable)
-    judges = {"seed": judge, "soft": PromptJudge(lm, seed_t, batch_size=args.batch_size, soft_prompt=soft)}
-    if args.template:
-        judges["zepo"] = PromptJudge(lm, read_template(args.template), batch_size=args.batch_size)
-    judges = {k: v for k, v in judges.items() if k in args.variants.split(",")}
-    store = out / f"soft_prompt_{tag}_judgements.jsonl"
-    records = [json.loads(x) for x in store.read_text().splitlines() if x.strip()] if store.exists() else []
+    judges = {"seed": judge, "soft": PromptJudge(lm, seed_t, batch_size=args.batch_size, soft_prompt=soft,
+                                                 answer_prefix=judge.template.answer_prefix)}
+    if zepo_judge is not None:
+        judges["zepo"] = zepo_judge
+    judges = {k: v for k, v in judges.items() if k in variants}
+    if "soft" in want:
+        want["soft"] = key_of(judges["soft"], soft_settings)
+    try:
+        check_rows(records, [store] * len(records), want)
+    except ValueError as e:
+        raise SystemExit(f"{e} (the judge's name carries the hash of the soft prompt's vectors: these vectors "
+                         "are not the ones the stored rows were judged with)"
+                         if re.search(r"(\(|; )judge: ", str(e)) else str(e)) from None
     done = {(r["variant"], r["context"]) for r in records}
     rng = np.random.default_rng(args.seed)
     plan = [eval_pairs(len(c), args.eval_pairs, rng) for c in held.candidates]
@@ -255,9 +388,11 @@ def main(argv=None):
                     continue
                 i, j = plan[k]
                 t1 = time.time()
-                p = jd.compare(text, cands, i, j).p
+                res = jd.compare(text, cands, i, j)
+                p = res.p
                 rec = {"variant": variant, "context": cid, "context_index": k, "i": i.tolist(), "j": j.tolist(),
-                       "p": [float(x) for x in p], "seconds": round(time.time() - t1, 2)}
+                       "p": [float(x) for x in p], "seconds": round(time.time() - t1, 2), "key": want[variant],
+                       "label_mass": None if res.label_mass is None else [float(x) for x in res.label_mass]}
                 f.write(json.dumps(rec) + "\n")
                 f.flush()
                 records.append(rec)
@@ -268,7 +403,7 @@ def main(argv=None):
     trained = (f"loaded from {args.soft_prompt}" if args.soft_prompt else
                f"trained on contexts {args.train_contexts} ({args.steps} steps x {2 * args.pairs_per_step} rows, "
                f"lr {args.lr}, lambda {args.calibration_weight})")
-    note = (f"Vectors: k={soft.length}, position {soft.position}, {trained}; "
+    note = (f"Vectors: k={soft.length}, position {soft.position}, {trained}; {prefix_note}; "
             f"held-out contexts {args.eval_contexts}, {args.eval_pairs} pairs each in both orders. "
             f"Training {t_train:.0f}s, whole run {t_all:.0f}s on {jax.devices()[0].platform}.")
     write_report(rows, history, out / f"soft_prompt_{tag}.md", dict(data=args.data, aspect=args.aspect,
