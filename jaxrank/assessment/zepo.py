@@ -470,10 +470,16 @@ def load_template(path: str | Path) -> PairwiseTemplate:
     """Read a template written by :func:`save_template` (or a plain-text file holding the template text).
 
     Raises:
-        ValueError: not a template (names the file).
+        ValueError: not a template, or not UTF-8 text (names the file).
     """
     path = Path(path)
-    raw = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    try:
+        raw = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte 0x{data[e.start]:02x}: the file is in another "
+                         "encoding, e.g. Latin-1, Windows-1252 or UTF-16); save it as UTF-8") from None
     try:
         if raw.lstrip().startswith("{") and raw.rstrip().endswith("}") and '"text"' in raw:
             d = json.loads(raw)

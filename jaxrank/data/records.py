@@ -25,9 +25,10 @@ candidates their row order. A field of text that is not a number in any row is l
 ``score``, a duplicated ``(context_id, candidate_id)`` pair and a context with a single
 candidate. Every error names the row (the record's index, or the file and its line) and the field.
 
-Files (:func:`read_records`): ``.csv`` (comma-separated, a header row, UTF-8), ``.jsonl`` /
-``.ndjson`` (one JSON object a line), ``.json`` (a JSON array of objects, or JSON Lines) and
-``.parquet``. :func:`dataset_name` names a file's data set by its stem and a hash of its bytes,
+Files (:func:`read_records`): ``.csv`` (comma-separated, a header row, UTF-8; a header separated by
+semicolons or tabs is an error saying so; column names are read without surrounding blanks; a field may
+be of any length), ``.jsonl`` / ``.ndjson`` (one JSON object a line), ``.json`` (a JSON array of objects,
+one pretty-printed object, or JSON Lines) and ``.parquet``. A JSON record naming a field twice is an error. :func:`dataset_name` names a file's data set by its stem and a hash of its bytes,
 so that two files never share stored judgements.
 
 Example:
@@ -51,7 +52,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jaxrank.io import csv_header, read_text
+from jaxrank.io import csv_fields_unlimited, csv_header, read_text
 
 if TYPE_CHECKING:  # imported when a data set is built: reading and checking the rows needs no `datasets`
     import datasets
@@ -301,34 +302,69 @@ def from_records(records, *, scores: Iterable[str] | str | None = None,
 
 
 
+def _not_commas(path: Path, text: str, columns: list[str]) -> None:
+    """A header that lacks a required field and is separated by semicolons or tabs rather than commas: an error
+    saying so (read with commas it is one or a few columns that each hold several names)."""
+    if all(field in columns for field in REQUIRED):
+        return
+    bare = re.sub(r'"[^"]*"', "", text.split("\n", 1)[0])
+    counts = {";": bare.count(";"), "\t": bare.count("\t")}
+    other = max(counts, key=counts.get)
+    if counts[other] > bare.count(","):
+        name = "semicolons" if other == ";" else "tabs"
+        raise ValueError(f"{path}: line 1: the header is separated by {name}, not commas; a .csv data file is "
+                         "comma-separated: save it with commas (or as .jsonl)")
+
+
 def _csv_rows(path: Path, text: str) -> tuple[list[str], list[Located]]:
     reader, columns = csv_header(path, text, f"{path}: line 1")
     columns = [c.strip() for c in columns]
+    _not_commas(path, text, columns)
     reader.fieldnames = columns
     rows = []
-    try:
-        for rec in reader:
-            where = f"{path}: line {reader.line_num}"
-            if None in rec:
-                raise ValueError(f"{where}: more fields than the header's {len(columns)} (a comma in a text "
-                                 'that is not in double quotes?)')
-            if any(v is None for v in rec.values()):
-                raise ValueError(f"{where}: fewer fields than the header's {len(columns)}")
-            rows.append((where, rec))
-    except csv.Error as e:
-        raise ValueError(f"{path}: line {reader.line_num}: malformed CSV ({e})") from None
+    with csv_fields_unlimited():
+        try:
+            for rec in reader:
+                where = f"{path}: line {reader.line_num}"
+                if None in rec:
+                    raise ValueError(f"{where}: more fields than the header's {len(columns)} (a comma in a text "
+                                     'that is not in double quotes?)')
+                if any(v is None for v in rec.values()):
+                    raise ValueError(f"{where}: fewer fields than the header's {len(columns)}")
+                rows.append((where, rec))
+        except csv.Error as e:
+            raise ValueError(f"{path}: line {reader.line_num}: malformed CSV ({e})") from None
     return columns, rows
+
+
+def _unique_keys(pairs):
+    """``object_pairs_hook`` for ``json.loads``: a field named twice in one record is an error (JSON keeps the
+    last one without a word)."""
+    record = {}
+    for k, v in pairs:
+        if k in record:
+            raise ValueError(f"field {k!r} appears twice in one record")
+        record[k] = v
+    return record
 
 
 def _json_rows(path: Path, text: str) -> list[Located]:
     if not text.strip():
         raise ValueError(f"{path}: empty file (no records)")
-    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
+    head = text.lstrip()
+    if path.suffix.lower() == ".json" and (head.startswith("[") or head.startswith("{") and "\n" in text.strip()):
+        try:                  # one JSON document: an array of records, or one pretty-printed record
+            doc = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-        return [(f"{path}: record {k}", r) for k, r in enumerate(records)]
+            if head.startswith("["):
+                raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+            doc = None        # not one object: JSON Lines, read below
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        if isinstance(doc, list):
+            return [(f"{path}: record {k}", r) for k, r in enumerate(doc)]
+        if isinstance(doc, dict):
+            return [(f"{path}: record 0", doc)]
     rows = []
     # lines end at "\n" only (a "\r" before it is JSON whitespace): str.splitlines() would also cut at
     # U+2028, U+2029 and U+0085, which JSON allows unescaped inside a string
@@ -336,9 +372,11 @@ def _json_rows(path: Path, text: str) -> list[Located]:
         if not line.strip():
             continue
         try:
-            rows.append((f"{path}: line {n}", json.loads(line)))
+            rows.append((f"{path}: line {n}", json.loads(line, object_pairs_hook=_unique_keys)))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: line {n}: not valid JSON ({e.msg}); expected one JSON object a line") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: line {n}: {e}") from None
     return rows
 
 
@@ -347,7 +385,7 @@ def read_records(path: str | os.PathLike, *, scores: Iterable[str] | str | None 
 
     Args:
         path: a ``.csv`` (comma-separated with a header row), ``.jsonl``/``.ndjson`` (one JSON
-            object a line), ``.json`` (a JSON array of objects, or JSON Lines) or ``.parquet`` file;
+            object a line), ``.json`` (a JSON array of objects, one object, or JSON Lines) or ``.parquet`` file;
             text files in UTF-8 (a byte-order mark is allowed).
         scores: as in :func:`from_records`.
 
