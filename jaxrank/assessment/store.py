@@ -380,7 +380,8 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
         ValueError: no shards, a shard that does not exist, one key with
             ``p`` more than :data:`MERGE_TOLERANCE` apart in two stores (names
             both; a :class:`StoreConflictError`), or one key stored twice with
-            different records within a shard.
+            different records within a shard. Every shard is checked before any record is appended:
+            on an error nothing is merged.
     """
     if not shards:
         raise ValueError("shards is empty: give the store shards to merge")
@@ -392,12 +393,13 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
     out = JudgementStore(path, lock_timeout=lock_timeout)
     source = {k: str(out.path) for k in out._records}
     before = len(out)
+    merged, pending = [], {}          # every shard is checked before anything is appended: no partial merge
     for shard in shards:
         scan = check_store(shard, lock_timeout=lock_timeout)
         if scan.different:
             c = scan.different[0]
             raise StoreConflictError(f"{shard}: key {tuple(c.key)} is stored on lines {c.first_line} and {c.line} with "
-                             f"different records; `jaxrank store repair {shard}` keeps the first")
+                             f"different records; `jaxrank store repair {shard}` keeps the first; nothing was merged")
         if scan.damaged:
             where = ", ".join(f"{d.line} ({d.reason})" for d in scan.damaged[:3])
             warnings.warn(f"{shard}: {len(scan.damaged)} damaged line(s) not merged: line {where}; the shard is "
@@ -406,12 +408,15 @@ def merge_stores(path: str | os.PathLike, shards: Sequence[str | os.PathLike], *
         recs = [rec for _, rec in scan.records.values()]
         for rec in recs:
             key = _key_of(rec)
-            old = out.get(key)
+            old = out.get(key) or pending.get(key)
             if old is not None and not abs(float(old["p"]) - float(rec["p"])) <= MERGE_TOLERANCE:
                 raise StoreConflictError(f"key {tuple(key)} has p={old['p']} in {source[key]} but p={rec['p']} in "
-                                         f"{shard} (more than MERGE_TOLERANCE={MERGE_TOLERANCE:g} apart)")
+                                         f"{shard} (more than MERGE_TOLERANCE={MERGE_TOLERANCE:g} apart); nothing "
+                                         "was merged")
             source.setdefault(key, str(shard))
-        out.append(recs)
+            pending.setdefault(key, rec)
+        merged.extend(recs)
+    out.append(merged)
     return len(out) - before
 
 
