@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,6 +117,25 @@ def _check_rank_options(args):
         parent = next((q for q in out.parents if q.exists()), None)
         if parent is not None and not parent.is_dir():
             raise SystemExit(f"jaxrank: --output {out}: {parent} is a file, not a folder; give a path in a folder")
+        _check_writable(out, parent)
+
+
+def _check_writable(out: Path, parent: Path | None) -> None:
+    """``--output`` can be written, found before the file is read and scored: an existing file writable, else
+    a file can be made in the nearest folder that exists (an unnamed temporary file, gone when closed: no file
+    is left behind)."""
+    if out.exists():
+        if not os.access(out, os.W_OK):
+            raise SystemExit(f"jaxrank: --output {out}: the file cannot be written (read-only); choose another name")
+        return
+    if parent is None:
+        return
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        raise SystemExit(f"jaxrank: --output {out}: no file can be written in {parent} ({e.strerror or e}); "
+                         "choose another folder") from None
 
 
 OUTPUT_SUFFIXES = (".csv", ".jsonl", ".json", ".ndjson")
@@ -249,6 +270,8 @@ def run(args):
                                  context=args.context, weight=args.weight)
     except (ValueError, FileNotFoundError) as e:
         raise UsageError(f"jaxrank: {e}")
+    except OSError as e:                  # an INPUT that cannot be read (permissions, a device): a usage error too
+        raise UsageError(f"jaxrank: {e.filename or args.input}: cannot be read ({e.strerror or e})") from None
     c = table.comparisons
     t1 = time.perf_counter()
     cached = common.enable_cache(args)
@@ -268,7 +291,8 @@ def run(args):
         unjudged = order[~judged[order]]
         order = order[judged[order]]
         head = f"context {ctx!r}: " if ctx else ""
-        info = f"P(A) = {res['pa'][k]:.3f}"
+        weighted = bool(np.any(np.asarray(c.weight[k]) > 0))
+        info = f"P(A) = {res['pa'][k]:.3f}" if weighted else "P(A) = n/a (every comparison has weight 0)"
         if "gamma" in res and args.debias in ("mean", "learn"):     # gamma is shown only where it was fitted
             info += f", gamma = {res['gamma'][k]:+.3f} (negative: position A favoured)"
         if "converged" in res:
