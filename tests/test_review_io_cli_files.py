@@ -58,3 +58,13 @@ def test_a_template_file_that_is_not_utf8_names_the_file(tmp_path):
     path.write_bytes("Which summary is more coherent? café {context} {a} {b}\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"lat\.txt, line 1: not UTF-8 text \(byte 0xe9"):
         load_template(path)
+
+
+def test_a_spreadsheet_csv_with_empty_unnamed_columns_and_empty_rows(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_text(",".join(HEADER) + ",,\r\nq1,Q,a,A,,\r\nq1,Q,b,B,,\r\n,,,,,\r\n", newline="")
+    ds = read_records(path)
+    assert ds["candidate_id"] == ["a", "b"] and ds.column_names == [*HEADER, "reference"]
+    path.write_text(",".join(HEADER) + ",\nq1,Q,a,A,\nq1,Q,b,B,note\n")
+    with pytest.raises(ValueError, match=r"excel\.csv: line 3: a value in column 5, which has no name"):
+        read_records(path)

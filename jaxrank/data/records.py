@@ -26,8 +26,9 @@ candidates their row order. A field of text that is not a number in any row is l
 candidate. Every error names the row (the record's index, or the file and its line) and the field.
 
 Files (:func:`read_records`): ``.csv`` (comma-separated, a header row, UTF-8; a header separated by
-semicolons or tabs is an error saying so; column names are read without surrounding blanks; a field may
-be of any length), ``.jsonl`` / ``.ndjson`` (one JSON object a line), ``.json`` (a JSON array of objects,
+semicolons or tabs is an error saying so; column names are read without surrounding blanks; a column
+without a name that is empty on every row and a row of empty fields are skipped; a field may be of any
+length), ``.jsonl`` / ``.ndjson`` (one JSON object a line), ``.json`` (a JSON array of objects,
 one pretty-printed object, or JSON Lines) and ``.parquet``. A JSON record naming a field twice is an error. :func:`dataset_name` names a file's data set by its stem and a hash of its bytes,
 so that two files never share stored judgements.
 
@@ -320,7 +321,10 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[Located]]:
     reader, columns = csv_header(path, text, f"{path}: line 1")
     columns = [c.strip() for c in columns]
     _not_commas(path, text, columns)
-    reader.fieldnames = columns
+    # a column without a name (a spreadsheet's trailing ",,"): a key of its own, checked empty and dropped
+    unnamed = {f"\0column {k + 1}": k + 1 for k, c in enumerate(columns) if not c}
+    names = iter(unnamed)
+    reader.fieldnames = [c or next(names) for c in columns]
     rows = []
     with csv_fields_unlimited():
         try:
@@ -331,10 +335,16 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[Located]]:
                                      'that is not in double quotes?)')
                 if any(v is None for v in rec.values()):
                     raise ValueError(f"{where}: fewer fields than the header's {len(columns)}")
+                if all(not v.strip() for v in rec.values()):
+                    continue              # a row of empty fields (a spreadsheet's ",,,"): no record
+                for key, k in unnamed.items():
+                    if rec.pop(key).strip():
+                        raise ValueError(f"{where}: a value in column {k}, which has no name in the header; name "
+                                         "the column (or delete the value)")
                 rows.append((where, rec))
         except csv.Error as e:
             raise ValueError(f"{path}: line {reader.line_num}: malformed CSV ({e})") from None
-    return columns, rows
+    return [c for c in columns if c], rows
 
 
 def _unique_keys(pairs):
