@@ -26,15 +26,14 @@ exactly first, else case-insensitively where that names one of the two items onl
 equal is a tie).
 
 Files: UTF-8 text, a byte-order mark allowed; CSV with a comma, semicolon or
-tab delimiter (the one most frequent in the header line, outside quotes). A CSV
-header's column names are read with surrounding blanks dropped (``item_a, item_b``);
-a column without a name that is empty on every row (the trailing ``,,`` a
-spreadsheet writes) and a row whose fields are all empty are skipped; a value
-under a column without a name is an error. A field may be of any length. An item
-id or a context holding a line break is an error naming the lines (a stray ``"``
-joins lines into one field);
+tab delimiter (the one most frequent in the header line, outside quotes),
 ``.jsonl``/``.ndjson`` (one JSON object a line) or ``.json`` (JSON Lines, one
-JSON array of objects, or one pretty-printed object: one comparison). The columns
+JSON array of objects, or one pretty-printed object: one comparison). A CSV
+header's names lose their surrounding blanks (``item_a, item_b``); a column
+without a name that is empty on every row (a spreadsheet's trailing ``,,``) and a
+row of empty fields are skipped (a value under an unnamed column is an error); a
+field may be of any length. An item id or context holding a line break is an
+error naming its lines (a stray ``"`` joins lines into one field). The columns
 of a JSON source are the fields of all its records, in order of first appearance;
 a record without a field that is read (which other records have) is an error.
 Every error names the file (or ``DataFrame``) and the line (or row) it is about.
@@ -330,8 +329,7 @@ def _pick(source: _Source, given, role, required):
 
 
 def _one_line(where, field, value, what):
-    """An item id or context is one line: a line break in one is an error (in a CSV file a stray ``"`` opens a
-    field that runs on over the following lines, joining rows into one)."""
+    """An item id or context is one line (a stray ``"`` in a CSV file joins the rows after it into one field)."""
     if "\n" in value or "\r" in value:
         raise ValueError(f"{where}: field {field!r} = {value!r} holds a line break, which {what} may not; in a CSV "
                          "file a stray \" opens a field that runs on over the next lines: close it or drop it")
@@ -396,7 +394,8 @@ def read_comparisons(source, *, item_a=None, item_b=None, p=None, outcome=None, 
         score_a, score_b: two numeric columns compared to give the outcome
             (e.g. goals: higher wins, equal is a tie).
         context: optional context column (one ranking per context).
-        weight: optional non-negative weight column.
+        weight: optional non-negative weight column (float32: a positive weight from about 1.2e-38
+            to 3.4e38).
 
     Returns:
         :class:`ComparisonTable`; with ``P(A better) = 1, 0, 0.5`` for a win, loss, tie.
