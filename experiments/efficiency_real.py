@@ -298,7 +298,8 @@ def markdown(res, diffs, args):
          f"{4 if args.smoke else args.subsets} selections per context; active (Laplace-BT, one comparison a round): "
          f"{2 if args.smoke else args.active_seeds}.", "",
          "## The judge (LCA Tables 5-7)", "",
-         "| judge | P(A) | accuracy | accuracy, threshold-debiased | accuracy, permutation-debiased | mean p |",
+         "| judge | P(A) | accuracy (mean over contexts) | accuracy, threshold-debiased | "
+         "accuracy, permutation-debiased | mean p |",
          "|---|---:|---:|---:|---:|---:|",
          f"| {args.judge} | {lca['p_a']:.3f} [{lca['p_a_ci'][0]:.3f}, {lca['p_a_ci'][1]:.3f}] | "
          f"{lca['accuracy']:.3f} [{lca['accuracy_ci'][0]:.3f}, {lca['accuracy_ci'][1]:.3f}] | "
@@ -308,8 +309,10 @@ def markdown(res, diffs, args):
          f"{lca['accuracy_permutation_ci'][1]:.3f}] | {lca['mean_p']:.3f} |",
          ] + ([f"| {flant5[2].split(':')[0]} ({flant5[2].split(': ', 1)[1]}) | {flant5[1]:.2f} | "
                 f"{flant5[0]:.3f} | | | |"] if flant5 else []) + ["",
-         f"Per context, then mean over contexts (intervals: bootstrap over contexts). "
-         f"`jaxrank.simulate.judge_stats` (pooled): accuracy {st['accuracy']:.3f}, P(A) {st['p_a']:.3f}: the "
+         f"Per context, then mean over contexts (intervals: bootstrap over contexts); the stored judge reports "
+         "(`stores/*.md`) pool the accuracy over comparisons instead. "
+         f"`jaxrank.simulate.judge_stats` (pooled over comparisons): accuracy {st['accuracy']:.3f}, P(A) "
+         f"{st['p_a']:.3f}: the "
          "`sim-matched` judge is calibrated to these"
          + (f"; the `sim-flant5` judge to {flant5[2]}" if flant5 else "") + ".", "",
          PROTOCOL + ".", ""]

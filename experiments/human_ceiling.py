@@ -52,14 +52,36 @@ def _bootstrap(values: np.ndarray, *, num: int, seed: int = 0) -> tuple[float, f
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+UNITS = int(np.lcm.reduce(np.arange(1, 13)))
+"""The common denominator of :func:`exact_mean`: every fraction with a denominator up to 12 is a whole number of
+``1 / UNITS``."""
+
+
+def exact_mean(values, axis: int = -1) -> np.ndarray:
+    """The mean over ``axis`` with ties kept: equal true means give equal floats, so ranks do not split them.
+
+    HANNA's stored LLM ratings are thirds, sixths, ... held as float32 (:func:`jaxrank.data.load_llm_ratings`),
+    and a float mean of them splits exact ties (``7/3 + 2/3`` and ``3/2 + 3/2`` differ in the last bits), which
+    changes Spearman. Each value is read as a whole number of ``1 / UNITS`` (every fraction with a denominator
+    up to 12), summed exactly and divided once. Values that are no such fraction (further than ``1e-6`` times
+    ``max(1, |value|)`` from one, float32's rounding) are averaged in float64 as they are.
+    """
+    x = np.asarray(values, np.float64)
+    units = np.round(x * UNITS)
+    if not np.all(np.abs(x * UNITS - units) <= 1e-6 * UNITS * np.maximum(1.0, np.abs(x))):   # float32's error
+        return x.mean(axis)
+    return units.sum(axis) / (UNITS * x.shape[axis])
+
+
 def llm_rows(aspect: str, *, boot: int, systems) -> list[dict]:
-    """HANNA's stored LLM raters (mean of the 4 prompt variants) against the mean human score."""
+    """HANNA's stored LLM raters (mean of the 4 prompt variants, :func:`exact_mean`) against the mean human
+    score."""
     rows = []
     names = sorted({s for row in systems for s in row})
     sid = np.array([[names.index(s) for s in row] for row in systems])
     for judge in LLM_JUDGES:
         r = load_llm_ratings(judge, aspect, systems=systems)
-        pred = r.ratings.mean(-1)
+        pred = exact_mean(r.ratings)
         row = {"dataset": "hanna", "aspect": aspect, "who": judge, "contexts": len(r.context_ids),
                "systems": len(names)}
         for m, fn in metrics.CORRELATIONS.items():
@@ -87,10 +109,11 @@ def slot_rows(aspect: str, *, systems) -> dict:
 
     k = x.shape[-1]
     pairs = [rho(x[..., a], x[..., b]) for a in range(k) for b in range(a + 1, k)]
-    llms = [rho(x[..., a], load_llm_ratings(j, aspect, systems=systems).ratings.mean(-1))
+    llms = [rho(x[..., a], exact_mean(load_llm_ratings(j, aspect, systems=systems).ratings))
             for j in LLM_JUDGES for a in range(k)]
     return {"aspect": aspect, "slot_slot": float(np.mean(pairs)), "slot_llm": float(np.mean(llms)),
-            "mean_llm": float(np.mean([rho(x.mean(-1), load_llm_ratings(j, aspect, systems=systems).ratings.mean(-1))
+            "mean_llm": float(np.mean([rho(exact_mean(x),
+                                           exact_mean(load_llm_ratings(j, aspect, systems=systems).ratings))
                                        for j in LLM_JUDGES]))}
 
 
@@ -158,8 +181,9 @@ def main(argv=None) -> int:
              "WebNLG 2020 a rater is a slot (the k-th rating of each candidate), not one person across a "
              "context's candidates.", "", *_table(ceilings, first="data set, aspect"), "",
              "## Beside the judges: HANNA's stored LLM raters", "",
-             "Each LLM's rating (the mean of its 4 prompt variants, as released) against the mean of the 3 human "
-             "raters, beside the human ceiling, the same correlations and intervals.", "",
+             "Each LLM's rating (the mean of its 4 prompt variants, as released, averaged exactly so that equal "
+             "means tie) against the mean of the 3 human raters, beside the human ceiling, the same correlations "
+             "and intervals.", "",
              *_table(judges, first="aspect: who"), "",
              "HANNA's rater slots, per story (mean Spearman over prompts): two slots against each other, one slot "
              "against each stored LLM, and the mean of the slots against each LLM. If each slot were the true score "

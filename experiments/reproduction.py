@@ -1,16 +1,15 @@
 """Generates ``experiments/REPRODUCTION.md``: the papers' numbers next to ours (issue 15).
 
-Reads only STORED results under ``experiments/results/`` (CSV/MD written by the study
-scripts) plus one cheap simulated-judge run (SummEval coherence, full matrix); runs in
-seconds. One table per paper (LCA, PoE, G-Eval, ZEPO); every row names its judge, and
-rows whose judge or setting differs from the paper's are marked **shape only**: they
-test the direction of an effect, not the number. Missing result files leave the row
-"left to fill" instead of failing.
+Reads only STORED results under ``experiments/results/`` (CSV/MD written by the study scripts) plus one cheap
+simulated-judge run (SummEval coherence, full matrix); runs in seconds. One table per paper (LCA, PoE, G-Eval,
+ZEPO); every row names its judge (by its registry name), and rows whose judge or setting differs from the
+paper's are marked **shape only**: they test the direction of an effect, not the number. Missing result files
+leave the row "left to fill" instead of failing; a result whose judgement store the repository does not hold
+is left out of the comparison, and says so.
 
-Paper numbers (from /work/shared/papers, table numbers cited in each row):
-LCA = Liusie et al., "LLM Comparative Assessment"; PoE = "Efficient LLM Comparative
-Assessment: a Product of Experts framework"; G-Eval = Liu et al. 2023; ZEPO = Zhou et
-al., "Fairer Preferences Elicit Improved Human-Aligned LLM Judgments".
+Paper numbers (from /work/shared/papers, table numbers cited in each row): LCA = Liusie et al., "LLM
+Comparative Assessment"; PoE = "Efficient LLM Comparative Assessment: a Product of Experts framework"; G-Eval =
+Liu et al. 2023; ZEPO = Zhou et al., "Fairer Preferences Elicit Improved Human-Aligned LLM Judgments".
 
 Usage: ``python experiments/reproduction.py [--results DIR] [--out FILE] [--boot 1000]``
 """
@@ -31,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 try:    # the report's other sections (PoE Table 9, LCA Tables 5-7 per real judge, the human ceiling) and its glue
     import reproduction_tables as extra
+    from long_judge import current_name, display_name   # a judge's registry name (the early stores' were aliases)
     from reproduction_tables import read_csv, table
 finally:
     sys.path.remove(str(HERE))
@@ -62,6 +62,16 @@ def efficiency_point(rows, scorer: str, *, budget: int | None = None, selection:
     if not hit:
         return "left to fill"
     return f"{float(hit[0]['mean']):.3f} +- {float(hit[0]['std']):.3f} (budget {b})"
+
+
+def unkept_store(md: Path) -> str | None:
+    """The judgement store a result file was computed from (``store /abs/path.jsonl`` in its first lines) when
+    the repository does not hold it (outside it, or gone), else None: such a result cannot be recomputed."""
+    m = re.search(r"store (/\S+\.jsonl)", md.read_text()[:2000]) if md.is_file() else None
+    if m is None:
+        return None
+    path = Path(m[1]).resolve()
+    return None if path.is_file() and path.is_relative_to(HERE.parent.resolve()) else m[1]
 
 
 def simulated_full_matrix(accuracy: float, p_a: float, *, boot: int, seed: int = 0) -> dict[str, str]:
@@ -114,6 +124,13 @@ def zepo_rows(results: Path) -> list[tuple[str, str, str, str]]:
                              "the judge chose one position throughout)")
                 out.append((str(md.relative_to(results)), f"{m[1]} / {m[2]} / {m[3]}", value, reading))
     return out
+
+
+def file_cell(name: str) -> str:
+    """A result file's name, and its judge's registry name where the file names it by a former one
+    (``zepo-<data>-<aspect>-<judge>.md``)."""
+    judge = Path(name).stem.split("-", 3)[-1]
+    return name if current_name(judge) == judge else f"{name} (judge {current_name(judge)})"
 
 
 def zepo_label_mass(results: Path) -> dict[tuple[str, str], str]:
@@ -177,7 +194,8 @@ def geval_rows(results: Path) -> list[list[str]]:
                     f"{SHAPE}: a small local judge on {ref['contexts']} {unit}; score-token mass median "
                     f"{float(ref['mass_median']):.3f} (min {float(ref['mass_min']):.3f})")
             name = "SummEval" if data == "summeval" else "TopicalChat"
-            rows.append([f"{name} {aspect[:3].upper()}, G-Eval pointwise score", f"{judge} (local; paper: GPT-4)",
+            rows.append([f"{name} {aspect[:3].upper()}, G-Eval pointwise score",
+                         f"{display_name(judge)} (local; paper: GPT-4)",
                          paper, "; ".join(parts), note])
     return rows
 
@@ -216,20 +234,21 @@ def store_rows(results: Path) -> list[list[str]]:
         if head is None:
             continue
         judge, a = head
-        rows.append([f"{label}, all N(N-1) comparisons", f"{judge} (local judge store, long run)",
+        rows.append([f"{label}, all N(N-1) comparisons", f"{display_name(judge)} (local judge store, long run)",
                      "51.2 (Table 1, FlanT5-3B; SummEval COH)" if data == "summeval" else "-",
                      "; ".join(cells),
                      f"{OLD}. {SHAPE}: P(A) {a.overall_positional_bias:.2f} (LCA Table 5), order consistency (self-consistency across the two orders) "
-                     f"{a.overall_consistency:.3f}, pairwise accuracy {a.overall_accuracy:.3f} "
-                     f"over {int(a.num_comparisons.sum())} comparisons in {len(a.contexts)} contexts"])
+                     f"{a.overall_consistency:.3f}, pairwise accuracy {a.overall_accuracy:.3f} pooled "
+                     f"over {int(a.num_comparisons.sum())} comparisons in {len(a.contexts)} contexts (each "
+                     "comparison counts once; not the mean over contexts of the LCA Tables 5-7 section)"])
     return rows
 
 
 COMPARATIVE_VS_SCORING = (
     # (setting, judge, judgement store, pointwise records, their score field, pointwise method, paper, old reading,
     #  the store's template key when it holds several)
-    ("SummEval COH", "qwen2.5-0.5b", "summeval-coherence-qwen2.5-0.5b.jsonl", "geval/geval-summeval-qwen2.5-0.5b.jsonl",
-     "weighted", "G-Eval weighted score with auto-CoT",
+    ("SummEval COH", "qwen2.5-coder-0.5b", "summeval-coherence-qwen2.5-0.5b.jsonl",
+     "geval/geval-summeval-qwen2.5-0.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
      "comparative > G-Eval (LCA Table 1, COH x100: FlanT5-770M 29.8 vs 8.5; FlanT5-3B 51.2 vs 10.5)", True, None),
     ("SummEval COH", "qwen2.5-coder-1.5b", "summeval-coherence-qwen2.5-coder-1.5b-auto.jsonl",
      "geval/geval-summeval-qwen2.5-coder-1.5b.jsonl", "weighted", "G-Eval weighted score with auto-CoT",
@@ -250,7 +269,8 @@ COMPARATIVE_VS_SCORING = (
      "comparative > prompt scoring (LCA Table 1, COH x100: FlanT5-770M 29.8 vs -3.6; FlanT5-3B 51.2 vs 14.5; "
      "Llama2-chat-7B 27.9 vs 8.6)", False, "summeval-coherence-cab9ba0e-4ebd11"),
 )
-"""LCA Table 1 / 3's question, one judge: its pointwise scores against its own comparisons, same contexts."""
+"""LCA Table 1 / 3's question, one judge: its pointwise scores against its own comparisons, same contexts. The
+judge by its registry name; a store's records are matched by theirs (:func:`current_name`)."""
 
 
 def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0) -> list[list[str]]:
@@ -277,11 +297,11 @@ def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0)
         recs = [r for r in recs if r["aspect"] == "coherence" and r.get("cot", True)]
         if any("reading" in r for r in recs):
             recs = [r for r in recs if r.get("reading") == "whole-text"]
-        judged = {}
+        judged, stored_as = {}, judge
         for x in spath.read_text().splitlines():
             r = json.loads(x) if x.strip() else None
-            if r and r.get("judge") == judge and template in (None, r.get("template")):
-                judged[(r["context"], r["a"], r["b"])] = r["p"]
+            if r and current_name(r.get("judge", "")) == judge and template in (None, r.get("template")):
+                judged[(r["context"], r["a"], r["b"])], stored_as = r["p"], r["judge"]
         point, pair, names = [], [], []
         for r in recs:
             ids = r["candidates"]
@@ -300,6 +320,7 @@ def pointwise_vs_pairwise_row(results: Path, *, boot: int = 1000, seed: int = 0)
         sizes = "/".join(map(str, sorted({len(r["candidates"]) for r in recs})))
         note = (f"{OLD}. {SHAPE}: a small judge on {len(names)} contexts" if old else
                 f"{SHAPE}: a 1.5B Coder judge, {len(names)} contexts x {sizes} candidates")
+        note += f"; judge stored as `{stored_as}`" if stored_as != judge else ""
         rows.append([f"{label}, prompt scoring vs comparative, same judge, {len(names)} contexts ({', '.join(names)})",
                      f"{judge} (local: {method} vs all N(N-1) comparisons, average probability)", paper,
                      f"pointwise {g.mean():.3f}; pairwise {q.mean():.3f}; pairwise - pointwise {np.mean(q - g):+.3f} "
@@ -380,6 +401,7 @@ def build(results: Path, *, boot: int = 1000) -> str:
     hanna = read_csv(results / "hanna_llm_scores.csv")
     eff_sim = read_csv(results / "efficiency_summeval_sim-acc686-pa37.csv")
     eff_real = read_csv(results / "efficiency_summeval_smollm2-135m.csv")
+    unkept = unkept_store(results / "efficiency_summeval_smollm2-135m.md")
     sim = simulated_full_matrix(0.686, 0.37, boot=boot)
     L = ["# Reproduction report", "",
          "Generated by `experiments/reproduction.py` from stored results in `experiments/results/` "
@@ -408,26 +430,28 @@ def build(results: Path, *, boot: int = 1000) -> str:
          sim.get("average_probability", "left to fill"), SHAPE],
         ["SummEval COH, N(N-1) random comparisons, win ratio", "simulated acc 0.686, P(A) 0.37 (stored study)",
          "51.2 (Table 1)", efficiency_point(eff_sim, "win_ratio"), SHAPE],
+    ] + ([] if unkept else [
         ["SummEval COH, all comparisons, win ratio", "SmolLM2-135M, local judge store", "51.2 (Table 1, FlanT5-3B)",
          efficiency_point(eff_real, "win_ratio"),
          f"{OLD}. {SHAPE}: 135M model on 3 articles x 6 summaries; it chose position A in every comparison of 2 of "
          "them, where the win ratio is constant (Spearman undefined), so this mean is over 1 article only; "
          "average probability over all 3: " + efficiency_point(eff_real, "average_probability")],
-    ] + store_rows(results) + pointwise_vs_pairwise_row(results, boot=boot))
+    ]) + store_rows(results) + pointwise_vs_pairwise_row(results, boot=boot))
     L += ["", extra.CEILING_NOTE]
+    if unkept:
+        L += ["", "Left out of this comparison: SmolLM2-135M's 3-article SummEval study "
+              f"(`efficiency_summeval_smollm2-135m.*`, old reading): its judgement store (`{unkept}`) is not in the "
+              "repository, so the result cannot be recomputed from it."]
     L += ["", "## Product of Experts (PoE)", ""]
     L += table(["setting", "judge", "paper avg-prob / PoE-BT", "ours avg-prob / PoE-BT", "note"], [
-        ["HANNA COH", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",
-         "36.6 / 38.3 (Table 3, fewest comparisons)",
-         f"{hanna_row(hanna, 'Mistral-7B', 'coherence', 'average_probability')} / "
-         f"{hanna_row(hanna, 'Mistral-7B', 'coherence', 'poe_bradley_terry')}",
-         f"{SHAPE}: paper ranks all 1056 stories jointly, ours the 11 stories per prompt, all 55 pairs"],
-        ["HANNA CMP", "Mistral-7B (as above)", "47.3 / 49.9 (Table 3)",
-         f"{hanna_row(hanna, 'Mistral-7B', 'complexity', 'average_probability')} / "
-         f"{hanna_row(hanna, 'Mistral-7B', 'complexity', 'poe_bradley_terry')}", SHAPE],
-        ["HANNA SUR", "Mistral-7B (as above)", "24.2 / 25.5 (Table 3)",
-         f"{hanna_row(hanna, 'Mistral-7B', 'surprise', 'average_probability')} / "
-         f"{hanna_row(hanna, 'Mistral-7B', 'surprise', 'poe_bradley_terry')}", SHAPE],
+        *[[f"HANNA {code}", judge, paper,
+           " / ".join(hanna_row(hanna, "Mistral-7B", aspect, m) for m in ("average_probability", "poe_bradley_terry")),
+           note] for code, aspect, judge, paper, note in (
+            ("COH", "coherence", "Mistral-7B (paper: pairwise prompts; ours: its stored 1-5 ratings replayed, variant share)",
+             "36.6 / 38.3 (Table 3, fewest comparisons)",
+             f"{SHAPE}: paper ranks all 1056 stories jointly, ours the 11 stories per prompt, all 55 pairs"),
+            ("CMP", "complexity", "Mistral-7B (as above)", "47.3 / 49.9 (Table 3)", SHAPE),
+            ("SUR", "surprise", "Mistral-7B (as above)", "24.2 / 25.5 (Table 3)", SHAPE))],
         ["SummEval COH, greedy vs random selection (PoE-g), symmetric (PoE §4's set-up)",
          "simulated acc 0.686, P(A) 0.37 (stored study)",
          "selection helps at few comparisons (Table 2, R = 48: +0.5 PoE-g)",
@@ -464,18 +488,15 @@ def build(results: Path, *, boot: int = 1000) -> str:
             ": most answers are not a label, p is renormalised over the rest (LabelMassWarning below 0.5)"
             if low else ""))
     L += table(["file", "prompt / scorer / debias", "ours: Spearman [95 % CI] (contexts)", "reading"],
-               [[*r[:3], reading(r)] for r in z] or [["left to fill", "-", "-", "-"]])
+               [[file_cell(r[0]), *r[1:3], reading(r)] for r in z] or [["left to fill", "-", "-", "-"]])
     L += ["", f"ZEPO rows of the old reading: {OLD}. All ZEPO rows: {SHAPE} (small local judges, a few held-out "
           "contexts; paper: Mistral 7B / Llama-3 8B). "
           "The label mass of each prompt a study scored is in its notes (`*.notes.md` beside it): a fairer prompt "
           "can be one the judge answers less often with a label."]
     L += ["", "## HANNA: every stored LLM, coherence (variant share)", ""]
-    rows = []
-    for judge in ("Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT"):
-        rows.append([judge, hanna_row(hanna, judge, "coherence", "mean_rating (pointwise)", "-"),
-                     hanna_row(hanna, judge, "coherence", "win_ratio"),
-                     hanna_row(hanna, judge, "coherence", "average_probability"),
-                     hanna_row(hanna, judge, "coherence", "poe_bradley_terry")])
+    rows = [[judge, hanna_row(hanna, judge, "coherence", "mean_rating (pointwise)", "-")] + [
+        hanna_row(hanna, judge, "coherence", m) for m in ("win_ratio", "average_probability", "poe_bradley_terry")]
+            for judge in ("Beluga-13B", "OrcaPlatypus", "Mistral-7B", "Llama-13B", "ChatGPT")]
     L += table(["judge", "mean rating", "win ratio", "average probability", "PoE-BT"], rows)
     L += [""] + large_pool_section(results)
     L += [""] + extra.pairs_section(results)
