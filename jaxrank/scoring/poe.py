@@ -49,6 +49,7 @@ with the true Hessian per context; the iterations are never unrolled).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -62,7 +63,7 @@ from jaxrank.comparisons import Comparisons
 from jaxrank.scoring import _poe_algebra as alg
 from jaxrank.scoring._soft_bt_newton import _State
 from jaxrank.scoring.experts import Expert
-from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver
+from jaxrank.scoring.solver import RESULTS, ProductOfExpertsSolver, _traced_weight_scale
 
 __all__ = ["PoESolution", "solve", "fit_poe", "solve_context", "hessian", "solution_vector", "poe_scores",
            "CHUNK", "precision_terms"]
@@ -295,6 +296,10 @@ _argmin.defvjp(_argmin_fwd, _argmin_bwd)
 
 def _fit_flat(c, theta, st, expert, method):
     labels = jax.vmap(_graph.components)(c)
+    # weights far from 1 divided out with both priors (the same optimum; solver.WEIGHT_SCALE_RANGE)
+    scale = _traced_weight_scale(c.weight)
+    c = dataclasses.replace(c, weight=c.weight / scale)
+    st = st._replace(score_prior=st.score_prior / scale, theta_prior=st.theta_prior / scale)
     prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
     x, it, conv, result = _argmin(c, theta, labels, prior, st, expert, method)
     ops = _context_ops(c, theta, labels, prior, expert)
@@ -306,7 +311,7 @@ def _fit_flat(c, theta, st, expert, method):
         return s, alg.theta_at(xx, o, expert), gn
 
     s, th, gn = jax.vmap(finish)(ops, c, x)
-    return PoESolution(s, th, it, conv, gn, result)
+    return PoESolution(s, th, it, conv, gn * scale, result)
 
 
 @functools.partial(jax.jit, static_argnames=("expert", "method"))

@@ -59,7 +59,7 @@ from jaxrank.scoring import existence
 from jaxrank.scoring import _soft_bt_newton, _ties
 from jaxrank.scoring._soft_bt_newton import _argmin
 from jaxrank.scoring._soft_bt_objective import _diffs, _fixed_gamma, _grad_p, _hessian, _problem, _residual
-from jaxrank.scoring.solver import BradleyTerrySolver
+from jaxrank.scoring.solver import WEIGHT_SCALE_RANGE, BradleyTerrySolver, _traced_weight_scale
 
 __all__ = ["poe_bradley_terry", "fit_poe_bradley_terry", "SoftBTSolution", "solve", "solve_context", "hessian",
            "solution_vector", "precision_terms"]
@@ -165,6 +165,10 @@ def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None, s
         labels = jax.vmap(_graph.components)(c)
     else:
         labels = host[0]
+    # traced weights too (solve_context, laplace_posterior, a user's jit): the same division as _weight_scale
+    scale = _traced_weight_scale(c.weight)
+    c = dataclasses.replace(c, weight=c.weight / scale)
+    st = st._replace(score_prior=st.score_prior / scale, gamma_prior=st.gamma_prior / scale)
     prior = jnp.broadcast_to(st.score_prior, labels.shape[:1])
     finite = jnp.ones(labels.shape[:1], bool)
     if check:
@@ -175,7 +179,8 @@ def _fit_flat(c, mode, st, check=False, start_kind="least_squares", host=None, s
         prior = jnp.where(finite, prior, jnp.asarray(existence.AUTO_SCORE_PRIOR, prior.dtype))
     x, it, done, result = _argmin(c, labels, prior, st, mode, start_kind, start_x)
     sol = jax.vmap(functools.partial(_finish, mode=mode, st=st))(c, labels, x, it, done, result, prior)
-    return sol, finite
+    return sol._replace(grad_norm=sol.grad_norm * scale), finite
+
 
 
 CHUNK = 32
@@ -268,8 +273,6 @@ def _fit_checked_on_host(c, st, solver, start):
     return sol, finite, report
 
 
-WEIGHT_SCALE_RANGE = (1e-3, 1e3)
-"""Mean live weights outside this range are divided out before a concrete fit (:func:`_weight_scale`)."""
 
 
 def _weight_scale(c: Comparisons):

@@ -63,6 +63,26 @@ class SolverError(RuntimeError):
     """A fit with ``throw=True`` left a context unconverged."""
 
 
+WEIGHT_SCALE_RANGE = (1e-3, 1e3)
+"""Mean live weights outside this range are divided out before a fit (soft Bradley-Terry and the general PoE
+solver): scaling every weight and both priors by ``1 / m`` leaves the optimum where it is and puts the objective on
+the float32 scale the Newton steps, line search and convergence tests are tuned for."""
+def _traced_weight_scale(w):
+    """:func:`jaxrank.scoring.soft_bt._weight_scale` of a (possibly traced) batch ``w`` ``[B, R]``: the mean positive weight where it lies
+    outside :data:`WEIGHT_SCALE_RANGE`, else exactly 1 (so nothing changes, bit for bit), as a scalar of ``w``'s
+    dtype.
+
+    Behind ``stop_gradient``: the optimum is the same point for ``(w, priors)`` and ``(w / m, priors / m)``, and
+    with ``m`` held fixed the derivative of the divided problem times ``1 / m`` is exactly the undivided one's.
+    """
+    live = w > 0
+    count = jnp.sum(live)
+    share = jnp.where(live, w, 0).astype(jnp.promote_types(w.dtype, jnp.float32)) / jnp.maximum(count, 1)
+    m = jnp.sum(share)      # the mean as a sum of shares: no overflow near the dtype's largest value
+    inside = (count == 0) | ((m >= WEIGHT_SCALE_RANGE[0]) & (m <= WEIGHT_SCALE_RANGE[1])) | ~jnp.isfinite(m)
+    return jax.lax.stop_gradient(jnp.where(inside, 1.0, m).astype(w.dtype))
+
+
 class SolverSettings(NamedTuple):
     """The solver's numeric settings as traced scalars, so changing one never recompiles."""
 
