@@ -19,7 +19,6 @@ code spans), directives, HTML comments and link targets; ``test_directives_resol
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _fixtures_experiments import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md") if "notebooks" not in p.parts)
@@ -182,10 +182,7 @@ def test_markers_precede_blocks():
 
 
 def _hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "docs" / "hooks.py", "docs_hooks")
 
 
 GUIDES = [p for p in PAGES if p.parent != ROOT]

@@ -1,6 +1,5 @@
 """The papers' experiments: efficiency curves and judge vs human (smoke runs + independent checks)."""
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -13,15 +12,13 @@ from scipy import stats
 from jaxrank import Comparisons, data, studies as ex
 from jaxrank.assessment.store import JudgementStore
 from jaxrank.simulate import judge_stats
+from _fixtures_experiments import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(f"_exp_{name}", ROOT / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "experiments" / f"{name}.py", f"_exp_{name}")
 
 
 @pytest.fixture(scope="module")

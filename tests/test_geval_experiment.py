@@ -5,21 +5,18 @@ articles with constant scores counted apart and left out of the mean, and the
 reproduction report's G-Eval rows read from the summary the script writes.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import kendalltau, spearmanr
+from _fixtures_experiments import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "experiments" / f"{name}.py", name)
 
 
 def _records(rng, k=6, n=16):

@@ -11,6 +11,7 @@ from jaxrank.data import load_llm_ratings, match_systems
 from jaxrank.data.loaders import data_dir
 from hanna_raw import read_hanna_raw
 from jaxrank.judges.rating_replay import all_pairs, replay_comparisons, replay_probabilities, replay_scores
+from _fixtures_experiments import load_script
 
 try:
     DATA = data_dir()
@@ -118,18 +119,10 @@ def test_antisymmetry_and_range(items, method):
 @needs_data
 def test_experiments_hanna_llm_judge_matrix_by_hand(raw, systems):
     """experiments/_common.hanna_llm_judge: every ordered pair's variant share, read from the CSV by hand."""
-    import importlib.util
-    import sys
     from pathlib import Path
 
     here = Path(__file__).resolve().parents[1] / "experiments"
-    sys.path.insert(0, str(here))
-    try:
-        spec = importlib.util.spec_from_file_location("_exp_common", here / "_common.py")
-        common = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(common)
-    finally:
-        sys.path.remove(str(here))
+    common = load_script(here / "_common.py", "_exp_common")
     jm = common.hanna_llm_judge("ChatGPT", "coherence")
     rows, _ = raw
     assert jm.probs.shape == (96, 11, 11) and not jm.observed[:, np.arange(11), np.arange(11)].any()

@@ -14,6 +14,7 @@ from reference import scipy_correlation
 from jaxrank.data import ASPECTS, label_matrix, load_dataset
 from jaxrank.data.loaders import data_dir
 from jaxrank.data.raters import (MEANS_ONLY, NO_SYSTEMS, PER_RATER, human_ceiling, rater_scores, system_ids)
+from _fixtures_experiments import load_script
 
 try:
     DATA = data_dir()
@@ -131,13 +132,7 @@ def test_unknown_names_refused():
 @needs_data
 def test_experiment_smoke_writes_its_tables(tmp_path):
     """experiments/human_ceiling.py --smoke: one aspect per data set, the HANNA LLM raters beside the ceiling."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "experiments" / "human_ceiling.py"
-    spec = importlib.util.spec_from_file_location("human_ceiling_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("experiments/human_ceiling.py", "human_ceiling_script")
     assert mod.main(["--smoke", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "human_ceiling_smoke.md").read_text()
     rows = list(csv.DictReader(open(tmp_path / "human_ceiling_smoke.csv")))

@@ -3,28 +3,20 @@ the answer prefix (``--answer-prefix auto`` by default, resolved before any side
 ``p`` agreement is checked on prompts whose labels hold the model's answer. Before, the judge had no answer
 prefix and SmolLM2's labels held ~2% of its answer."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 from tiny_lm import tiny_lm
 
 from jaxrank.judges.prompts import pairwise_template
+from _fixtures_experiments import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def judge_speed():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("judge_speed_under_test", BENCH / "judge_speed.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return load_script(BENCH / "judge_speed.py", "judge_speed_under_test")
 
 
 @pytest.fixture(scope="module")

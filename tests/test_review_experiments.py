@@ -1,8 +1,6 @@
 """Review fixes in the experiment scripts, each checked against an independent computation (SciPy / NumPy)."""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,19 +9,13 @@ from scipy import stats
 
 from jaxrank import data
 from jaxrank.assessment.store import JudgementStore
+from _fixtures_experiments import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name):
-    sys.path.insert(0, str(ROOT / "experiments"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_rev_{name}", ROOT / "experiments" / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(ROOT / "experiments"))
-    return mod
+    return load_script(ROOT / "experiments" / f"{name}.py", f"_rev_{name}")
 
 
 @pytest.mark.parametrize("debias", ["none", "permutation"])

@@ -25,6 +25,7 @@ from jaxrank.judges.soft_prompt import (
 from jaxrank.models import _llama_core
 from jaxrank.models.llama import extend_with_vectors
 from tiny_lm import sharpen, tiny_lm
+from _fixtures_experiments import load_script
 
 CTX = "The city council approved a new park on Monday. It will open next spring near the river."
 CANDS = ["A park was approved by the council.", "The council met on Monday to talk.",
@@ -299,13 +300,7 @@ def test_cli_soft_prompt_of_the_wrong_size(tmp_path, smollm2):
 
 def _study_module():
     """``experiments/soft_prompt.py`` loaded as a module (a script, not a package)."""
-    import importlib.util
-    from pathlib import Path
-    spec = importlib.util.spec_from_file_location(
-        "_exp_soft_prompt", Path(__file__).resolve().parents[1] / "experiments" / "soft_prompt.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("experiments/soft_prompt.py", "_exp_soft_prompt")
 
 
 def test_study_summary_against_the_library_debiasing():

@@ -1,22 +1,19 @@
 """experiments/zepo_summary.py: the report parser and the pooled fairness-vs-agreement correlation."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from scipy import stats
+from _fixtures_experiments import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("_exp_zepo_summary", ROOT / "experiments" / "zepo_summary.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(ROOT / "experiments" / "zepo_summary.py", "_exp_zepo_summary")
 
 
 summary = _load()
