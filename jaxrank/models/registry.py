@@ -119,9 +119,13 @@ def list_models() -> dict[str, str]:
 
 
 def cache_dir() -> Path:
-    """``$JAXRANK_CACHE``, ``$XDG_CACHE_HOME/jaxrank`` or ``~/.cache/jaxrank`` (created)."""
+    """``$JAXRANK_CACHE``, ``$XDG_CACHE_HOME/jaxrank`` or ``~/.cache/jaxrank`` (created).
+
+    Joined model files and fingerprints need a local folder: a ``$JAXRANK_CACHE`` that is a URL (``gs://...``, the
+    compilation cache may live there) is passed over for the local default, never made into a folder ``gs:/...``.
+    """
     env = os.environ.get("JAXRANK_CACHE")
-    if env:
+    if env and "://" not in env:
         d = Path(env)
     else:
         d = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jaxrank"
