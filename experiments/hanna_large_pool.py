@@ -21,15 +21,17 @@ correlation of the scores with the human scores over the whole pool (one context
   comparisons the mean probability is 1/2 and the bias term is 0, so the debiased scores
   must equal the plain ones (the table shows it).
 * correlations: :data:`jaxrank.metrics.CORRELATIONS` (Spearman, Kendall tau-b, Pearson).
-* references: the mean stored rating (pointwise) and the average probability over all
+* references: the mean stored rating (pointwise; the 4 variants averaged exactly, so that equal
+  means tie: :meth:`jaxrank.data.LLMRatings.mean_rating`) and the average probability over all
   ``N(N-1)`` comparisons (``selection = reference``); the human ceiling over the pool (one
   rater against the mean of the other two, per rater; ``judge = human``).
 
 Outputs (``experiments/results/``): ``hanna_large_pool.csv`` (one row per aspect, judge,
 selection, seed, budget, scorer), ``.md``, ``.png``; ``_smoke`` suffix with ``--smoke``. The
-CSV is written as units finish: a rerun skips what it holds (``--fresh`` starts over).
+CSV is written as units finish: a rerun skips what it holds (``--fresh`` starts over);
+``--references`` recomputes only the reference rows, in place, and rewrites the report (a minute).
 
-Usage: ``python experiments/hanna_large_pool.py [--smoke] [--seeds 5] [--greedy-seeds 3]``
+Usage: ``python experiments/hanna_large_pool.py [--smoke] [--seeds 5] [--greedy-seeds 3] [--references]``
 """
 
 from __future__ import annotations
@@ -83,12 +85,37 @@ PAPER = {
 PAPER_BUDGETS = (5 * N, 10 * N, 20 * N, 50 * N)
 
 
-def pool(judge: str, aspect: str, systems) -> tuple[np.ndarray, np.ndarray]:
-    """``(ratings [N, 4], human [N])``: every story of HANNA in one pool (prompt-major order)."""
+def pool(judge: str, aspect: str, systems) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ratings [N, 4], human [N], mean rating [N])``: every story of HANNA in one pool (prompt-major order);
+    the mean rating is exact (:meth:`jaxrank.data.LLMRatings.mean_rating`: equal means tie)."""
     r = load_llm_ratings(judge, aspect, systems=systems)
     if not r.mask.all() or r.mask.size != N:
         raise ValueError(f"HANNA pool: expected {N} stories, got {int(r.mask.sum())}")
-    return r.ratings.reshape(N, -1), r.human.reshape(N)
+    return r.ratings.reshape(N, -1), r.human.reshape(N), r.mean_rating().reshape(N)
+
+
+def reference_rows(P, human, mean) -> list[dict]:
+    """The two whole-pool references: the average probability over every ordered pair and the mean rating."""
+    return [dict(budget=N * (N - 1), scorer="average_probability", debias="none",
+                 **correlations(P.sum(1) - 0.5, human), seconds=0),
+            dict(budget=0, scorer="mean_rating (pointwise)", debias="none", **correlations(mean, human), seconds=0)]
+
+
+def redo_references(path: Path, systems) -> list[dict]:
+    """The CSV's rows with every ``reference`` row recomputed in place (the other rows as stored); rewrites it."""
+    rows, fresh = read_rows(path), {}
+    for r in rows:
+        key = (r["aspect"], r["judge"])
+        if r["selection"] == "reference" and key not in fresh:
+            ratings, human, mean = pool(r["judge"], r["aspect"], systems)
+            fresh[key] = {x["scorer"]: x for x in reference_rows(judge_matrix(ratings), human, mean)}
+    out = [dict(r, **fresh[(r["aspect"], r["judge"])][r["scorer"]]) if r["selection"] == "reference" else r
+           for r in rows]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(out)
+    return read_rows(path)
 
 
 def judge_matrix(ratings) -> np.ndarray:
@@ -189,6 +216,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(RESULTS), help="output folder")
     ap.add_argument("--fresh", action="store_true", help="ignore (and overwrite) a partial CSV")
     ap.add_argument("--report-only", action="store_true", help="rewrite the .md and .png from the CSV (seconds)")
+    ap.add_argument("--references", action="store_true",
+                    help="recompute the CSV's reference rows in place and rewrite the report (a minute)")
     args = ap.parse_args(argv)
     judges, aspects = args.judges.split(","), args.aspects.split(",")
     budgets, seeds, gseeds = BUDGETS, args.seeds, args.greedy_seeds
@@ -203,6 +232,11 @@ def main(argv=None) -> int:
     path = out / f"hanna_large_pool{suffix}.csv"
     if args.report_only:
         write_report(read_rows(path), out, suffix, elapsed=float("nan"), load=os.getloadavg(), units=0)
+        return 0
+    if args.references:
+        write_report(redo_references(path, match_systems()), out, suffix, elapsed=float("nan"),
+                     load=os.getloadavg(), units=0)
+        print(f"wrote {path} (reference rows) and {out}/hanna_large_pool{suffix}.{{md,png}}")
         return 0
     rows = [] if args.fresh else read_rows(path)
     done = {(r["aspect"], r["judge"], r["selection"], str(r["seed"])) for r in rows}
@@ -231,13 +265,10 @@ def main(argv=None) -> int:
     for aspect, judge, sel, seed in bar:
         bar.set_postfix_str(f"{judge} {aspect} {sel} {seed}")
         if (aspect, judge) not in mats:
-            ratings, human = pool(judge, aspect, systems)
+            ratings, human, mean = pool(judge, aspect, systems)
             P = judge_matrix(ratings)
             mats[(aspect, judge)] = (P, human)
-            ref = [dict(budget=N * (N - 1), scorer="average_probability", debias="none",
-                        **correlations(P.sum(1) - 0.5, human), seconds=0),
-                   dict(budget=0, scorer="mean_rating (pointwise)", debias="none",
-                        **correlations(ratings.mean(1), human), seconds=0)]
+            ref = reference_rows(P, human, mean)
             if (aspect, judge, "reference", "0") not in done:
                 append([dict(aspect=aspect, judge=judge, selection="reference", seed=0, **r) for r in ref])
         P, human = mats[(aspect, judge)]

@@ -158,7 +158,7 @@ def judges_section(results: Path) -> list[str]:
     for path, e in found:
         rows.append([f"{e['data']} {e['aspect'][:3].upper()}", e["judge"], f"{e['contexts']} x {e['candidates']}",
                      *e["cells"][:4], f"`{path.name}`"])
-    L += table(["data", "judge", "slice", "P(A)", "accuracy", "accuracy, threshold-debiased",
+    L += table(["data", "judge", "slice", "P(A)", "accuracy (mean over contexts)", "accuracy, threshold-debiased",
                 "accuracy, permutation-debiased", "from"], rows)
     L += ["", "Paper: " + "; ".join(PAPER_JUDGE.values()) + ".", "",
           "Agreement of each judge's average probability (all its comparisons, raw) beside the human ceiling:", ""]

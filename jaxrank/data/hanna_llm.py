@@ -24,6 +24,11 @@ A cell >= 1 may hold a -1 code as well (mean(-1, 5, 5) = 3); the means cannot te
 results were computed from) with :attr:`LLMRatings.valid` marking the cells on the
 scale (``>= 1``) and :attr:`LLMRatings.num_below_scale` counting the others, so a
 study can report them or leave them out.
+
+The cells are kept in float64, as the CSV holds them: they are thirds, sixths, ... (a few
+hundredths), and float32 would move each by up to 2.4e-7. A float mean of such values splits
+exact ties (``7/3 + 2/3`` and ``3/2 + 3/2`` differ in the last bits), which moves a Spearman
+correlation; :meth:`LLMRatings.mean_rating` averages them exactly instead.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,13 +50,21 @@ ASPECT_CODES = {"relevance": "RE", "coherence": "CH", "empathy": "EM", "surprise
 NUM_VARIANTS = 4
 CSV_FILE = "hanna/hanna_metric_scores_llm.csv"
 _TOLERANCE = 1e-6
+_MAX_DENOMINATOR = 10_000
+"""A cell within :data:`_FRACTION_TOLERANCE` (relative) of a fraction with a denominator up to this is that
+fraction (:meth:`LLMRatings.mean_rating`); fractions this small lie at least ``1e-8`` apart, so at most one is
+that close."""
+_FRACTION_TOLERANCE = 1e-12
+"""Relative distance of a stored cell from its fraction: a few float64 roundings (the release computed some of
+its means in floating point, e.g. ``4.1000000000000005``)."""
 
 
 class LLMRatings(NamedTuple):
     """One LLM's ratings of one aspect, laid out like :func:`jaxrank.data.label_matrix`.
 
     Attributes:
-        ratings: ``float32 [96, 11, 4]``, the rating of each story under prompt variants 1..4.
+        ratings: ``float64 [96, 11, 4]``, the rating of each story under prompt variants 1..4 (the CSV's
+            values; module docstring).
         mask: ``bool [96, 11]``, True for real stories (all True for HANNA).
         human: ``float32 [96, 11]``, the averaged human scores of the aspect.
         systems: per prompt, the system that wrote each story (``Model`` of the CSV).
@@ -74,6 +88,42 @@ class LLMRatings(NamedTuple):
     def num_below_scale(self) -> int:
         """Cells (story x variant) of real stories whose stored mean is below 1 (``~valid``)."""
         return int((self.mask[..., None] & ~self.valid).sum())
+
+    def mean_rating(self, *, valid_only: bool = False) -> np.ndarray:
+        """The mean of each story's variants, computed exactly, so that equal means tie.
+
+        Each cell is read as the fraction it stands for: the fraction with a denominator up to 10,000
+        within ``1e-12`` (relative) of it (there is at most one), or, where there is none, its float
+        value exactly. The fractions are summed exactly, divided once and rounded to float64 once; so
+        two stories whose cells have the same exact mean get the same float (a float mean of
+        the cells can differ in the last bits), and a rank correlation keeps them tied.
+
+        Args:
+            valid_only: average only the cells on the 1-5 scale (:attr:`valid`), leaving out the
+                cells that average in the release's -1 "no rating" code.
+
+        Returns:
+            ``float64 [96, 11]``: the mean rating of each story; 0 at padding (``~mask``) and, with
+            ``valid_only``, NaN at a story with no valid cell (no mean to take; leave it out with
+            ``valid.any(-1)``).
+        """
+        ratings = np.asarray(self.ratings, np.float64)
+        mask = np.asarray(self.mask, bool)
+        keep = np.asarray(self.valid, bool) if valid_only else np.broadcast_to(mask[..., None], ratings.shape)
+        values, inverse = np.unique(ratings, return_inverse=True)
+        exact = [_fraction(float(v)) for v in values]
+        cells = inverse.reshape(ratings.shape)
+        out = np.zeros(mask.shape, np.float64)
+        for idx in zip(*np.nonzero(mask)):
+            on = cells[idx][keep[idx]]
+            out[idx] = float(sum((exact[c] for c in on), Fraction(0)) / len(on)) if len(on) else np.nan
+        return out
+
+
+def _fraction(x: float) -> Fraction:
+    """The fraction a stored cell stands for (:meth:`LLMRatings.mean_rating`)."""
+    f = Fraction(x).limit_denominator(_MAX_DENOMINATOR)
+    return f if abs(float(f) - x) <= _FRACTION_TOLERANCE * max(1.0, abs(x)) else Fraction(x)
 
 
 def _read_release(file: Path) -> list[dict[str, str]]:
@@ -196,7 +246,7 @@ def load_llm_ratings(judge: str, aspect: str, *, path: str | os.PathLike | None 
     cols = np.stack([_column(rows, f"{judge} {ASPECT_CODES[aspect]} {v}", file)
                      for v in range(1, NUM_VARIANTS + 1)], -1)                    # [S, P, 4]
     lm = label_matrix(load_dataset("hanna", path=folder), aspect)
-    ratings = np.zeros(lm.labels.shape + (NUM_VARIANTS,), np.float32)
+    ratings = np.zeros(lm.labels.shape + (NUM_VARIANTS,), np.float64)    # the CSV's values (module doc)
     for k, names in enumerate(systems):
         ratings[k, : len(names)] = cols[[index[n] for n in names], k]
     if not np.all(np.isfinite(ratings)):
