@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from statistics import NormalDist
 from typing import Callable
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from jaxrank import _batching, _deprecation, _multinomial
 from jaxrank.comparisons import Comparisons
+from jaxrank.scoring import existence
 
 __all__ = ["bootstrap", "bootstrap_outcomes", "resample_comparisons", "percentile_intervals", "bootstrap_intervals"]
 
@@ -97,7 +99,8 @@ def _replicates(c, key, num_replicates):
     return jax.vmap(lambda k: _resample(c, k))(jax.random.split(key, num_replicates))
 
 
-def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **scorer_kwargs):
+def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, missing: str = "nan",
+              **scorer_kwargs):
     """Bootstrap distribution of a scorer's output over resampled comparisons.
 
     Args:
@@ -107,7 +110,20 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
         c: comparisons, any batch shape ``[...]``.
         key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``, as :func:`bootstrap_outcomes`).
         num_replicates: ``B``.
+        missing: ``"nan"`` (default): an item judged in ``c`` that is in no
+            comparison of a replicate gets score NaN in that replicate (the
+            replicate holds no evidence about it; the scorer would give it its
+            neutral 0, pulling its interval to 0). The interval functions skip
+            NaN, and ``jnp.isnan(samples).sum(0)`` counts each item's missing
+            replicates. Applied to an array output ``[B, ..., N]`` (last axis
+            ``N``, read as per-item scores); pass ``"keep"`` for the scorer's
+            output as it is (e.g. a per-comparison output of length ``N``).
         **scorer_kwargs: static options passed to the scorer (e.g. ``debias="mean"``).
+            With ``eps=0`` and no ``score_prior`` (maximum likelihood by a soft-BT
+            scorer), every replicate is tested for finite ML scores
+            (:mod:`jaxrank.scoring.existence`); the scorer fits one that fails as
+            the MAP under ``existence.AUTO_SCORE_PRIOR``, and one
+            ``NotStronglyConnectedWarning`` counts them (eager calls).
 
     Returns:
         The scorer's output for every replicate, stacked on a new leading axis:
@@ -115,7 +131,7 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
 
     Raises:
         ValueError: ``num_replicates`` not a positive int, ``c`` not a ``Comparisons``,
-            ``scorer`` not callable, ``key`` neither a key nor an int.
+            ``scorer`` not callable, ``key`` neither a key nor an int, a bad ``missing``.
     """
     if not callable(scorer):
         raise ValueError(f"scorer must be callable, got {scorer!r}")
@@ -123,34 +139,91 @@ def bootstrap(scorer: Callable, c: Comparisons, *, key, num_replicates: int, **s
         raise ValueError(f"c must be a Comparisons, got {type(c).__name__}")
     if isinstance(num_replicates, bool) or not isinstance(num_replicates, (int, np.integer)) or num_replicates < 1:
         raise ValueError(f"num_replicates must be a positive int, got {num_replicates!r}")
+    _check_missing(missing)
     reps = _replicates(c, _key(key), int(num_replicates))
     f = functools.partial(scorer, **scorer_kwargs) if scorer_kwargs else scorer
-    return jax.vmap(f)(reps)
+    out = jax.vmap(f)(reps)
+    if _fits_ml(scorer_kwargs):
+        _warn_fallback("bootstrap", _finite_ml(reps))
+    return _mark_dropped(out, c, reps) if missing == "nan" else out
+
+
+def _fits_ml(scorer_kwargs) -> bool:
+    """Whether the options ask a soft-BT scorer for maximum likelihood (``eps=0`` and no score prior)."""
+    eps, prior = scorer_kwargs.get("eps"), scorer_kwargs.get("score_prior", 0.0)
+    try:
+        return eps is not None and float(eps) == 0.0 and not float(prior) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def _finite_ml(reps: Comparisons) -> jax.Array:
+    """``[B, ...]`` whether every replicate has finite maximum-likelihood scores (``existence.finite_ml``)."""
+    f = functools.partial(existence.finite_ml, eps=0.0)
+    for _ in reps.batch_shape:
+        f = jax.vmap(f)
+    return f(reps, reps.components())
+
+
+def _warn_fallback(caller: str, finite) -> None:
+    """One warning counting the replicates without finite ML scores (nothing under a trace)."""
+    if isinstance(finite, jax.core.Tracer):
+        return
+    finite = np.asarray(finite)
+    bad = int(finite.size - finite.sum())
+    if bad:
+        warnings.warn(
+            f"{caller}: {bad} of {finite.size} replicates have no finite maximum-likelihood scores (eps=0: some "
+            f"item never lost, or never won, within its component); the scorer fitted them as the MAP under the "
+            f"score prior {existence.AUTO_SCORE_PRIOR} (jaxrank.scoring.existence), so their scores are not ML. "
+            f"Pass score_prior > 0 to choose the prior for every replicate.",
+            existence.NotStronglyConnectedWarning, stacklevel=3)
+
+
+def _check_missing(missing):
+    if not isinstance(missing, str) or missing not in ("nan", "keep"):
+        raise ValueError(f"missing must be 'nan' or 'keep', got {missing!r}")
+
+
+def _mark_dropped(out, c: Comparisons, reps: Comparisons):
+    """``out`` with NaN where an item judged in ``c`` is in no comparison of the replicate (array outputs
+    ``[B, ..., N]`` only; a pytree output is returned as it is)."""
+    if not isinstance(out, jax.Array) or not jnp.issubdtype(out.dtype, jnp.floating) \
+            or out.shape != reps.batch_shape + (c.num_items,):
+        return out
+    dropped = (c.games() > 0) & (reps.games() <= 0)
+    return jnp.where(dropped, jnp.nan, out)
 
 
 @functools.lru_cache(maxsize=32)
 def _outcome_scorer(scorer, kwargs):
     f = functools.partial(scorer, **dict(kwargs))
 
-    @functools.partial(jax.jit, static_argnames=("size", "num_categories"))
-    def run(c, key, frac, starts, ends, live, total, size, num_categories):
-        """Draw ``size`` replicates on the device and score them (one program per shape)."""
+    check = _fits_ml(dict(kwargs))
+
+    @functools.partial(jax.jit, static_argnames=("size", "num_categories", "missing"))
+    def run(c, key, frac, starts, ends, total, size, num_categories, missing):
+        """Draw ``size`` replicates on the device and score them (one program per shape: the tree spans
+        every category, zero counts included, so it depends on ``R`` and not on the data)."""
         draws = _multinomial.multinomial(key, frac, starts, ends, total, size, num_categories)
-        cats = jnp.zeros((size, 3 * c.num_comparisons), draws.dtype).at[:, live].set(draws)
-        cats = cats.reshape(size, -1, 3)
-        games, wins = jnp.sum(cats, -1), cats[..., 0] + 0.5 * cats[..., 2]
+        cats = draws.reshape(size, c.num_comparisons, -1)
+        games = jnp.sum(cats, -1)
+        wins = cats[..., 0] + 0.5 * cats[..., 2] if cats.shape[-1] == 3 else cats[..., 0]
         shape = games.shape
         reps = dataclasses.replace(
             c, i=jnp.broadcast_to(c.i, shape), j=jnp.broadcast_to(c.j, shape),
             p=wins / jnp.where(games > 0, games, 1), weight=games,
             item_mask=jnp.broadcast_to(c.item_mask, shape[:1] + c.item_mask.shape))
-        return f(reps)
+        out = f(reps)
+        finite = _finite_ml(reps) if check else jnp.ones(size, bool)
+        return (_mark_dropped(out, c, reps) if missing == "nan" else out), finite
 
     return run
 
 
 def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int, key=None,
-                       seed=_deprecation.UNSET, chunks: int = 4, draws=None, **scorer_kwargs):
+                       seed=_deprecation.UNSET, chunks: int = 4, draws=None, missing: str = "nan",
+                       **scorer_kwargs):
     """Bootstrap over the raw outcomes behind count-aggregated comparisons (one context).
 
     For count data (e.g. Arena battles summed per ordered pair), comparison
@@ -159,19 +232,24 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     :func:`bootstrap` would resample the aggregated comparisons (a cluster
     bootstrap over ordered pairs); this resamples the ``M = sum_k w_k`` raw
     outcomes with replacement, as a bootstrap of the underlying matches does:
-    the counts of the ``3 R`` categories (comparison; A won, B won or a draw)
-    are ``Multinomial(M, n / M)``. They are drawn exactly on the device from
+    the counts of the ``3 R`` categories (comparison; A won, B won or a draw;
+    ``2 R`` without ``draws``) are ``Multinomial(M, n / M)``. They are drawn exactly on the device from
     ``key`` (``jax.random``): conditional binomials along a balanced binary
     tree over the categories, each an exact binomial draw (inversion, or
     Hoermann's BTRS rejection), vectorised over replicates and tree nodes
     (``jaxrank/_multinomial.py``). Replicate ``b`` is the comparison set with
     ``weight = games_b`` and ``p = (A's wins + draws / 2)_b / games_b``, drawn
     and scored in ``chunks`` calls of one compiled program (draws and
-    ``scorer`` together).
+    ``scorer`` together). The tree spans every category, those with a zero
+    count too, so the program depends only on ``R``, ``N``, the dtype, the
+    chunk size and whether ``draws`` is given, not on the counts: new data of
+    the same shape reuses it.
 
     Args:
         scorer: a jaxrank scorer (``scorer(c, **scorer_kwargs)``), e.g.
-            :func:`jaxrank.poe_bradley_terry` with ``eps=0.0`` for maximum likelihood.
+            :func:`jaxrank.poe_bradley_terry` with ``eps=0.0`` for maximum likelihood
+            (replicates without finite ML scores are fitted under the automatic
+            score prior and counted in one warning, as in :func:`bootstrap`).
         c: ONE context (no batch axes) whose weights count raw outcomes (whole
             numbers) and whose ``p * weight`` count A's wins plus half its
             draws (whole numbers once the draws are taken out).
@@ -186,6 +264,8 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
             draw cannot be told from a win and a loss, so data with draws
             needs it (``p * weight`` is then a half-integer where the draws
             are odd, which is rejected).
+        missing: as in :func:`bootstrap`: ``"nan"`` (default) gives NaN to an
+            item in no drawn outcome of a replicate, ``"keep"`` the scorer's output.
         **scorer_kwargs: options of the scorer (hashable).
 
     Returns:
@@ -208,6 +288,7 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     for name, v in (("num_replicates", num_replicates), ("chunks", chunks)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    _check_missing(missing)
     counts = _outcome_counts(c, draws)
     m = int(counts.sum())
     if m < 1:
@@ -216,8 +297,9 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     if dt == jnp.float32 and m > _multinomial.MAX_COUNT_FLOAT32:
         raise ValueError(f"c holds {m:,} outcomes, more than float32 counts represent exactly "
                          f"({_multinomial.MAX_COUNT_FLOAT32:,}); enable jax_enable_x64 and pass float64 comparisons")
-    live = np.nonzero(counts)[0].astype(np.int32)
-    tree = _multinomial.tree(counts[live])
+    if draws is None:                            # no draws: two categories per comparison (A won, B won)
+        counts = counts.reshape(-1, 3)[:, :2].reshape(-1)
+    tree = _multinomial.tree(counts)             # every category, zero counts too: one program per (R, N)
     size = -(-int(num_replicates) // int(chunks))
     try:
         run = _outcome_scorer(scorer, tuple(sorted(scorer_kwargs.items())))
@@ -229,10 +311,11 @@ def bootstrap_outcomes(scorer: Callable, c: Comparisons, *, num_replicates: int,
     key = jax.random.key(0) if key is None else key
     frac = jnp.asarray(tree.frac, dt)
     with _batching.single_threaded_lapack():     # the scorer's factorisations (see _batching)
-        out = [run(c, jax.random.fold_in(key, b), frac, tree.starts, tree.ends, live, np.asarray(m, dt),
-                   size=size, num_categories=tree.num_categories) for b in range(int(chunks))]
+        out = [run(c, jax.random.fold_in(key, b), frac, tree.starts, tree.ends, np.asarray(m, dt),
+                   size=size, num_categories=tree.num_categories, missing=missing) for b in range(int(chunks))]
         out = jax.block_until_ready(out)
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *out)
+    _warn_fallback("bootstrap_outcomes", np.concatenate([np.asarray(f) for _, f in out])[:num_replicates])
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[:num_replicates], *[o for o, _ in out])
 
 
 def _outcome_counts(c, draws):
