@@ -33,11 +33,20 @@ A beats B, :func:`jaxrank.judges.replay_probabilities`); ``--data ""`` leaves th
 simulated judges out.
 
 Writes ``learnt_experts[_smoke].{csv,md}`` and ``learnt_experts_<data>[_smoke].png`` to
-``--out`` (default ``experiments/results``).
+``--out`` (default ``experiments/results``). With ``--merge`` the files already there keep the
+rows of every data set this run does not compute (the settings must match), so one row can be
+rerun alone. The stored results were made by
+
+    python experiments/learnt_experts.py --store experiments/results/stores/summeval-relevance-minilm-l6.jsonl \
+        --judge minilm-l6-cos-k20 --store-data summeval --store-aspect relevance
+
+(the store from ``jaxrank judge --data summeval --aspect relevance --judge minilm-l6 --store FILE``, about
+two minutes on 2 cores; ``--data "" --merge`` with the same store options reruns its row alone) and
+``--data "" --hanna-llm all --out experiments/results/learnt_experts_hanna_llm``.
 
     python experiments/learnt_experts.py [--data summeval,hanna] [--subsets 20] [--smoke]
         [--store FILE --judge NAME --store-data summeval --store-aspect relevance]
-        [--hanna-llm all --hanna-aspect coherence] [--out DIR]
+        [--hanna-llm all --hanna-aspect coherence] [--out DIR] [--merge]
 """
 
 from __future__ import annotations
@@ -268,6 +277,41 @@ def plot(rows, learnt, name, path, distortions):
     plt.close(fig)
 
 
+INTS = ("budget", "test_contexts", "subsets")
+FLOATS = ("fraction", "spearman", "lo", "hi", "delta", "delta_lo", "delta_hi")
+
+
+def merge_stored(stem: Path, lines: list[str], rows: list[dict]) -> tuple[list[str], list[dict], list[str]]:
+    """``(lines, rows, kept)``: this run's opening ``lines`` and ``rows`` with the stored results (``<stem>.md``,
+    ``<stem>.csv``) of every data set it did not compute, which are ``kept`` (in their stored order).
+
+    The stored opening paragraph (subsets, resamples and steps) must equal this run's; a stored data set's
+    bullets (``- <data>: ...``, ``- <data> judge k: ...``) are kept before this run's.
+
+    Raises:
+        SystemExit: no stored results at ``stem``, or they were made with other settings.
+    """
+    import csv
+
+    md, table_ = Path(f"{stem}.md"), Path(f"{stem}.csv")
+    if not (md.is_file() and table_.is_file()):
+        raise SystemExit(f"--merge: no stored {md.name} and {table_.name} in {stem.parent}")
+    old = md.read_text().splitlines()
+    intro = "\n".join(lines[:2]).splitlines()
+    if old[: len(intro)] != intro:
+        raise SystemExit(f"--merge: {md} was made with other settings (its opening paragraph differs)")
+    with open(table_, newline="") as f:
+        stored = [{k: int(v) if k in INTS else float(v) if k in FLOATS else v for k, v in r.items()}
+                  for r in csv.DictReader(f)]
+    new = set(r["data"] for r in rows)
+    kept = [d for d in dict.fromkeys(r["data"] for r in stored) if d not in new]
+    mine = lambda x: any(x.startswith(f"- {d}:") or x.startswith(f"- {d} judge ") for d in kept)
+    bullets = [x for x in old[len(intro):] if x.startswith("- ") and mine(x)]
+    body = [x for y in lines[2:] for x in y.splitlines() if x.startswith("- ")]
+    merged = [r for r in stored if r["data"] in kept] + rows
+    return lines[:2] + bullets + body, merged, kept
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="summeval,hanna", help="data sets (default summeval,hanna; coherence)")
@@ -285,6 +329,8 @@ def parse_args(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="output folder (default experiments/results)")
     ap.add_argument("--smoke", action="store_true", help="tiny run: 12 contexts, 2 subsets, 20 steps, summeval")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the stored rows (in --out) of the data sets this run does not compute")
     return ap.parse_args(argv)
 
 
@@ -348,7 +394,12 @@ def main(argv=None):
             f"P(A) {st['p_a']:.3f}, mean p {st['mean_p']:.3f}")
         r, _ = study(name, [j], j.labels, j.mask, args, say)
         rows += r
-    say(f"\nTotal time {time.perf_counter() - t0:.1f}s (compilation included).")
+    total = f"Total time {time.perf_counter() - t0:.1f}s (compilation included)"
+    if args.merge:
+        lines, rows, kept = merge_stored(out / f"learnt_experts{suffix}", lines, rows)
+        total += (f" for {', '.join(dict.fromkeys(r['data'] for r in rows if r['data'] not in kept))}; "
+                  f"{', '.join(kept)} as stored (--merge)" if kept else "")
+    say(f"\n{total}.")
     for name in dict.fromkeys(r["data"] for r in rows):
         table(rows, name, say)
     findings(rows, say)
