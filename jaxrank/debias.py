@@ -61,20 +61,40 @@ def _weighted_median_one(p, w):
     cw = jnp.cumsum(ws)
     half = 0.5 * cw[-1]
     k = jnp.argmax(cw >= half)
-    k1 = jnp.minimum(k + 1, p.shape[0] - 1)
-    nxt = ps[k1]
-    # Exactly half the weight at or below ps[k]: any tau in (ps[k], next) balances; take the midpoint.
-    exact = jnp.isclose(cw[k], half) & (k + 1 < p.shape[0]) & (ws[k1] > 0)
-    tau = jnp.where(exact, 0.5 * (ps[k] + nxt), ps[k])
+    m = ps[k]                                   # the weighted median
+    # P(A) is a step function of tau, falling from 1 to 0: at the median m it is 1/2 plus or minus half the
+    # weight tied at m, in the gap below m above 1/2, in the gap above m at most 1/2, and further out further
+    # from 1/2. So the most balancing tau is one of m and the midpoints of the gaps next to it.
+    live = w > 0
+    above = jnp.min(jnp.where(live & (p > m), p, jnp.inf))
+    below = jnp.max(jnp.where(live & (p < m), p, -jnp.inf))
+    # Without a tie at m, m is within half of one comparison's weight of balance (a weighted median,
+    # P(p > tau) <= 1/2 <= P(p >= tau)) unless the weight splits exactly at m, where the gap above gives 1/2;
+    # with a tie (a sampling judge's discrete p) the tied weight can leave m far off: compare all three.
+    tied = jnp.sum(live & (p == m)) > 1
+    exact = jnp.isclose(cw[k], half)
+    cand = jnp.stack([m, 0.5 * (m + above), 0.5 * (below + m)])
+    ok = jnp.stack([True, jnp.isfinite(above) & (tied | exact), jnp.isfinite(below) & tied])
+    total = jnp.where(cw[-1] > 0, cw[-1], 1)
+    pa = jnp.sum(w * decisions(p, cand[:, None]), axis=-1) / total
+    tau = cand[jnp.argmin(jnp.where(ok, jnp.abs(pa - 0.5), jnp.inf))]    # ties: the median first
     return jnp.where(cw[-1] > 0, tau, 0.5)
 
 
 def debias_threshold(c: Comparisons) -> jax.Array:
     """Threshold ``tau`` with ``P(p > tau) = 0.5`` over the comparisons (eq. 9-10).
 
-    The weighted median of ``p`` (midpoint of the two central values when the
-    weight splits exactly in half); ``P(A) = P(B) = 0.5`` as closely as the
-    data allow.
+    The weighted median ``m`` of ``p`` (``P(p > tau) <= 1/2 <= P(p >= tau)``),
+    or the midpoint between it and the next distinct value: when the weight
+    splits exactly in half, the midpoint of the two central values (``P(A) =
+    0.5``); when several comparisons tie at ``m`` (a sampling judge's discrete
+    probabilities), the tied weight can leave ``P(A)`` (:func:`positional_bias`,
+    ``p == tau`` counting half) far from 0.5 at ``m``, and of ``m`` and the
+    midpoints of the gaps below and above it the one with ``P(A)`` closest to
+    0.5 is taken (``P(A)`` falls with ``tau``, so no other threshold is
+    closer). ``P(A) = P(B) = 0.5`` as closely as the data allow with equal
+    weights; with unequal weights and no tie at ``m``, within half of one
+    comparison's weight.
 
     Returns:
         ``[...]`` one threshold per context (0.5 for an empty context).
@@ -106,7 +126,9 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
 
     Args:
         c: comparisons.
-        tau: ``[...]`` thresholds in ``(0, 1)`` (default :func:`debias_threshold`).
+        tau: ``[...]`` thresholds in ``(0, 1)`` (default :func:`debias_threshold`,
+            which may be 0 or 1 on hard decisions: ``p == tau`` still maps to 0.5,
+            every ``p`` on the other side to 0 or 1).
 
     Raises:
         ValueError: a bad ``c``, or ``tau`` not a finite number in ``(0, 1)`` (naming it).
@@ -122,9 +144,10 @@ def threshold_debias(c: Comparisons, tau=None) -> Comparisons:
 def _threshold_debias(c, tau):
     if tau is None:
         tau = _debias_threshold(c)
-    tau = jnp.clip(jnp.asarray(tau, c.p.dtype), 1e-6, 1 - 1e-6)[..., None]
+    tau = jnp.asarray(tau, c.p.dtype)[..., None]
     a, b = c.p * (1 - tau), tau * (1 - c.p)      # equal products at p == tau: p_hat exactly 0.5
-    p_hat = a / (a + b)
+    # a + b = 0 only where p == tau is 0 or 1 (a default tau at the end of the range): a tie too
+    p_hat = jnp.where(a + b > 0, a / jnp.where(a + b > 0, a + b, 1), 0.5).astype(c.p.dtype)
     return dataclasses.replace(c, p=p_hat)
 
 
