@@ -29,21 +29,24 @@ before any fit.
 from __future__ import annotations
 
 import functools
+import warnings
 from statistics import NormalDist
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrank import _batching, _deprecation, _graph, _sparse_inverse, _validate, metrics
+from jaxrank.bootstrap import _key      # an int seed or a key, read as the bootstrap reads it
 from jaxrank.comparisons import Comparisons
-from jaxrank.scoring import poe, soft_bt
+from jaxrank.scoring import existence, poe, soft_bt
 from jaxrank.scoring.gaussian import GaussianPosterior, MarginalPosterior
 from jaxrank.scoring.soft_bt import SoftBTSolution
 from jaxrank.scoring.solver import BradleyTerrySolver, ProductOfExpertsSolver
 
 __all__ = ["laplace_bradley_terry", "laplace_posterior", "LaplaceFit", "posterior_samples", "score_intervals",
-           "rank_intervals", "RankIntervals", "ranking_confidence"]
+           "rank_intervals", "RankIntervals", "ranking_confidence", "DisconnectedRankingWarning"]
 
 
 def _projector_scale(h, n):
@@ -171,7 +174,7 @@ def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | ProductOfExpe
             pools; a standard error within half that). ``"auto"``: dense up to
             :data:`DENSE_COVARIANCE_MAX_ITEMS` items or on a dense pool,
             diagonal above.
-        key: ``jax.random`` key of the probes (``"diagonal"``; default ``key(0)``: reproducible).
+        key: ``jax.random`` key of the probes, or an int seed (``"diagonal"``; default ``key(0)``: reproducible).
         num_probes: Hutchinson probes (``"diagonal"``), rounded up to a multiple of 16.
 
     Returns:
@@ -189,7 +192,7 @@ def laplace_posterior(c: Comparisons, solver: BradleyTerrySolver | ProductOfExpe
     if covariance == "dense":
         fit = _laplace(c, theta, solver)
     else:
-        fit = _laplace_diagonal(c, theta, jax.random.key(0) if key is None else key, solver, num_probes)
+        fit = _laplace_diagonal(c, theta, jax.random.key(0) if key is None else _key(key), solver, num_probes)
     solver.check(fit.solution.result)
     return fit
 
@@ -213,10 +216,38 @@ def laplace_bradley_terry(c: Comparisons, *, debias=False, eps=1e-6, gamma_prior
         module docstring);
         ``.stderr`` gives every score's standard error. :func:`laplace_posterior`
         returns the fitted solution beside it.
+
+    With ``eps=0`` and no score prior (maximum likelihood), concrete
+    comparisons are tested for finite ML scores first, as by
+    :func:`jaxrank.fit_poe_bradley_terry` (:mod:`jaxrank.scoring.existence`): a
+    context without them is fitted, and its posterior taken, as the MAP under
+    the score prior ``existence.AUTO_SCORE_PRIOR``, with a
+    ``NotStronglyConnectedWarning`` naming its items. Traced comparisons are not
+    tested (as :func:`laplace_posterior`).
     """
     solver = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=score_prior, tol=tol,
                                 max_iter=max_iter)
-    return laplace_posterior(c, solver).posterior
+    post = laplace_posterior(c, solver).posterior
+    if not (solver.checks_existence and _batching.is_concrete(c)):
+        return post
+    finite = np.asarray(_finite_ml(c))
+    if finite.all():
+        return post
+    auto = BradleyTerrySolver(debias=debias, eps=eps, gamma_prior=gamma_prior, score_prior=existence.AUTO_SCORE_PRIOR,
+                              tol=tol, max_iter=max_iter)
+    fallback = laplace_posterior(c, auto).posterior
+    pick = lambda a, b: jnp.where(jnp.asarray(finite).reshape(finite.shape + (1,) * (a.ndim - finite.ndim)), a, b)
+    existence.warn_if_infinite(c, finite, solver.eps, caller="laplace_bradley_terry")
+    return GaussianPosterior(*(None if a is None else pick(a, b) for a, b in zip(post, fallback)))
+
+
+@jax.jit
+def _finite_ml(c):
+    """``[...]`` whether every context of ``c`` has finite maximum-likelihood scores (``eps = 0``)."""
+    f = functools.partial(existence.finite_ml, eps=0.0)
+    for _ in c.batch_shape:
+        f = jax.vmap(f)
+    return f(c, c.components())
 
 
 # ====================================================================== intervals and ranks
@@ -244,11 +275,23 @@ def score_intervals(post: GaussianPosterior, *, level: float = 0.95) -> tuple[ja
 
     Returns:
         ``(lower, upper)``, each ``[..., N]`` (centred scores, as ``post.mean``).
+        A real item in no comparison without a score prior (variance 0, module
+        docstring) has an unidentified score: its interval is ``(-inf, inf)``,
+        not ``[0, 0]`` (a :class:`jaxrank.GaussianPosterior` tells it from a
+        padded item by its precision and ``item_mask``; a
+        :class:`jaxrank.MarginalPosterior` holds no such record, and its
+        variance-0 items keep ``[0, 0]``: check ``Comparisons.games() == 0``).
+        Under a score prior the interval is the prior's.
     """
     if not isinstance(post, MarginalPosterior):
         _check_posterior(post)
     z = NormalDist().inv_cdf(0.5 + _check_level(level) / 2)
     half = z * post.stderr
+    if isinstance(post, GaussianPosterior):
+        cov = post.covariance
+        unidentified = _unjudged(cov, post.precision, _mask(post, None)) \
+            & (jnp.diagonal(cov, axis1=-2, axis2=-1) <= 0)
+        half = jnp.where(unidentified, jnp.inf, half)
     return post.mean - half, post.mean + half
 
 
@@ -271,7 +314,7 @@ def posterior_samples(post: GaussianPosterior, *, key, num_samples: int) -> jax.
 
     Args:
         post: a :class:`jaxrank.GaussianPosterior`, any batch shape.
-        key: a ``jax.random`` key.
+        key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``).
         num_samples: static number of draws.
 
     Returns:
@@ -279,7 +322,7 @@ def posterior_samples(post: GaussianPosterior, *, key, num_samples: int) -> jax.
     """
     _check_posterior(post)
     num_samples = _validate.integer("num_samples", num_samples, low=1)
-    return _samples(post.mean, post.covariance, key, num_samples)
+    return _samples(post.mean, post.covariance, _key(key), num_samples)
 
 
 def _ranks(s, mask):
@@ -352,7 +395,7 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
 
     Args:
         post: a :class:`jaxrank.GaussianPosterior`, any batch shape.
-        key: a ``jax.random`` key.
+        key: a ``jax.random`` key, or an int seed (``jax.random.key(seed)``).
         num_samples: static number of draws.
         level: nominal coverage.
         where: optional bool ``[..., N]`` of real items (padded ones get rank 0);
@@ -365,13 +408,53 @@ def rank_intervals(post: GaussianPosterior, *, key, num_samples: int = 2000, lev
         ``[1, n]`` over the ``n`` real items and median and mean rank ``(n + 1) / 2``;
         ``rank`` ranks its mean, 0, among the others, and the others' draws count it
         where it falls (at 0 without a prior, at its prior draws with one).
+
+    Items in different connected components are ranked on one scale although
+    the data fix no offset between components (each is centred on its own):
+    their relative ranks reflect the centring, not evidence. A concrete
+    posterior whose judged items form several components warns
+    (``DisconnectedRankingWarning``, naming them).
     """
     _check_posterior(post)
     level = _check_level(level)
     num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("rank_intervals", "item_mask", "where", item_mask, where)
     mask = _mask(post, where)
+    key = _key(key)
+    _warn_disconnected("rank_intervals", post, mask)
     return _rank_intervals(post.mean, post.covariance, post.precision, mask, key, num_samples, level)
+
+
+class DisconnectedRankingWarning(UserWarning):
+    """Ranks or a ranking's confidence compare items of different connected components (no common scale)."""
+
+
+def _warn_disconnected(caller, post, mask, show=4):
+    """Warn when the judged items of some concrete context form more than one connected component."""
+    if not _batching.is_concrete(post.precision, mask):
+        return
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+    prec = np.asarray(post.precision)
+    judged = np.asarray(mask) & ~np.asarray(_unjudged(post.covariance, post.precision, mask))
+    n = prec.shape[-1]
+    prec, judged = prec.reshape(-1, n, n), judged.reshape(-1, n)
+    for b in range(prec.shape[0]):
+        idx = np.flatnonzero(judged[b])
+        if len(idx) < 2:
+            continue
+        adj = (prec[b][np.ix_(idx, idx)] != 0)
+        k, labels = connected_components(csr_matrix(adj), directed=False)
+        if k > 1:
+            comps = [idx[labels == t].tolist() for t in range(k)]
+            listed = "; ".join(str(x) for x in comps[:show]) + ("; ..." if k > show else "")
+            ctx = f" in context {np.unravel_index(b, post.mean.shape[:-1])}" if post.mean.ndim > 1 else ""
+            warnings.warn(
+                f"{caller}: the judged items{ctx} form {k} connected components ({listed}); each is centred on its "
+                f"own and the data fix no offset between them, so ranks across components reflect that centring, "
+                f"not evidence. Rank each component on its own (Comparisons.components()) or connect them.",
+                DisconnectedRankingWarning, stacklevel=3)
+            return
 
 
 def _adjacent_confidence(mean, cov, mask):
@@ -418,7 +501,7 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
             ``"adjacent"``: the mean over the ``n - 1`` adjacent pairs ``(a, b)`` of
             the mean ranking of ``P(s_a > s_b) = Phi((m_a - m_b) / sd(s_a - s_b))``
             (closed form, no sampling).
-        key: a ``jax.random`` key (``"spearman"`` only).
+        key: a ``jax.random`` key, or an int seed (``"spearman"`` only).
         num_samples: draws for ``"spearman"``.
         where: optional bool ``[..., N]`` of real items; default
             ``post.item_mask`` (the padding of a batch), else every item.
@@ -427,7 +510,10 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
     Items in no comparison (module docstring) are left out: the confidence is that
     of the ranking of the judged items. Counted at their mean, they would agree with
     the mean ranking in every draw (variance 0) and raise it. A caller that needs
-    every item ranked checks for them (``Comparisons.games() == 0``).
+    every item ranked checks for them (``Comparisons.games() == 0``). Judged items
+    in several connected components are ranked on one scale whose offsets between
+    components the data do not fix; a concrete posterior warns
+    (``DisconnectedRankingWarning``, as :func:`rank_intervals`).
 
     Returns:
         ``[...]`` confidence in ``[-1, 1]`` (``"spearman"``) or ``[0.5, 1]`` (``"adjacent"``);
@@ -443,6 +529,6 @@ def ranking_confidence(post: GaussianPosterior, *, rule: str = "spearman", key=N
     num_samples = _validate.integer("num_samples", num_samples, low=1)
     where = _deprecation.renamed_keyword("ranking_confidence", "item_mask", "where", item_mask, where)
     mask = _mask(post, where)
-    if key is None:
-        key = jax.random.key(0)
+    key = jax.random.key(0) if key is None else _key(key)
+    _warn_disconnected("ranking_confidence", post, mask)
     return _confidence(post.mean, post.covariance, post.precision, mask, key, rule, num_samples)
