@@ -74,14 +74,14 @@ def exact_mean(values, axis: int = -1) -> np.ndarray:
 
 
 def llm_rows(aspect: str, *, boot: int, systems) -> list[dict]:
-    """HANNA's stored LLM raters (mean of the 4 prompt variants, :func:`exact_mean`) against the mean human
-    score."""
+    """HANNA's stored LLM raters (mean of the 4 prompt variants, exact: ``LLMRatings.mean_rating``) against the
+    mean human score."""
     rows = []
     names = sorted({s for row in systems for s in row})
     sid = np.array([[names.index(s) for s in row] for row in systems])
     for judge in LLM_JUDGES:
         r = load_llm_ratings(judge, aspect, systems=systems)
-        pred = exact_mean(r.ratings)
+        pred = r.mean_rating()      # exact: equal means tie (LLMRatings.mean_rating)
         row = {"dataset": "hanna", "aspect": aspect, "who": judge, "contexts": len(r.context_ids),
                "systems": len(names)}
         for m, fn in metrics.CORRELATIONS.items():
@@ -109,11 +109,11 @@ def slot_rows(aspect: str, *, systems) -> dict:
 
     k = x.shape[-1]
     pairs = [rho(x[..., a], x[..., b]) for a in range(k) for b in range(a + 1, k)]
-    llms = [rho(x[..., a], exact_mean(load_llm_ratings(j, aspect, systems=systems).ratings))
+    llms = [rho(x[..., a], load_llm_ratings(j, aspect, systems=systems).mean_rating())
             for j in LLM_JUDGES for a in range(k)]
     return {"aspect": aspect, "slot_slot": float(np.mean(pairs)), "slot_llm": float(np.mean(llms)),
             "mean_llm": float(np.mean([rho(exact_mean(x),
-                                           exact_mean(load_llm_ratings(j, aspect, systems=systems).ratings))
+                                           load_llm_ratings(j, aspect, systems=systems).mean_rating())
                                        for j in LLM_JUDGES]))}
 
 
