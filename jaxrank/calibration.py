@@ -74,12 +74,17 @@ class MonotoneSpline:
     Attributes:
         raw_slopes: ``[J, K + 1]`` unconstrained; segment slopes are ``softplus(raw_slopes) > 0``.
         bias: ``[J]`` value at ``x = 0``.
-        knots: ``K`` increasing knot positions in logit units (static, not learnt).
+        knots: ``K`` strictly increasing knot positions in logit units (static,
+            not learnt; stored as a tuple of floats; a ``ValueError`` otherwise).
     """
 
     raw_slopes: jax.Array
     bias: jax.Array
     knots: tuple = dataclasses.field(metadata=dict(static=True))
+
+    def __post_init__(self):
+        # unsorted knots made two segments overlap (a margin counted in both: the map doubled back on itself)
+        object.__setattr__(self, "knots", _check_knots(self.knots))
 
     @property
     def slopes(self) -> jax.Array:
@@ -110,11 +115,20 @@ def identity_spline(num_judges: int = 1, knots: Sequence[float] = (-4.0, -2.0, -
         ValueError: ``knots`` empty, not finite or not strictly increasing.
     """
     _check_num_judges(num_judges)
-    k = np.asarray(knots, np.float64)
-    if k.ndim != 1 or len(k) == 0 or not np.isfinite(k).all() or (np.diff(k) <= 0).any():
-        raise ValueError(f"knots must be a non-empty, finite, strictly increasing sequence; got {list(knots)!r}")
+    k = _check_knots(knots)
     return MonotoneSpline(jnp.full((num_judges, len(k) + 1), _SOFTPLUS_INV_ONE, dtype),
-                          jnp.zeros((num_judges,), dtype), tuple(float(x) for x in k))
+                          jnp.zeros((num_judges,), dtype), k)
+
+
+def _check_knots(knots) -> tuple:
+    """``knots`` as a tuple of floats; a ``ValueError`` naming ``knots`` unless non-empty, finite, strictly increasing."""
+    try:
+        k = np.asarray(knots, np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"knots must be a non-empty, finite, strictly increasing sequence; got {knots!r}") from None
+    if k.ndim != 1 or len(k) == 0 or not np.isfinite(k).all() or (np.diff(k) <= 0).any():
+        raise ValueError(f"knots must be a non-empty, finite, strictly increasing sequence; got {knots!r}")
+    return tuple(float(x) for x in k)
 
 
 def _check_num_judges(num_judges):
@@ -123,9 +137,26 @@ def _check_num_judges(num_judges):
 
 
 def logit(p, eps: float = 1e-6) -> jax.Array:
-    """``log(p / (1 - p))`` of ``p`` clipped to ``[eps, 1 - eps]`` (finite for p = 0 or 1)."""
+    """``log(p / (1 - p))`` of ``p`` clipped to ``[eps, 1 - eps]`` (finite for p = 0 or 1 when ``eps > 0``).
+
+    Raises:
+        ValueError: a concrete ``eps`` outside ``[0, 0.5)`` (at ``0.5`` or above the clip maps every ``p`` to
+            one value).
+    """
+    _check_eps(eps)
     p = jnp.clip(p, eps, 1 - eps)
     return jnp.log(p) - jnp.log1p(-p)
+
+
+def _check_eps(eps):
+    if isinstance(eps, jax.core.Tracer):
+        return
+    try:
+        ok = 0.0 <= float(eps) < 0.5
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or isinstance(eps, bool):
+        raise ValueError(f"eps must be a number in [0, 0.5) (p is clipped to [eps, 1 - eps]), got {eps!r}")
 
 
 def _check_params(params):
@@ -226,7 +257,10 @@ def calibrate(params: Calibration, c: Comparisons, judge=None, *, eps: float = 1
         params: the calibration.
         c: comparisons ``[..., R]``.
         judge: integer ``[..., R]`` judge id per comparison (broadcastable; default 0).
-        eps: ``p`` is clipped to ``[eps, 1 - eps]`` before the logit.
+        eps: ``p`` is clipped to ``[eps, 1 - eps]`` before the logit, in ``[0, 0.5)``.
+
+    Raises:
+        ValueError: ``eps`` outside ``[0, 0.5)``; bad ``params`` or ``judge`` (as :func:`calibrate_logits`).
     """
     return c.with_p(jax.nn.sigmoid(calibrate_logits(params, logit(c.p, eps), judge)).astype(c.p.dtype))
 
