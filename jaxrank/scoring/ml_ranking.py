@@ -88,17 +88,23 @@ def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max
     Args:
         c: comparisons, any batch shape.
         init: ``[..., N]`` starting scores (default :func:`jaxrank.poe_gaussian`).
-        eps: probabilities are clipped to ``[eps, 1 - eps]`` before the log.
-        tol: minimum log-likelihood gain for a move.
-        max_moves: cap on moves, an int ``>= 0`` (default ``N^2``).
+        eps: probabilities are clipped to ``[eps, 1 - eps]`` before the log, ``0 < eps < 0.5``
+            (``eps = 0`` would make a judgement of ``p = 0`` or ``1`` an infinite log-likelihood,
+            whose gains cannot be compared); may be traced (inside ``jit``).
+        tol: minimum log-likelihood gain for a move; may be traced.
+        max_moves: cap on moves, an int ``>= 0`` (default ``N^2``); must be concrete.
 
     Returns:
         ``[..., N]`` rank scores ``(n - 1)/2 - position`` (higher is better,
         centred; ``n`` items in at least one comparison); padded items and
         items in no comparison get 0.
+
+    Raises:
+        ValueError: naming the argument: ``c`` not comparisons, ``eps`` outside ``(0, 0.5)``, ``tol``
+            negative, ``max_moves`` not an int ``>= 0``, or ``init`` of the wrong shape or not finite.
     """
     _validate.comparisons("c", c)
-    _validate.number("eps", eps, low=0.0, high=0.5, high_open=True)
+    _validate.number("eps", eps, low=0.0, low_open=True, high=0.5, high_open=True)
     _validate.number("tol", tol, low=0.0)
     max_moves = _validate.integer("max_moves", max_moves, low=0, none=True)
     if init is None:
@@ -109,7 +115,14 @@ def max_likelihood_ranking(c: Comparisons, *, init=None, eps=1e-6, tol=1e-6, max
         init = np.asarray(init, c.p.dtype)      # on the host: no staging program per shape
     if init.shape != c.batch_shape + (c.num_items,):
         raise ValueError(f"init must have shape {c.batch_shape + (c.num_items,)}, got {init.shape}")
+    if not isinstance(init, jax.core.Tracer):
+        bad = ~np.isfinite(np.asarray(init)) & np.asarray(c.item_mask)
+        if bad.any():
+            raise ValueError(f"init must be finite on the real items, got {np.asarray(init)[bad][0]!r} at index "
+                             f"{tuple(int(k) for k in np.argwhere(bad)[0])}")
     max_moves = c.num_items ** 2 if max_moves is None else int(max_moves)
-    settings = (np.asarray(eps, c.p.dtype), np.asarray(tol, c.p.dtype), np.asarray(min(max_moves, 2**31 - 1), np.int32))
+    # NumPy for concrete settings (no staging program per value), jnp for traced ones
+    setting = lambda v: jnp.asarray(v, c.p.dtype) if isinstance(v, jax.core.Tracer) else np.asarray(v, c.p.dtype)
+    settings = (setting(eps), setting(tol), np.asarray(min(max_moves, 2**31 - 1), np.int32))
     fn = lambda cc, s0, *rest: (_search(cc, s0, *rest),)
     return _batching.bucketed(fn, "max_likelihood_ranking", c, init, *settings, item_args=(0,))[0]
