@@ -91,6 +91,8 @@ def _split_kwargs(kwargs, batch_shape):
     nb = len(batch_shape)
     static, per_context, replicated = [], {}, {}
     for name, v in kwargs.items():
+        if isinstance(v, list) and _per_context_sequence(v, batch_shape):
+            v = np.asarray(v)             # a list of one value per context: split like an array
         if isinstance(v, (jax.Array, np.ndarray)):
             if v.ndim >= nb and tuple(v.shape[:nb]) == tuple(batch_shape):
                 per_context[name] = v
@@ -104,6 +106,16 @@ def _split_kwargs(kwargs, batch_shape):
                                  f"or a hashable (static) value such as a number, string or tuple") from None
             static.append((name, type(v), v))   # the type too: 1, 1.0 and True hash alike
     return tuple(sorted(static, key=lambda t: t[0])), per_context, replicated
+
+
+def _per_context_sequence(v, batch_shape) -> bool:
+    """Whether ``v`` (a list or tuple) is numbers, one per context: its NumPy shape starts with ``batch_shape``."""
+    try:
+        a = np.asarray(v)
+    except (ValueError, TypeError):
+        return False
+    nb = len(batch_shape)
+    return a.dtype.kind in "biuf" and a.ndim >= nb and tuple(a.shape[:nb]) == tuple(batch_shape)
 
 
 @functools.lru_cache(maxsize=64)
@@ -142,6 +154,14 @@ def _run_or_scorer_error(run, c, per_context, replicated, scorer, c_user, scorer
             jax.eval_shape(lambda cc: scorer(cc, **scorer_kwargs), c_user)
         except ValueError as e:
             raise e from None
+        shape = c_user.batch_shape if c_user.batch_shape else (c.i.shape[0],)
+        for name, v in scorer_kwargs.items():
+            if isinstance(v, tuple) and _per_context_sequence(v, shape):
+                raise ValueError(
+                    f"shard_contexts: scorer option {name} is a tuple of one value per context (shape "
+                    f"{np.shape(v)}); a tuple is a static option, passed whole to every device's share of the "
+                    f"contexts, and the scorer refused it there. Pass an array (np.asarray({name})) or a list to "
+                    f"split it with the contexts") from None
         raise
 
 
@@ -238,9 +258,13 @@ def shard_contexts(scorer: Callable, c: Comparisons, *, devices: Sequence[Any] |
             (set before jax starts) gives 8 devices.
         **scorer_kwargs: options for the scorer. Arrays whose shape starts
             with ``c.batch_shape`` (e.g. a per-context ``threshold=`` or
-            ``init=``) are split with the contexts; other arrays are copied to
+            ``init=``) are split with the contexts, and so is a list of numbers
+            whose shape does (one value per context); other arrays are copied to
             every device; any other value (``debias="learn"``, ``tol=1e-6``)
-            is static: it must be hashable and a new value compiles anew.
+            is static: it must be hashable and a new value compiles anew. A
+            tuple is static, passed whole to every device: a per-context tuple
+            the scorer then refuses raises a ``ValueError`` naming the option
+            (pass an array or a list).
         process_local: several processes (after :func:`jaxrank.distributed.initialize`):
             ``c`` (one batch axis) holds only *this process's* contexts; every
             process calls ``shard_contexts`` with its own (the counts may differ),
