@@ -153,10 +153,40 @@ def _threshold_debias(c, tau):
 
 def _permutation_average_one(c):
     w = c.weight
-    wsum, psum = _graph.reduce(_graph.edges(c, dense=True), w, w * c.p)
-    rev_w = wsum[c.j, c.i]
-    rev_p = psum[c.j, c.i] / jnp.where(rev_w > 0, rev_w, 1)
+    if _graph.use_dense(c.num_items, c.i.shape[-1]):
+        wsum, psum = _graph.reduce(_graph.edges(c, dense=True), w, w * c.p)
+        rev_w = wsum[c.j, c.i]
+        rev_p = psum[c.j, c.i]
+    else:
+        rev_w, rev_p = _reverse_sums_sparse(c.i, c.j, w, w * c.p)
+    rev_p = rev_p / jnp.where(rev_w > 0, rev_w, 1)
     return jnp.where(rev_w > 0, 0.5 * (c.p + 1 - rev_p), c.p)
+
+
+def _reverse_sums_sparse(i, j, *xs):
+    """For every comparison ``k``, the sums of ``xs`` over the comparisons of the ordered pair ``(j_k, i_k)``, in
+    ``O(R log R)`` (no ``[N, N]`` array): the comparisons sorted by pair, summed per pair, and each reverse pair
+    found by a binary search over the sorted pairs."""
+    r = i.shape[0]
+    if r == 0:
+        return xs
+    order = jnp.lexsort((j, i))                                   # by i, then j
+    i_s, j_s = i[order], j[order]
+    new = jnp.concatenate([jnp.ones(1, bool), (i_s[1:] != i_s[:-1]) | (j_s[1:] != j_s[:-1])])
+    group = jnp.cumsum(new) - 1                                   # pair id of every sorted comparison
+    sums = [jax.ops.segment_sum(x[order], group, r) for x in xs]
+    a, b = j, i                                                   # the reverse pair of every comparison
+    lo, hi = jnp.zeros(r, jnp.int32), jnp.full(r, r, jnp.int32)
+    for _ in range(max(1, int(r).bit_length())):                  # lower bound of (a, b) among the sorted pairs
+        mid = (lo + hi) // 2
+        m = jnp.minimum(mid, r - 1)
+        less = (i_s[m] < a) | ((i_s[m] == a) & (j_s[m] < b))
+        open_ = lo < hi
+        lo = jnp.where(open_ & less, mid + 1, lo)
+        hi = jnp.where(open_ & ~less, mid, hi)
+    pos = jnp.minimum(lo, r - 1)
+    found = (lo < r) & (i_s[pos] == a) & (j_s[pos] == b)
+    return tuple(jnp.where(found, s[group[pos]], 0) for s in sums)
 
 
 def permutation_average(c: Comparisons) -> Comparisons:
@@ -165,7 +195,9 @@ def permutation_average(c: Comparisons) -> Comparisons:
     ``p~_k = (p_k + 1 - mean p_(j_k, i_k)) / 2`` where the reverse comparison
     ``(j_k, i_k)`` exists (weighted mean over repeats); comparisons without a
     reverse keep their ``p``. On a symmetric set this removes any constant
-    positional offset.
+    positional offset. Works in the comparisons' edge space: ``[N, N]`` pair
+    sums on a dense pool, a sort and binary search over the ``R`` comparisons
+    otherwise (``O(R log R)``, no ``N x N`` array).
     """
     return _permutation_average(_validate.comparisons("c", c))
 

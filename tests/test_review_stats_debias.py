@@ -55,3 +55,33 @@ def test_threshold_debias_maps_p_equal_to_tau_to_a_tie_at_the_ends():
     x = jr.Comparisons.from_pairs([0, 1, 2], [1, 2, 0], [1.0, 1.0, 0.3], num_items=3)
     assert float(D.debias_threshold(x)) == 1.0                           # P(A) 1/3 at 1, 2/3 below: the median
     np.testing.assert_array_equal(np.asarray(D.threshold_debias(x).p), [0.5, 0.5, 0.0])
+
+
+def _perm_np(i, j, p, w):
+    """Permutation average by a dict of ordered pairs (NumPy)."""
+    from collections import defaultdict
+    ws, ps = defaultdict(float), defaultdict(float)
+    for a, b, pp, ww in zip(i, j, p, w):
+        ws[a, b] += ww
+        ps[a, b] += ww * pp
+    return np.array([0.5 * (pp + 1 - ps[b, a] / ws[b, a]) if ws[b, a] > 0 else pp for a, b, pp in zip(i, j, p)])
+
+
+def test_permutation_average_on_a_sparse_pool_builds_no_n_by_n_array():
+    import jax
+    from jaxrank import _graph
+    rng = np.random.default_rng(1)
+    n, r = 60, 90                                                   # N^2 far above R: the sparse edge space
+    assert not _graph.use_dense(n, r)
+    i = rng.integers(0, n // 6, r)                                  # few items compared often: reverses and repeats
+    j = (i + rng.integers(1, n // 6, r)) % (n // 6)
+    p = rng.uniform(0, 1, r).astype(np.float32)
+    w = np.float32(rng.integers(0, 3, r))                           # weight-0 rows count nothing
+    c = jr.Comparisons.from_pairs(i, j, p, num_items=n, weight=w)
+    got = np.asarray(D.permutation_average(c).p)
+    np.testing.assert_allclose(got, _perm_np(i, j, p, w), atol=1e-6)
+    jaxpr = jax.make_jaxpr(lambda cc: D.permutation_average(cc).p)(c)
+    assert f"{n},{n}]" not in str(jaxpr), "an N x N array on a sparse pool"         # nested jaxprs too
+    batch = jr.stack_contexts([c, jr.Comparisons.from_pairs(i[::-1], j[::-1], p, num_items=n, weight=w)])
+    np.testing.assert_allclose(np.asarray(D.permutation_average(batch).p)[1],
+                               _perm_np(i[::-1], j[::-1], p, w), atol=1e-6)
