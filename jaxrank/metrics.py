@@ -317,7 +317,8 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
     Args:
         pred: ``[C, N]`` predicted scores.
         gold: ``[C, N]`` human scores.
-        system: ``[C, N]`` integer system ids (``>= 0``); a negative id leaves the candidate out.
+        system: ``[C, N]`` integer system ids (``>= 0``; floats must be whole numbers); a negative id leaves
+            the candidate out.
         where: optional ``[C, N]`` bool mask of the candidates to use (padded or unlabelled ones False).
         weights: optional ``[..., C]`` non-negative weights of the contexts.
         names: the correlations to compute (default all of :data:`CORRELATIONS`).
@@ -326,7 +327,8 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
         ``{name: [...]}``: one correlation per row of ``weights`` (a scalar without a batch).
 
     Raises:
-        ValueError: shapes that disagree, or a NaN among the used entries.
+        ValueError: shapes that disagree, a NaN among the used entries, ``weights`` negative, NaN or
+            infinite, or ``system`` ids that are not whole numbers.
     """
     dtypes = [np.asarray(x).dtype for x in (pred, gold)]
     pred, gold = np.asarray(pred, np.float64), np.asarray(gold, np.float64)
@@ -334,13 +336,22 @@ def system_level(pred, gold, system, *, where=None, weights=None, names=None) ->
     if not (pred.shape == gold.shape == system.shape) or pred.ndim != 2:
         raise ValueError(f"pred, gold and system must share one [C, N] shape; got {pred.shape}, {gold.shape} "
                          f"and {system.shape}")
+    if not (np.issubdtype(system.dtype, np.integer) or np.issubdtype(system.dtype, np.floating)):
+        raise ValueError(f"system must hold integer system ids, got dtype {system.dtype}")
+    if np.issubdtype(system.dtype, np.floating):
+        frac = ~np.isfinite(system) | (system != np.round(system))
+        if frac.any():
+            raise ValueError(f"system must hold integer system ids, got {system[frac][0]!r} at index "
+                             f"{tuple(int(k) for k in np.argwhere(frac)[0])}")
+        system = system.astype(np.int64)
     use = system >= 0
     if where is not None:
         use &= np.broadcast_to(np.asarray(where, bool), pred.shape)
     _check_values(pred, gold, use, allow_inf=False)
     w = np.ones(pred.shape[0]) if weights is None else np.asarray(weights, np.float64)
-    if w.shape[-1] != pred.shape[0] or (w < 0).any():
-        raise ValueError(f"weights must be non-negative with last axis {pred.shape[0]} (contexts); got {w.shape}")
+    if w.ndim == 0 or w.shape[-1] != pred.shape[0] or not np.all(np.isfinite(w)) or (w < 0).any():
+        raise ValueError(f"weights must be finite and non-negative with last axis {pred.shape[0]} (contexts); got "
+                         f"shape {w.shape}" + ("" if w.ndim == 0 or np.all(np.isfinite(w)) else ", with NaN or inf"))
     num_systems = int(system.max()) + 1 if use.any() else 1
     member = (system[..., None] == np.arange(num_systems)) & use[..., None]          # [C, N, S]
     count = w @ member.sum(1)                                                        # [..., S]
