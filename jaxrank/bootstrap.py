@@ -157,6 +157,7 @@ def _fits_ml(scorer_kwargs) -> bool:
         return False
 
 
+@jax.jit
 def _finite_ml(reps: Comparisons) -> jax.Array:
     """``[B, ...]`` whether every replicate has finite maximum-likelihood scores (``existence.finite_ml``)."""
     f = functools.partial(existence.finite_ml, eps=0.0)
@@ -171,9 +172,10 @@ def _warn_fallback(caller: str, finite) -> None:
         return
     finite = np.asarray(finite)
     bad = int(finite.size - finite.sum())
+    what = "replicates" if finite.ndim == 1 else "replicated contexts (replicates x contexts)"
     if bad:
         warnings.warn(
-            f"{caller}: {bad} of {finite.size} replicates have no finite maximum-likelihood scores (eps=0: some "
+            f"{caller}: {bad} of {finite.size} {what} have no finite maximum-likelihood scores (eps=0: some "
             f"item never lost, or never won, within its component); the scorer fitted them as the MAP under the "
             f"score prior {existence.AUTO_SCORE_PRIOR} (jaxrank.scoring.existence), so their scores are not ML. "
             f"Pass score_prior > 0 to choose the prior for every replicate.",
