@@ -21,9 +21,14 @@ lambda > 0``) their posterior is exactly the prior: mean 0, variance ``1/lambda`
 and no covariance with any other item. Without one their score is unidentified:
 mean 0 and variance 0, as for a padded item, which is not certainty. A real item
 whose precision row has no off-diagonal entry (or whose variance is 0) is such an
-item to :func:`rank_intervals` (its interval is ``[1, n]``) and
-:func:`ranking_confidence` (left out); ``Comparisons.games() == 0`` tells them apart
-before any fit.
+item to :func:`rank_intervals` (its interval is ``[1, n]``),
+:func:`ranking_confidence` (left out) and, without a prior, :func:`score_intervals`
+(``(-inf, inf)``); ``Comparisons.games() == 0`` tells them apart before any fit.
+
+**Disconnected pools**: each connected component is centred on its own, and the
+data fix no offset between components; :func:`rank_intervals` and
+:func:`ranking_confidence` rank them on one scale all the same and warn
+(:class:`DisconnectedRankingWarning`) on concrete input.
 """
 
 from __future__ import annotations
