@@ -16,14 +16,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxrank import _graph
-from jaxrank.scoring.experts import Expert
+from jaxrank.scoring.experts import EPS, Expert
 
 
 class Ops(NamedTuple):
     """One context's data: its comparisons (sparse edge space) and parameters."""
 
     e: _graph.Edges
-    p: jax.Array        # p, with 0.5 on padded comparisons (so an expert never sees a value it rejects)
+    p: jax.Array        # p; on comparisons of weight 0 clipped to [EPS, 1 - EPS] (an expert never sees 0 or 1 there)
     w: jax.Array
     theta: dict         # theta after expert.from_context; learnt entries hold the start / prior mean
     labels: jax.Array   # connected components (the projector P is built from them only beside a dense Hessian)
@@ -32,7 +32,9 @@ class Ops(NamedTuple):
 
 def make_ops(c, theta, labels, prior, expert: Expert) -> Ops:
     w = c.weight
-    p = jnp.where(w > 0, c.p, jnp.asarray(0.5, c.p.dtype))
+    # a comparison of weight 0 keeps its p (the derivative in its weight is -log q there), clipped to the open
+    # interval so that log q stays finite for an expert that takes log p
+    p = jnp.where(w > 0, c.p, jnp.clip(c.p, EPS, 1 - EPS).astype(c.p.dtype))
     if expert.from_context is not None:
         theta = expert.from_context(p, w, theta)
     theta = {k: jnp.asarray(v, c.p.dtype) for k, v in theta.items()}
@@ -59,7 +61,10 @@ def objective(x, ops: Ops, expert: Expert, st) -> jax.Array:
     n = ops.e.num_items
     d = _graph.incidence(ops.e, x[:n])
     ll = expert.log_density(d, ops.p, theta_at(x, ops, expert))
-    f = -jnp.sum(jnp.where(ops.w > 0, ops.w * ll, 0)) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
+    # w * log q on every comparison (its derivative in w is log q, at w = 0 too); a comparison of weight 0 whose
+    # log q is not finite adds 0
+    ll = jnp.where((ops.w > 0) | jnp.isfinite(ll), ll, 0)
+    f = -jnp.sum(ops.w * ll) + 0.5 * ops.prior * jnp.sum(x[:n] ** 2)
     return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - phi0(ops, expert)) ** 2)
 
 
@@ -109,16 +114,65 @@ def objective_from(x, loc: Local, ops: Ops, expert, st):
     return f + 0.5 * st.theta_prior * jnp.sum((x[n:] - phi0(ops, expert)) ** 2)
 
 
-def hessian_matrix(curv, loc: Local, ops: Ops, st):
-    """``[[L(curv) + lambda I + P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense)."""
+def projector_scale(curv, n):
+    """The mean weighted degree ``sum_k 2 |curv_k| / n`` (1 where it is 0): the anchor ``P`` on the scale of the
+    Laplacian it is added to. ``L + P`` with curvatures ``1e-8`` (a Gaussian expert's ``sigma = 1e4``) lost ``L``
+    to float32's rounding of ``P``'s ``1 / n`` (scores 2.8e-2 off); ``(L + a P)^{-1} g = L^+ g + P g / a`` is the
+    same solution for the centred right-hand sides of a Newton step."""
+    a = jnp.sum(2 * jnp.abs(curv)) / n
+    return jnp.where((a > 0) & jnp.isfinite(a), a, jnp.ones_like(a))
+
+
+def hessian_matrix(curv, loc: Local, ops: Ops, st, proj_scale=1.0):
+    """``[[L(curv) + lambda I + a P, H_s,phi], [H_phi,s, H_phi,phi]]`` (dense; ``a = proj_scale``)."""
     n, m = ops.e.num_items, loc.g.shape[1] - 1
-    proj = _graph.component_projector(ops.labels, curv.dtype)
+    proj = proj_scale * _graph.component_projector(ops.labels, curv.dtype)
     hss = _graph.laplacian(ops.e, curv) + proj + ops.prior * jnp.eye(n, dtype=curv.dtype)
     if m == 0:
         return hss
     hsp = jnp.stack([-_graph.incidence_t(ops.e, loc.h[:, 0, 1 + a]) for a in range(m)], axis=1)
     hpp = -jnp.sum(loc.h[:, 1:, 1:], axis=0) + st.theta_prior * jnp.eye(m, dtype=curv.dtype)
     return jnp.block([[hss, hsp], [hsp.T, hpp]])
+
+
+def direction_dense(g, curv, loc: Local, ops: Ops, st):
+    """The Newton direction ``-H^{-1} g`` (dense; ``H`` as :func:`hessian_matrix` with the anchor scaled by
+    :func:`projector_scale`, ``g``'s score block centred per component), and ``H``'s diagonal.
+
+    With learnt parameters, by block elimination with their Schur complement in residual form,
+    ``S = theta_prior I + sum_k e_k + R^T diag(curv) R + X^T (P + lambda I) X``: ``X = A^{-1} H_s,phi``
+    (``A`` the score block), ``u_k = -h_dphi,k / curv_k``, ``R = u - W X`` (the residual of the weighted
+    least-squares fit of ``u`` by score differences) and ``e_k = -h_phiphi,k - h_dphi,k h_dphi,k^T / curv_k``
+    each comparison's own Schur complement (0 where it is at the rounding level of its terms: a Gaussian
+    in ``d - a phi``). Every term is a sum of non-negative parts, so a parameter that only its prior fixes
+    (a learnt bias on a tree of comparisons, where ``R = 0``) gets ``S = theta_prior``, not the float32
+    rounding of ``H_phi,phi - H_phi,s A^{-1} H_s,phi`` (a difference of two numbers ``1e6`` times larger).
+    """
+    n, m = ops.e.num_items, loc.g.shape[1] - 1
+    dt = curv.dtype
+    proj = projector_scale(curv, n) * _graph.component_projector(ops.labels, dt)
+    a = _graph.laplacian(ops.e, curv) + proj + ops.prior * jnp.eye(n, dtype=dt)
+    if m == 0:
+        return -_graph.psd_solve(a, g), jnp.diagonal(a)
+    hdp, hpp = loc.h[:, 0, 1:], loc.h[:, 1:, 1:]
+    hsp = jnp.stack([-_graph.incidence_t(ops.e, hdp[:, k]) for k in range(m)], axis=1)
+    factor = _graph.psd_factor(a)
+    sol = _graph.factor_solve(factor, jnp.concatenate([g[:n, None], hsp], axis=1))
+    y, xx = sol[:, 0], sol[:, 1:]
+    live = curv > 0
+    safe_c = jnp.where(live, curv, 1)
+    u = jnp.where(live[:, None], -hdp / safe_c[:, None], 0)
+    res = u - _graph.incidence(ops.e, xx)
+    own = -hpp - jnp.where(live[:, None, None], hdp[:, :, None] * hdp[:, None, :] / safe_c[:, None, None], 0)
+    level = 8 * jnp.finfo(dt).eps * (jnp.abs(hpp) + jnp.abs(hdp[:, :, None] * hdp[:, None, :]) / safe_c[:, None, None])
+    own = jnp.where(jnp.abs(own) <= level, 0, own)
+    schur = (st.theta_prior * jnp.eye(m, dtype=dt) + jnp.sum(own, axis=0) + res.T @ (curv[:, None] * res)
+             + xx.T @ (proj @ xx) + ops.prior * xx.T @ xx)
+    reduced = g[n:] - hsp.T @ y
+    step_phi = -jnp.linalg.solve(schur, reduced)
+    step_s = -y - xx @ step_phi
+    hpp_full = -jnp.sum(hpp, axis=0) + st.theta_prior * jnp.eye(m, dtype=dt)
+    return jnp.concatenate([step_s, step_phi]), jnp.concatenate([jnp.diagonal(a), jnp.diagonal(hpp_full)])
 
 
 def direction_cg(g_c, curv, loc, ops, st):
@@ -164,15 +218,16 @@ def true_hessian(x, ops: Ops, expert: Expert, st):
 def solve_true_hessian(x, ops: Ops, expert: Expert, st, rhs):
     """``(H + P)^{-1} rhs`` with the true Hessian at ``x``: Cholesky, or CG on large sparse pools (``O(N + R)``).
 
-    The CG solution's score block is centred per component, i.e. differs from the
-    exact one by ``P rhs_s`` (to which every derivative of the gradient in the data
-    is orthogonal, so implicit derivatives are the same).
+    The CG solution's score block is centred per component, and the dense one's anchor is scaled by
+    :func:`projector_scale` (``a P``): they differ from ``(H + P)^{-1} rhs`` by multiples of ``P rhs_s`` (to
+    which every derivative of the gradient in the data is orthogonal, so implicit derivatives are the same).
     """
     loc = local_derivatives(x, ops, expert)
     if _graph.use_cg(ops.e):
         new, _ = direction_cg(-rhs, -loc.h[:, 0, 0], loc, ops, st)
         return new
-    return _graph.psd_solve(hessian_matrix(-loc.h[:, 0, 0], loc, ops, st), rhs)
+    curv = -loc.h[:, 0, 0]
+    return _graph.psd_solve(hessian_matrix(curv, loc, ops, st, projector_scale(curv, ops.e.num_items)), rhs)
 
 
 def is_maximum(x, ops, expert, st):

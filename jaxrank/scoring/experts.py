@@ -19,10 +19,14 @@ values never recompile.
 Writing one takes a few lines::
 
     def cauchy(d, p, theta):               # heavy-tailed: a few wild judgements matter less
-        z = (d - theta["alpha"] * (p - 0.5)) / theta["scale"]
+        z = (d - theta["alpha"] * (p - theta["offset"])) / theta["scale"]
         return -jnp.log1p(z**2)
 
-    expert = Expert(cauchy, {"alpha": 4.0, "scale": 1.0}, name="cauchy")
+    def mean_offset(p, weight, theta):     # per context; weigh by weight (padding has weight 0)
+        return {**theta, "offset": jnp.sum(weight * p) / jnp.sum(weight)}
+
+    expert = Expert(cauchy, {"alpha": 4.0, "scale": 1.0, "offset": 0.5}, name="cauchy",
+                    from_context=mean_offset)
 
 Built-ins: :func:`soft_bradley_terry` (PoE §3.2, App. A.9; = :func:`jaxrank.poe_bradley_terry`),
 :func:`gaussian` (PoE eq. 11-12; = :func:`jaxrank.poe_gaussian`), :func:`thurstone`
@@ -38,6 +42,8 @@ from collections.abc import Callable, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxrank import _validate
 
 __all__ = ["Expert", "soft_bradley_terry", "gaussian", "thurstone", "heteroscedastic_gaussian", "EPS"]
 
@@ -61,18 +67,27 @@ class Expert:
             prior, :attr:`ProductOfExpertsSolver.theta_prior`).
         from_context: optional ``(p, weight, theta) -> theta``, applied per context
             before solving (e.g. a bias from the context's mean probability); must
-            be differentiable where gradients are wanted.
+            be differentiable where gradients are wanted. It must ignore comparisons
+            of weight 0: a solve outside ``jit`` pads every context to a bucket with
+            comparisons ``p = 0.5``, ``weight = 0`` (as :func:`jaxrank.stack_contexts`
+            pads), so weigh by ``weight`` (``sum(weight * p) / sum(weight)``, not
+            ``mean(p)``) for the same result eagerly and under ``jit``.
         start: optional ``(p, theta) -> d``: differences to start from (their
             weighted least-squares fit is the first iterate); default ``d = 0``.
         concave: the author's statement that ``log q`` is concave in ``d`` for every
             ``p`` (documentation; the solver checks curvature whatever it says).
         quadratic: ``log q`` is quadratic in ``d`` and the learnt parameters (a
-            Gaussian in ``d``): the Newton solver then takes one exact step from
-            ``d = 0`` and stops, as a closed form would.
+            Gaussian in ``d``): without learnt parameters the Newton solver then
+            takes one exact step from ``d = 0`` and stops, as a closed form would
+            (with them it iterates, each step exact up to rounding).
+        bounds: ``(name, low, closed)`` triples: every concrete value of
+            ``theta[name]`` (the default and any override) must be finite and
+            ``> low`` (``>= low`` if ``closed``; ``low = -inf``: finite only).
 
     Raises:
         ValueError: ``log_density`` not callable, ``theta`` not a dict of numbers
-            or arrays, or a ``learnt`` name not in ``theta``.
+            or arrays, a ``learnt`` name not in ``theta``, or a ``theta`` entry
+            NaN or outside its ``bounds``, naming it.
     """
 
     log_density: Callable
@@ -83,6 +98,7 @@ class Expert:
     start: Callable | None = None
     concave: bool = True
     quadratic: bool = False
+    bounds: tuple = ()
 
     def __post_init__(self):
         if not callable(self.log_density):
@@ -97,6 +113,12 @@ class Expert:
             if not jnp.issubdtype(a.dtype, jnp.number):
                 raise ValueError(f"theta[{k!r}] must be numeric, got {v!r}")
             theta[k] = v
+        bounds = tuple((str(k), float(lo), bool(closed)) for k, lo, closed in self.bounds)
+        for k, _, _ in bounds:
+            if k not in theta:
+                raise ValueError(f"bounds names {k!r}, which is not in theta (keys {sorted(theta)})")
+        object.__setattr__(self, "bounds", bounds)
+        self.check_theta(theta)
         object.__setattr__(self, "theta", theta)
         learnt = (self.learnt,) if isinstance(self.learnt, str) else tuple(self.learnt)
         for k in learnt:
@@ -109,6 +131,34 @@ class Expert:
             f = getattr(self, name)
             if f is not None and not callable(f):
                 raise ValueError(f"{name} must be callable or None, got {type(f).__name__}")
+
+    def check_theta(self, theta: Mapping) -> None:
+        """Raise ``ValueError`` naming an entry of ``theta`` that is NaN or outside :attr:`bounds`.
+
+        Traced entries (inside a caller's ``jit``) cannot be inspected and pass unchecked.
+        """
+        bounds = {k: (lo, closed) for k, lo, closed in self.bounds}
+        for k, v in theta.items():
+            if isinstance(v, jax.core.Tracer):
+                continue
+            a = np.asarray(v)
+            if not np.issubdtype(a.dtype, np.number):
+                raise ValueError(f"theta[{k!r}] must be numeric, got {v!r}")
+            a = a.astype(np.float64)
+            bad = np.isnan(a)
+            if k in bounds:
+                lo, closed = bounds[k]
+                bad |= ~np.isfinite(a) | ((a < lo) if closed else (a <= lo))
+            if np.any(bad):
+                lo, closed = bounds.get(k, (None, False))
+                if lo is None:
+                    where = "a number (not NaN)"
+                elif np.isfinite(lo):
+                    where = f"a finite number {'>=' if closed else '>'} {lo:g}"
+                else:
+                    where = "a finite number"
+                got = a[tuple(np.argwhere(bad)[0])] if a.ndim else a
+                raise ValueError(f"theta[{k!r}] of expert {self.name!r} must be {where}, got {float(got)!r}")
 
     def replace(self, **changes) -> "Expert":
         """A copy with fields changed (``dataclasses.replace``)."""
@@ -159,9 +209,11 @@ def soft_bradley_terry(debias="none", gamma: float = 0.0) -> Expert:
         An :class:`Expert`; solved, it gives :func:`jaxrank.poe_bradley_terry`.
     """
     mode = _debias(debias, ("none", "mean", "learn"))
+    _validate.number("gamma", gamma)
     return Expert(_bt_log_density, {"gamma": float(gamma)}, name=f"soft_bradley_terry[{mode}]",
                   learnt=("gamma",) if mode == "learn" else (),
-                  from_context=_bt_mean_gamma if mode == "mean" else None, start=_bt_start)
+                  from_context=_bt_mean_gamma if mode == "mean" else None, start=_bt_start,
+                  bounds=(("gamma", -np.inf, False),))
 
 
 # ------------------------------------------------------------------ Gaussian
@@ -194,10 +246,13 @@ def gaussian(debias="none", alpha: float = 1.0, beta: float = 0.5, sigma: float 
         the Laplace posterior, :func:`jaxrank.poe_gaussian_posterior` times ``sigma^2``).
     """
     mode = _debias(debias, ("none", "mean", "learn"))
+    _validate.number("alpha", alpha, low=0.0, low_open=True)
+    _validate.number("beta", beta)
+    _validate.number("sigma", sigma, low=0.0, low_open=True)
     return Expert(_gaussian_log_density, {"alpha": float(alpha), "beta": float(beta), "sigma": float(sigma)},
                   name=f"gaussian[{mode}]", learnt=("beta",) if mode == "learn" else (),
                   from_context=_gaussian_mean_beta if mode == "mean" else None, start=_gaussian_start,
-                  quadratic=True)
+                  quadratic=True, bounds=(("alpha", 0.0, False), ("beta", -np.inf, False), ("sigma", 0.0, False)))
 
 
 # ------------------------------------------------------------------ Thurstone (probit)
@@ -220,9 +275,12 @@ def thurstone(debias="none", gamma: float = 0.0, scale: float = 1.0) -> Expert:
     (``"mean"`` sets ``Phi(-gamma / scale) = mean p``).
     """
     mode = _debias(debias, ("none", "mean", "learn"))
+    _validate.number("gamma", gamma)
+    _validate.number("scale", scale, low=0.0, low_open=True)
     return Expert(_thurstone_log_density, {"gamma": float(gamma), "scale": float(scale)},
                   name=f"thurstone[{mode}]", learnt=("gamma",) if mode == "learn" else (),
-                  from_context=_thurstone_mean_gamma if mode == "mean" else None, start=_thurstone_start)
+                  from_context=_thurstone_mean_gamma if mode == "mean" else None, start=_thurstone_start,
+                  bounds=(("gamma", -np.inf, False), ("scale", 0.0, False)))
 
 
 def _thurstone_mean_gamma(p, weight, theta):
@@ -246,9 +304,15 @@ def heteroscedastic_gaussian(alpha: float = 1.0, beta: float = 0.5, sigma: float
     ``d`` than about its size: its variance grows with its mean. Quadratic in ``d``
     (the Newton solve converges in one step); ``kappa = 0`` is :func:`gaussian`.
     """
+    _validate.number("alpha", alpha, low=0.0, low_open=True)
+    _validate.number("beta", beta)
+    _validate.number("sigma", sigma, low=0.0, low_open=True)
+    _validate.number("kappa", kappa, low=0.0)
     return Expert(_hetero_log_density, {"alpha": float(alpha), "beta": float(beta), "sigma": float(sigma),
                                         "kappa": float(kappa)}, name="heteroscedastic_gaussian",
-                  start=_gaussian_start, quadratic=True)
+                  start=_gaussian_start, quadratic=True,
+                  bounds=(("alpha", 0.0, False), ("beta", -np.inf, False), ("sigma", 0.0, False),
+                          ("kappa", 0.0, True)))
 
 
 def _debias(debias, allowed):

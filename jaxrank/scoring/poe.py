@@ -23,8 +23,12 @@ factorised by Cholesky, or for sparse pools of ``_graph.CG_MIN_ITEMS`` items and
 more applied matrix-free in Jacobi-preconditioned conjugate gradients; an Armijo
 backtracking line search tries the full step first. Pass 0 is the weighted
 least-squares fit of the differences to ``expert.start`` (if given); for an
-expert declared ``quadratic`` (Gaussian in ``d``) one exact Newton step from
-``s = 0`` is the whole solve. Every
+expert declared ``quadratic`` (Gaussian in ``d``) without learnt parameters one
+exact Newton step from ``s = 0`` is the whole solve. With learnt parameters the
+dense step eliminates them by their Schur complement in residual form
+(``_poe_algebra.direction_dense``: a bias that only its prior fixes, as on a tree
+of comparisons, is not lost to float32's cancellation) and Newton iterates. The
+anchor ``P`` is scaled to the mean curvature (``_poe_algebra.projector_scale``). Every
 context of a batch iterates independently in one flat ``lax.while_loop``
 (``_batching.while_per_context``), chunks of :data:`CHUNK` contexts one after
 another.
@@ -142,11 +146,7 @@ def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
         new, diag = alg.direction_cg(g_c, curv, loc_sys, ops, st)
         indefinite = jnp.zeros((), bool)
     else:
-        hess = alg.hessian_matrix(curv, loc_sys, ops, st)
-        if m:
-            hess = hess.at[n:, n:].set(jnp.where(start, jnp.eye(m, dtype=dt), hess[n:, n:]))
-        new = -_graph.psd_solve(hess, g_c)
-        diag = jnp.diagonal(hess)
+        new, diag = alg.direction_dense(g_c, curv, loc_sys, ops, st)
         indefinite = ~jnp.all(jnp.isfinite(new))
     new_slope = jnp.dot(g, new)
     # A Newton direction that is not a finite descent direction (an indefinite learnt-parameter
@@ -158,9 +158,14 @@ def _pass(ops: alg.Ops, state: _State, gs0, expert: Expert, st) -> _State:
     trace = jnp.sum(2 * curv)
     curv_mean = jnp.maximum(trace / n, jnp.finfo(dt).tiny)
     small = (jnp.max(jnp.abs(new), initial=0.0) < st.tol) | (-new_slope <= st.tol**2 * curv_mean)
-    rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale)
+    # Or every gradient entry at its rounding level. As soft BT (``_soft_bt_newton._pass``), the Newton step
+    # from y, computed anyway, is then taken as a small one is: the level bounds the gradient's noise loosely
+    # (64 ulps of every term), and a stop there without the step left soft BT's expert 2e-5 off SciPy's
+    # optimum. Where a curvature is negative the direction comes from the floored system, no Newton step
+    # (a Cauchy expert stopped 8e-5 off, its step 8x tol): there only a small step stops.
+    rounding = jnp.all(jnp.abs(g) <= 64 * jnp.finfo(dt).eps * scale) & ~negative
     converged = ok & (it >= 1) & (small | rounding)
-    y = y + jnp.where(converged & small & ~bad, new, 0)
+    y = y + jnp.where(converged & ~bad, new, 0)
     t_next = jnp.where(ok, jnp.ones_like(t), 0.5 * t)
     failed = ~ok & (t_next < 0.5**_halvings(dt))
     damped = (negative | indefinite | bad) & ~start
@@ -198,7 +203,7 @@ def _quadratic_one(ops: alg.Ops, expert: Expert, st):
     if _graph.use_cg(ops.e):
         new, _ = alg.direction_cg(g, curv, loc, ops, st)
     else:
-        new = -_graph.psd_solve(alg.hessian_matrix(curv, loc, ops, st), g)
+        new = alg.direction_dense(g, curv, loc, ops, st)[0]
     ok = jnp.all(jnp.isfinite(new))
     x = jnp.where(ok, x0 + new, x0)
     result = jnp.where(ok, RESULTS.successful, RESULTS.line_search_failed).astype(jnp.int32)
@@ -244,7 +249,7 @@ def _lbfgs_one(ops: alg.Ops, expert: Expert, st):
 def _solve_ops(ops: alg.Ops, expert: Expert, method: str, st):
     if method == "lbfgs":
         x, it, conv, result, damped = jax.vmap(functools.partial(_lbfgs_one, expert=expert, st=st))(ops)
-    elif expert.quadratic:
+    elif expert.quadratic and not expert.learnt:
         x, it, conv, result, damped = jax.vmap(functools.partial(_quadratic_one, expert=expert, st=st))(ops)
     else:
         x, it, conv, result, damped = _newton(ops, expert, st)
@@ -326,6 +331,14 @@ def _check_comparisons(c):
         raise ValueError(f"c must be a jaxrank.Comparisons, got {type(c).__name__}")
 
 
+def _pad_theta(theta, r, size):
+    """``theta`` with every entry of shape ``[r]`` (one value per comparison) padded to ``[size]`` (last value)."""
+    if size == r:
+        return theta
+    pad = lambda v: jnp.pad(v, (0, size - r), mode="edge") if np.shape(v) == (r,) and r > 0 else v
+    return {k: pad(v) for k, v in theta.items()}
+
+
 def solve(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None = None) -> PoESolution:
     """Maximise the product of ``solver.expert`` over every context of ``c`` (PoE eq. 2-3).
 
@@ -349,10 +362,12 @@ def solve(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None 
     _check_comparisons(c)
     if not isinstance(solver, ProductOfExpertsSolver):
         raise ValueError(f"solver must be a ProductOfExpertsSolver, got {type(solver).__name__}")
-    th = solver.theta(theta, c.p.dtype)
+    r = c.num_comparisons
+    th = solver.theta(theta, c.p.dtype, r)
     # padded to its bucket (``_batching.bucketed``), never kept on disk: an expert has no name that is the same
-    # in every process
-    fit = lambda cc, t, s: tuple(_fit(cc, t, s, solver.expert, solver.method))
+    # in every process; a per-comparison theta entry [R] padded with the comparisons (its last value repeated,
+    # on rows of weight 0)
+    fit = lambda cc, t, s: tuple(_fit(cc, _pad_theta(t, r, cc.num_comparisons), s, solver.expert, solver.method))
     sol = PoESolution(*_batching.run_single_threaded_lapack(_batching.bucketed, fit, None, c, th,
                                                             solver.settings(c.p.dtype), num_items=c.num_items))
     solver.check(sol.result)
@@ -364,8 +379,19 @@ fit_poe = solve
 
 
 def solve_context(c: Comparisons, solver: ProductOfExpertsSolver, theta: Mapping | None = None) -> PoESolution:
-    """:class:`PoESolution` of one context (unbatched ``c``), traceable (inside ``jit``/``vmap``); no ``throw``."""
-    th = solver.theta(theta, c.p.dtype)
+    """:class:`PoESolution` of one context (unbatched ``c``), traceable (inside ``jit``/``vmap``); no ``throw``.
+
+    Raises:
+        ValueError: ``c`` not a :class:`~jaxrank.Comparisons` of one context (batch shape ``()``; for a batch
+            use :func:`solve`), ``solver`` not a :class:`ProductOfExpertsSolver`, or ``theta`` invalid.
+    """
+    _check_comparisons(c)
+    if c.batch_shape != ():
+        raise ValueError(f"c must be one context (batch shape ()) for solve_context, got batch shape "
+                         f"{c.batch_shape}; solve (fit_poe) takes a batch")
+    if not isinstance(solver, ProductOfExpertsSolver):
+        raise ValueError(f"solver must be a ProductOfExpertsSolver, got {type(solver).__name__}")
+    th = solver.theta(theta, c.p.dtype, c.num_comparisons)
     flat = jax.tree.map(lambda x: x[None], c)
     out = _fit_flat(flat, th, solver.settings(c.p.dtype), solver.expert, solver.method)
     return jax.tree.map(lambda x: x[0], out)

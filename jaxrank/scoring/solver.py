@@ -241,15 +241,13 @@ class ProductOfExpertsSolver:
             raise ValueError(f"expert must be a jaxrank.scoring.experts.Expert, got {type(self.expert).__name__}")
         if self.method not in ("newton", "lbfgs"):
             raise ValueError(f"method must be 'newton' or 'lbfgs', got {self.method!r}")
-        if not self.score_prior >= 0:
-            raise ValueError(f"score_prior must be >= 0, got {self.score_prior!r}")
-        if not self.theta_prior > 0:
-            raise ValueError(f"theta_prior must be > 0, got {self.theta_prior!r}")
-        if self.tol is not None and not self.tol > 0:
-            raise ValueError(f"tol must be > 0, got {self.tol!r}")
-        if not (isinstance(self.max_iter, (int, np.integer)) and not isinstance(self.max_iter, bool)
-                and self.max_iter >= 1):
-            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        _validate.number("score_prior", self.score_prior, low=0.0)
+        _validate.number("theta_prior", self.theta_prior, low=0.0, low_open=True)
+        if self.tol is not None:
+            _validate.number("tol", self.tol, low=0.0, low_open=True)
+        _validate.integer("max_iter", self.max_iter, low=1)
+        if not isinstance(self.throw, (bool, np.bool_)):
+            raise ValueError(f"throw must be True or False, got {self.throw!r}")
         for name in ("score_prior", "theta_prior"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.tol is not None:
@@ -265,11 +263,19 @@ class ProductOfExpertsSolver:
         return PoESettings(f(self.score_prior), f(self.theta_prior), f(self.tolerance(dtype)),
                            np.asarray(self.max_iter, np.int32))
 
-    def theta(self, theta: Mapping | None, dtype) -> dict:
+    def theta(self, theta: Mapping | None, dtype, num_comparisons: int | None = None) -> dict:
         """``theta`` (default: the expert's) as arrays of ``dtype``, with the expert's defaults for missing keys.
 
+        Args:
+            theta: the override, or ``None``.
+            dtype: the comparisons' float dtype.
+            num_comparisons: the comparisons' ``R``: an array entry must then be one value
+                per comparison (shape ``[R]``, or broadcasting to it).
+
         Raises:
-            ValueError: a key the expert does not have, or a learnt entry that is not a scalar.
+            ValueError: a key the expert does not have, a learnt entry that is not a scalar,
+                an entry that is NaN or outside the expert's ``bounds``, or of a shape that
+                does not broadcast to ``[R]``, naming it.
         """
         base = dict(self.expert.theta)
         if theta is not None:
@@ -279,9 +285,19 @@ class ProductOfExpertsSolver:
             if extra:
                 raise ValueError(f"theta has keys {extra} that expert {self.expert.name!r} does not have "
                                  f"(its keys: {sorted(base)})")
+            self.expert.check_theta(theta)
             base.update(theta)
         out = {k: (v.astype(dtype) if isinstance(v, jax.Array) else np.asarray(v, dtype)) for k, v in base.items()}
         for k in self.expert.learnt:
             if np.ndim(out[k]) != 0:
                 raise ValueError(f"theta[{k!r}] is learnt and must be a scalar, got shape {np.shape(out[k])}")
+        if num_comparisons is not None:
+            for k, v in out.items():
+                try:
+                    ok = np.broadcast_shapes(np.shape(v), (num_comparisons,)) == (num_comparisons,)
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise ValueError(f"theta[{k!r}] must be a scalar or one value per comparison, shape "
+                                     f"({num_comparisons},); got shape {np.shape(v)}")
         return out
